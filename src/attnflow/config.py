@@ -1,0 +1,323 @@
+"""The run config schema (pydantic), the embedded presets, and config -> simulation.
+
+A config is the whole recipe of a run; ``attnflow run`` saves it verbatim beside the results.
+Seeds: one ``seed`` is split with ``numpy.random.SeedSequence`` into independent streams for the
+initial tokens, the head matrices and the weight noise.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+
+from . import heads as heads_mod
+from . import tokens as tokens_mod
+from .weights import Constant, Layers, Oscillating, OrnsteinUhlenbeck, WeightProcess
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem; its message names the field and the value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokensConfig(_Strict):
+    n: PositiveInt = 256
+    d: Annotated[int, Field(ge=2)] = 3
+    init: Literal["uniform", "cap", "vmf", "equiangular", "file"] = "uniform"
+    angle: Annotated[float, Field(gt=0, le=np.pi)] = np.pi / 2
+    components: PositiveInt = 3
+    kappa: PositiveFloat = 20.0
+    inner_product: float | None = None
+    path: str | None = None
+    masses: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "TokensConfig":
+        if self.init == "file" and not self.path:
+            raise ValueError("init 'file' needs tokens.path (a .npy or .csv file)")
+        if self.masses is not None:
+            if len(self.masses) != self.n:
+                raise ValueError(f"masses has {len(self.masses)} entries but n = {self.n}")
+            if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
+                raise ValueError(f"masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g})")
+        return self
+
+
+class HeadsConfig(_Strict):
+    count: PositiveInt = 8
+    preset: Literal["identity", "gaussian", "goe"] = "identity"
+    beta: float = 4.0
+    value: Literal["A", "-A", "identity"] = "A"
+    masses: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "HeadsConfig":
+        if self.masses is not None:
+            if len(self.masses) != self.count:
+                raise ValueError(f"masses has {len(self.masses)} entries but count = {self.count}")
+            if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
+                raise ValueError(f"masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g})")
+        return self
+
+
+class ConstantWeights(_Strict):
+    process: Literal["constant"] = "constant"
+
+
+class OUWeights(_Strict):
+    """OU around the preset heads ``Abar``; ``A0 = Abar + init_spread * GOE`` per head."""
+
+    process: Literal["ou"] = "ou"
+    rate: Annotated[float, Field(ge=0)] = 1.0
+    sigma: Annotated[float, Field(ge=0)] = 1.0
+    init_spread: Annotated[float, Field(ge=0)] = 2.0
+    symmetric: bool = True
+
+
+class OscillatingWeights(_Strict):
+    """``A_h(t) = Abar_h (1 + amplitude sin(omega t + phi_h))``; ``amplitude > 1`` makes it repulsive at times."""
+
+    process: Literal["oscillating"] = "oscillating"
+    amplitude: float = 2.0
+    omega: PositiveFloat = 1.0
+    phase: Literal["random", "zero"] | float = "random"
+
+
+class LayersWeights(_Strict):
+    """``layers`` blocks over ``[0, t_end]``, each an independent draw of the head preset."""
+
+    process: Literal["layers"] = "layers"
+    layers: PositiveInt = 6
+
+
+WeightsConfig = Annotated[
+    Union[ConstantWeights, OUWeights, OscillatingWeights, LayersWeights], Field(discriminator="process")
+]
+
+
+class IntegrationConfig(_Strict):
+    t_end: PositiveFloat = 10.0
+    dt: PositiveFloat = 0.02
+    method: Literal["euler", "heun", "rk4"] = "rk4"
+    save_every: PositiveInt = 10
+
+    @model_validator(mode="after")
+    def _check(self) -> "IntegrationConfig":
+        n = round(self.t_end / self.dt)
+        if n < 1 or abs(n * self.dt - self.t_end) > 1e-9 * self.t_end:
+            raise ValueError(f"t_end = {self.t_end} must be a whole number of steps dt = {self.dt}")
+        return self
+
+
+class DiagnosticsConfig(_Strict):
+    cluster_eps: Annotated[float, Field(gt=0, lt=2)] = 1e-3
+
+
+class RunConfig(_Strict):
+    """A whole run: model, tokens, heads, weight process, integration, diagnostics, seed."""
+
+    name: str = "run"
+    model: Literal["mha", "gf", "usa"] = "gf"
+    seed: Annotated[int, Field(ge=0)] = 0
+    dtype: Literal["float64", "float32"] = "float64"
+    tokens: TokensConfig = TokensConfig()
+    heads: HeadsConfig = HeadsConfig()
+    weights: WeightsConfig = OUWeights()
+    integration: IntegrationConfig = IntegrationConfig()
+    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        if self.model == "gf":
+            if self.heads.preset == "gaussian":
+                raise ValueError(
+                    "model 'gf' needs symmetric heads, but heads.preset 'gaussian' is not symmetric; "
+                    "use 'identity' or 'goe', or model 'mha'"
+                )
+            if self.heads.value != "A":
+                raise ValueError(f"model 'gf' needs V = A, but heads.value is {self.heads.value!r}; use 'A' or model 'mha'")
+            if isinstance(self.weights, OUWeights) and not self.weights.symmetric:
+                raise ValueError("model 'gf' needs symmetric OU noise (weights.symmetric: true)")
+        if self.tokens.init == "equiangular" and self.tokens.inner_product is None and self.tokens.n > self.tokens.d + 1:
+            raise ValueError(
+                f"a regular simplex of {self.tokens.n} tokens needs d >= {self.tokens.n - 1}; got d = {self.tokens.d}"
+            )
+        return self
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "ou": {
+        "name": "ou",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "identity", "beta": 4.0},
+        "weights": {"process": "ou", "rate": 1.0, "sigma": 1.0, "init_spread": 2.0},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+    "oscillating": {
+        "name": "oscillating",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "identity", "beta": 4.0},
+        "weights": {"process": "oscillating", "amplitude": 2.0, "omega": 1.0, "phase": "random"},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+    "autonomous": {
+        "name": "autonomous",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "goe", "beta": 4.0},
+        "weights": {"process": "constant"},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+}
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One paragraph naming every offending field and the value it had."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in {"ou", "constant", "oscillating", "layers"}))
+        where = f"field '{loc}'" if loc else "config"
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}{shown}")
+    return f"invalid config {source}: " + "; ".join(parts) + "."
+
+
+def parse_config(data: Any, source: str = "") -> RunConfig:
+    """Validate a config mapping; raises :class:`ConfigError` with a readable message."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config {source}: the top level must be a mapping of fields, got {type(data).__name__}.")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist.")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    return parse_config(data, f"in {str(p)!r}")
+
+
+def preset_config(name: str) -> RunConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    return parse_config(copy.deepcopy(PRESETS[name]), f"preset {name!r}")
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply ``key.sub=value`` overrides (values parsed as YAML) and re-validate."""
+    data = cfg.model_dump(mode="json")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.subkey=value")
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                raise ConfigError(f"override {item!r}: {p!r} is not a section of the config")
+            node = node[p]
+        node[parts[-1]] = yaml.safe_load(raw)
+    return parse_config(data, "after --set overrides")
+
+
+def _seeds(seed: int) -> tuple[int, int, int]:
+    ss = np.random.SeedSequence(seed).spawn(3)
+    return tuple(int(s.generate_state(1)[0]) for s in ss)  # type: ignore[return-value]
+
+
+def build_tokens(cfg: RunConfig, seed: int) -> np.ndarray:
+    t = cfg.tokens
+    if t.init == "uniform":
+        return tokens_mod.uniform(t.n, t.d, seed)
+    if t.init == "cap":
+        return tokens_mod.cap(t.n, t.d, t.angle, seed=seed)
+    if t.init == "vmf":
+        return tokens_mod.vmf_mixture(t.n, t.d, t.components, t.kappa, seed)
+    if t.init == "equiangular":
+        return tokens_mod.equiangular(t.n, t.d, t.inner_product, seed)
+    x = tokens_mod.from_file(t.path)  # type: ignore[arg-type]
+    if x.shape != (t.n, t.d):
+        raise ConfigError(f"token file {t.path!r} has shape {x.shape} but the config says n={t.n}, d={t.d}")
+    return x
+
+
+def build_heads(cfg: RunConfig, seed: int) -> np.ndarray:
+    h, d = cfg.heads, cfg.tokens.d
+    if h.preset == "identity":
+        return heads_mod.identity_heads(h.count, d, h.beta)
+    if h.preset == "gaussian":
+        return heads_mod.gaussian_heads(h.count, d, h.beta, seed)
+    return heads_mod.goe_heads(h.count, d, h.beta, seed)
+
+
+def build_process(cfg: RunConfig, A: np.ndarray, seed: int) -> WeightProcess:
+    w, value = cfg.weights, cfg.heads.value
+    V = None if value == "A" else heads_mod.value_matrices(A, value)
+    if isinstance(w, ConstantWeights):
+        return Constant(A, V)
+    if isinstance(w, OUWeights):
+        A0 = A + heads_mod.goe_heads(A.shape[0], A.shape[1], w.init_spread, seed + 1)
+        return OrnsteinUhlenbeck(A, w.rate, w.sigma, A0=A0, symmetric=w.symmetric, seed=seed, value=value)
+    if isinstance(w, OscillatingWeights):
+        H = A.shape[0]
+        if w.phase == "random":
+            phase = np.random.default_rng(seed).uniform(0, 2 * np.pi, H)
+        else:
+            phase = 0.0 if w.phase == "zero" else float(w.phase)
+        return Oscillating(A, w.amplitude * A, w.omega, phase, value=value)
+    seeds = np.random.SeedSequence(seed).spawn(w.layers)
+    As = [build_heads(cfg, int(s.generate_state(1)[0])) for s in seeds]
+    Vs = None if value == "A" else [heads_mod.value_matrices(Al, value) for Al in As]
+    return Layers(As, cfg.integration.t_end, V=Vs)
+
+
+def build(cfg: RunConfig) -> tuple[np.ndarray, WeightProcess, dict[str, Any]]:
+    """Initial tokens, the weight process and the keyword arguments of :func:`attnflow.simulate`."""
+    s_tok, s_heads, s_noise = _seeds(cfg.seed)
+    x0 = build_tokens(cfg, s_tok)
+    A = build_heads(cfg, s_heads)
+    process = build_process(cfg, A, s_noise)
+    import torch
+
+    kwargs = {
+        "model": cfg.model,
+        "t_end": cfg.integration.t_end,
+        "dt": cfg.integration.dt,
+        "method": cfg.integration.method,
+        "save_every": cfg.integration.save_every,
+        "seed": s_noise,
+        "token_weights": None if cfg.tokens.masses is None else np.asarray(cfg.tokens.masses),
+        "head_weights": None if cfg.heads.masses is None else np.asarray(cfg.heads.masses),
+        "cluster_eps": cfg.diagnostics.cluster_eps,
+        "dtype": torch.float64 if cfg.dtype == "float64" else torch.float32,
+        "config": cfg.model_dump(mode="json"),
+    }
+    return x0, process, kwargs
+
+
+def run_config(cfg: RunConfig, progress=None):
+    """Simulate the run a config describes; returns the :class:`~attnflow.simulate.Trajectory`."""
+    from .simulate import simulate
+
+    x0, process, kwargs = build(cfg)
+    traj = simulate(x0, process, progress=progress, **kwargs)
+    traj.seed = cfg.seed
+    return traj

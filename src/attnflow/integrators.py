@@ -1,0 +1,60 @@
+"""Explicit Runge-Kutta steppers on the sphere, each followed by the retraction ``x / |x|``.
+
+The field ``v(x) = P_x u(x)`` extends smoothly off the sphere and leaves it invariant
+(``d|x|^2/dt = 2 (1 - |x|^2) x.u``), so a Runge-Kutta step in ``R^d`` followed by the metric
+projection keeps the method's classical order (Hairer, Lubich & Wanner, GNI IV.4). The stage
+times are passed to the field so that the weights are evaluated, or for SDE weights sampled, on
+the same grid: ``t``, ``t + dt/2``, ``t + dt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .geometry import retract
+
+Field = Callable[[float, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Integrator:
+    """An explicit stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt) -> x_next``."""
+
+    name: str
+    order: int
+    step: Callable[[Field, float, torch.Tensor, float], torch.Tensor]
+
+
+def _euler(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    return retract(x + dt * f(t, x))
+
+
+def _heun(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    k1 = f(t, x)
+    k2 = f(t + dt, x + dt * k1)
+    return retract(x + 0.5 * dt * (k1 + k2))
+
+
+def _rk4(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    k1 = f(t, x)
+    k2 = f(t + 0.5 * dt, x + 0.5 * dt * k1)
+    k3 = f(t + 0.5 * dt, x + 0.5 * dt * k2)
+    k4 = f(t + dt, x + dt * k3)
+    return retract(x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4))
+
+
+INTEGRATORS: dict[str, Integrator] = {
+    "euler": Integrator("euler", 1, _euler),
+    "heun": Integrator("heun", 2, _heun),
+    "rk4": Integrator("rk4", 4, _rk4),
+}
+
+
+def get_integrator(method: str) -> Integrator:
+    try:
+        return INTEGRATORS[method]
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; choose one of {sorted(INTEGRATORS)}") from None

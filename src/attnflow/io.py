@@ -1,0 +1,163 @@
+"""The saved run format: one folder per run, written atomically.
+
+::
+
+    RUN/
+      dataset.zarr/      xarray Dataset (xarray.open_zarr(RUN / "dataset.zarr"))
+      config.yaml        the exact config that produced the run (when there was one)
+      provenance.json    attnflow/torch versions, seed, git commit, wall time, "complete": true
+      figures/*.png      sphere snapshots (PCA for d > 3) and diagnostic curves
+
+The folder is assembled under a hidden temporary name beside ``RUN`` and renamed into place
+only when every file is written, so a crash never leaves a folder that looks complete.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+import yaml
+
+from . import __version__
+from .simulate import Trajectory
+
+DATASET = "dataset.zarr"
+CONFIG = "config.yaml"
+PROVENANCE = "provenance.json"
+FIGURES = "figures"
+
+
+def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
+    """The trajectory as an ``xarray.Dataset`` (dims ``time, token, dim, head, row, col``)."""
+    data: dict[str, Any] = {
+        "x": (("time", "token", "dim"), traj.x),
+        "A": (("time", "head", "row", "col"), traj.A),
+        "token_weights": (("token",), traj.token_weights),
+        "head_weights": (("head",), traj.head_weights),
+    }
+    if traj.V is not None:
+        data["V"] = (("time", "head", "row", "col"), traj.V)
+    for name, values in traj.diagnostics.items():
+        data[name] = (("time",), values)
+    attrs = {
+        "model": traj.model,
+        "method": traj.method,
+        "dt": traj.dt,
+        "seed": -1 if traj.seed is None else int(traj.seed),
+        "attnflow_version": __version__,
+    }
+    return xr.Dataset(data, coords={"time": traj.t}, attrs=attrs)
+
+
+def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None) -> Trajectory:
+    from .diagnostics import DIAGNOSTICS
+
+    seed = int(ds.attrs.get("seed", -1))
+    return Trajectory(
+        t=np.asarray(ds["time"].values, dtype=np.float64),
+        x=np.asarray(ds["x"].values),
+        A=np.asarray(ds["A"].values),
+        V=np.asarray(ds["V"].values) if "V" in ds else None,
+        diagnostics={k: np.asarray(ds[k].values) for k in DIAGNOSTICS if k in ds},
+        token_weights=np.asarray(ds["token_weights"].values),
+        head_weights=np.asarray(ds["head_weights"].values),
+        model=str(ds.attrs["model"]),
+        method=str(ds.attrs["method"]),
+        dt=float(ds.attrs["dt"]),
+        seed=None if seed < 0 else seed,
+        config=config,
+        provenance=provenance or {},
+    )
+
+
+def git_commit() -> str | None:
+    """The commit of the attnflow source tree, when it is a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def provenance_record(traj: Trajectory) -> dict[str, Any]:
+    return {
+        "attnflow_version": __version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "git_commit": git_commit(),
+        "seed": traj.seed,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **traj.provenance,
+        "complete": True,
+    }
+
+
+def save_run(traj: Trajectory, path: str | os.PathLike, *, overwrite: bool = False, figures: bool = True) -> Path:
+    """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring)."""
+    final = Path(path)
+    if final.exists() and not overwrite:
+        raise FileExistsError(f"{str(final)!r} already exists; choose another folder or pass overwrite=True (--force)")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", consolidated=True)
+        if traj.config is not None:
+            (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
+        if figures:
+            from .plotting import plot_run
+
+            plot_run(traj, tmp / FIGURES)
+        # Written last: its presence with "complete": true marks a finished folder.
+        (tmp / PROVENANCE).write_text(json.dumps(provenance_record(traj), indent=2, default=str))
+        if final.exists():
+            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    p = Path(path) / PROVENANCE
+    if not p.is_file():
+        return False
+    try:
+        return bool(json.loads(p.read_text()).get("complete"))
+    except (OSError, ValueError):
+        return False
+
+
+def load(path: str | os.PathLike) -> Trajectory:
+    """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"no run folder at {str(p)!r}")
+    if not is_complete(p):
+        raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
+    config = yaml.safe_load((p / CONFIG).read_text()) if (p / CONFIG).is_file() else None
+    provenance = json.loads((p / PROVENANCE).read_text())
+    ds = xr.open_zarr(p / DATASET, consolidated=True).load()
+    return dataset_to_trajectory(ds, config=config, provenance=provenance)
