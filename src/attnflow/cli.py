@@ -189,3 +189,7 @@ def plot(
 
 def entrypoint() -> None:
     app()
+
+
+# Subcommands defined in other modules register themselves on `app` when imported here
+# (one import line each, kept at the end so that `app` and the helpers above exist).

@@ -11,12 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from .geometry import retract
+from .heads import Heads
 
-Field = Callable[[float, torch.Tensor], torch.Tensor]
+
+class Field(Protocol):
+    """What a stepper is given: the field ``v_t(x)`` plus what defines it (for implicit schemes)."""
+
+    model: str
+    a: torch.Tensor  # token masses (N,)
+    w: torch.Tensor  # head masses (H,)
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor: ...
+
+    def heads_at(self, t: float) -> Heads: ...
 
 
 @dataclass(frozen=True)

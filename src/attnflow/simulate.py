@@ -76,6 +76,20 @@ class Trajectory:
         return save_run(self, path, overwrite=overwrite, figures=figures)
 
 
+class TimeField:
+    """``(t, x) -> v_t(x)`` for one model, one weight realisation and fixed masses (an integrator's ``Field``)."""
+
+    def __init__(self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device):
+        self.model, self.sampler, self.a, self.w = model, sampler, a, w
+        self.dtype, self.device = dtype, device
+
+    def heads_at(self, t: float) -> Heads:
+        return self.sampler(t).to(dtype=self.dtype, device=self.device)
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        return project_tangent(x, field_stats(x, self.heads_at(t), self.a, self.w).mixed_output(self.model))
+
+
 def simulate(
     x0: ArrayLike,
     weights: WeightProcess | ArrayLike | Callable | Heads,
@@ -125,11 +139,8 @@ def simulate(
     a = masses(token_weights, x.shape[0], "token_weights", x)
     w = masses(head_weights, process.H, "head_weights", x)
 
-    def heads_at(t: float) -> Heads:
-        return sampler(t).to(dtype=x.dtype, device=x.device)
-
-    def f(t: float, y: torch.Tensor) -> torch.Tensor:
-        return project_tangent(y, field_stats(y, heads_at(t), a, w).mixed_output(model))
+    f = TimeField(model, sampler, a, w, x.dtype, x.device)
+    heads_at = f.heads_at
 
     check_model(model, heads_at(t0))
     rows, xs, As, Vs, ts = [], [], [], [], []
