@@ -118,7 +118,7 @@ def save_run(traj: Trajectory, path: str | os.PathLike, *, overwrite: bool = Fal
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", consolidated=True)
+        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", zarr_format=2, consolidated=True)
         if traj.config is not None:
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if figures:
@@ -159,5 +159,5 @@ def load(path: str | os.PathLike) -> Trajectory:
         raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
     config = yaml.safe_load((p / CONFIG).read_text()) if (p / CONFIG).is_file() else None
     provenance = json.loads((p / PROVENANCE).read_text())
-    ds = xr.open_zarr(p / DATASET, consolidated=True).load()
+    ds = xr.open_zarr(p / DATASET).load()
     return dataset_to_trajectory(ds, config=config, provenance=provenance)
