@@ -6,8 +6,10 @@ One step from ``mu_k = sum_i a_i delta_{x_i}`` solves the particle problem
 
 with ``d`` the geodesic distance and the mobility ``b_k`` frozen at ``mu_k``. The unknowns are
 parametrised as ``y = z / |z|`` (the sphere retraction), so L-BFGS on ``z`` with torch autograd is a
-Riemannian quasi-Newton method; convergence is measured by the Riemannian gradient
-``max_i |P_{y_i} grad_{y_i}| / a_i``. The warm start is the better (by objective) of ``x`` and
+Riemannian quasi-Newton method. Convergence is measured in position units: the Riemannian
+gradient turned into a displacement by the cost's curvature, ``max_i tau b_k(x_i) |P_{y_i} grad_{y_i}| / a_i``
+(how far, roughly, ``y`` is from the minimiser); the objective is divided by ``|F(mu_k)|`` so that
+the line search works at any ``beta``. The warm start is the better (by objective) of ``x`` and
 one explicit Euler step, so the returned energy never exceeds ``F(mu_k)`` (the movement can only
 lower ``F + cost``, and the cost is non-negative).
 """
@@ -47,7 +49,7 @@ class JKOResult:
     energy: float  # F(mu_{k+1}, t_k)
     objective: float  # F + cost
     iterations: int
-    grad_norm: float  # Riemannian gradient of the objective at y (per unit mass, max over tokens)
+    grad_norm: float  # Riemannian gradient at y as a displacement, max_i tau b_i |P grad_i| / a_i
     converged: bool
     tol: float
     max_iter: int
@@ -68,8 +70,11 @@ def _solve(
         b = torch.exp(-field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False).log_S)
         weight = a / (2.0 * tau * b)
 
+        scale = abs(float(_energy_t(x, heads, a, w)))
+        to_position = (tau * b / a)[:, None] * scale  # per-token gradient -> displacement
+
     def objective(y: torch.Tensor) -> torch.Tensor:
-        return _energy_t(y, heads, a, w) + (weight * geodesic_distance_sq(x, y)).sum()
+        return (_energy_t(y, heads, a, w) + (weight * geodesic_distance_sq(x, y)).sum()) / scale
 
     with torch.no_grad():
         candidates = [x] if y0 is None else [retract(y0.detach())]
@@ -79,8 +84,8 @@ def _solve(
         start = min(candidates, key=lambda c: float(objective(c)))
 
     z = start.clone().requires_grad_(True)
-    # The z-gradient is a_i P_y (per-mass gradient) / |z| with |z| ~ 1: scale the tolerance to match.
-    opt = torch.optim.LBFGS([z], lr=1.0, max_iter=max_iter, tolerance_grad=0.5 * tol * float(a.min()),
+    # The z-gradient is P_y grad / |z| with |z| ~ 1: scale the position tolerance back to it.
+    opt = torch.optim.LBFGS([z], lr=1.0, max_iter=max_iter, tolerance_grad=0.5 * tol / float(to_position.max()),
                             tolerance_change=1e-20, history_size=20, line_search_fn="strong_wolfe")
 
     def closure():
@@ -94,10 +99,10 @@ def _solve(
     yg = y.clone().requires_grad_(True)
     f = objective(yg)
     f.backward()
-    rg = float((torch.linalg.vector_norm(project_tangent(y, yg.grad), dim=-1) / a).max())
+    rg = float((torch.linalg.vector_norm(to_position * project_tangent(y, yg.grad), dim=-1)).max())
     with torch.no_grad():
         E = float(_energy_t(y, heads, a, w))
-    return y, E, float(f.detach()), int(opt.state[z].get("n_iter", 0)), rg
+    return y, E, float(f.detach()) * scale, int(opt.state[z].get("n_iter", 0)), rg
 
 
 def jko_step(
@@ -114,8 +119,8 @@ def jko_step(
     """One minimising movement ``argmin_y F(y) + 1/(2 tau) sum_i a_i d(x_i, y_i)^2 / b(x_i)``.
 
     ``x`` ``(N, d)`` tokens on the sphere; ``A`` ``(H, d, d)`` symmetric heads (or :class:`Heads`,
-    ``V = A``) at the time ``t_k``; ``tau > 0`` the step. ``tol`` bounds the Riemannian gradient
-    (per unit mass) at the answer, ``max_iter`` the L-BFGS iterations; ``y0`` a warm start.
+    ``V = A``) at the time ``t_k``; ``tau > 0`` the step. ``tol`` bounds ``grad_norm``, the Riemannian
+    gradient at the answer expressed as a displacement (module docstring), ``max_iter`` the L-BFGS iterations; ``y0`` a warm start.
     Returns a :class:`JKOResult` whose ``y`` has the array type of ``x``.
     """
     if not tau > 0:
