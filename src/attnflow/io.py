@@ -57,6 +57,10 @@ def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
         "seed": -1 if traj.seed is None else int(traj.seed),
         "attnflow_version": __version__,
     }
+    for name, values in getattr(traj, "steps", {}).items():
+        data[name] = (("step",), values)
+    for key, value in getattr(traj, "steps_info", {}).items():
+        attrs[f"steps_{key}"] = value
     return xr.Dataset(data, coords={"time": traj.t}, attrs=attrs)
 
 
@@ -78,6 +82,8 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
         seed=None if seed < 0 else seed,
         config=config,
         provenance=provenance or {},
+        steps={k: np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
+        steps_info={k[len("steps_"):]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
     )
 
 
