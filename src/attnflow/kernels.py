@@ -31,31 +31,44 @@ def attention_stats(
     log_a: torch.Tensor,
     *,
     block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+    key_bias: torch.Tensor | None = None,
+    causal: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Per-head normalised attention outputs and log-partitions.
 
     Shapes: ``q, k`` ``(..., H, N, r)``, ``v`` ``(..., H, N, p)`` or ``None``, ``log_a`` ``(..., N)``.
     Returns ``(out, logZ)`` with ``out`` ``(..., H, N, p)`` (``None`` when ``v`` is ``None``) and
     ``logZ`` ``(..., H, N)``.
+
+    Options real transformers need: ``key_bias`` ``(..., H, N)`` adds ``c_h(x_j)`` to every logit
+    ``q_i . k_j`` (the key term ``b_Q . k_j`` of a query bias); ``causal=True`` restricts the sums to
+    ``j <= i`` (token ``i`` attends to itself and earlier tokens).
     """
     H, N = q.shape[-3], q.shape[-2]
     batch = int(np.prod(q.shape[:-3])) if q.ndim > 3 else 1
     rows = max(1, block_elements // max(1, batch * H * k.shape[-2]))
     bias = log_a.unsqueeze(-2).unsqueeze(-2)  # (..., 1, 1, N)
+    if key_bias is not None:
+        bias = bias + key_bias.unsqueeze(-2)  # (..., H, 1, N)
     kt = k.transpose(-1, -2)
     if rows >= N:
-        return _block(q, kt, v, bias)
+        return _block(q, kt, v, bias, 0 if causal else None)
     outs, lzs = [], []
     for s in range(0, N, rows):
-        o, lz = _block(q[..., s : s + rows, :], kt, v, bias)
+        o, lz = _block(q[..., s : s + rows, :], kt, v, bias, s if causal else None)
         outs.append(o)
         lzs.append(lz)
     out = None if v is None else torch.cat(outs, dim=-2)
     return out, torch.cat(lzs, dim=-1)
 
 
-def _block(q, kt, v, bias):
+def _block(q, kt, v, bias, row0: int | None = None):
     logits = q @ kt + bias
+    if row0 is not None:
+        # Causal mask for query rows row0.. : key j is visible to query i iff j <= i.
+        i = torch.arange(row0, row0 + q.shape[-2], device=q.device)[:, None]
+        j = torch.arange(kt.shape[-1], device=q.device)[None, :]
+        logits = logits.masked_fill(j > i, float("-inf"))
     logZ = torch.logsumexp(logits, dim=-1)
     if v is None:
         return None, logZ
