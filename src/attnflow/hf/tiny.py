@@ -21,7 +21,9 @@ def tiny_config(family: str, *, hidden: int = 32, layers: int = 2, heads: int = 
 
     common = dict(num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, vocab_size=vocab)
     if family == "gpt2":
-        return tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=128)
+        return tf.GPT2Config(
+            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=128, bos_token_id=0, eos_token_id=0
+        )
     if family == "bert":
         return tf.BertConfig(**common, intermediate_size=2 * hidden, max_position_embeddings=128)
     if family == "roberta":
