@@ -16,6 +16,8 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from . import hf  # noqa: E402
+from .hf import load_heads, to_gradient_flow  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,4 +36,7 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "hf",
+    "load_heads",
+    "to_gradient_flow",
 ]
