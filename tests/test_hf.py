@@ -126,3 +126,13 @@ def test_norm_folded_into_the_heads_matches_the_norm_module(family, loaded):
         x = layers.norms[l].to_sphere(z)
         folded = velocity(x, flow.layers[l], model="mha", project=False)
         assert torch.allclose(folded * [2.0, 3.0][l], raw, rtol=0, atol=1e-5 * float(raw.abs().max()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, sizes", [("gpt2", dict(hidden=768, heads=12)), ("llama", dict(hidden=512, heads=8))])
+def test_realistic_widths_stay_exact_in_float32(family, sizes, tmp_path):
+    """GPT-2-base and Llama-like widths (two layers to stay fast): float32 error stays below 1e-4."""
+    path = save_tiny(family, tmp_path / family, layers=2, vocab=128, **sizes)
+    model = load_model(path)
+    checks = verify_model(model, extract(model), n_tokens=64, seed=3)
+    assert all(c.rel_error < TOL for c in checks), checks
