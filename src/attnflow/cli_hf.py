@@ -90,7 +90,7 @@ def run_(
     text: Optional[str] = typer.Option(None, "--text", help="Prompt text (needs the tokenizer saved with the model)."),
     ids: Optional[str] = typer.Option(None, "--ids", help="Prompt token ids, comma-separated (no tokenizer needed)."),
     steps_per_layer: int = typer.Option(8, "--steps-per-layer", help="Integrator steps per layer (one unit of time)."),
-    method: str = typer.Option("euler", "--method", help="euler (default: exact per layer), heun or rk4."),
+    method: str = typer.Option("euler", "--method", help="euler (default; its stages never see the next layer early), heun or rk4."),
     cluster_eps: float = typer.Option(1e-3, "--cluster-eps", help="Tokens with <x_i, x_j> > 1 - eps share a cluster."),
     radius: bool = typer.Option(True, "--radius/--no-radius", help="Divide values by the real residual stream's size."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
