@@ -74,7 +74,7 @@ class Comparison:
         coords = {"layer": np.arange(self.real.shape[0]), "bin": centers}
         attrs = {"cluster_eps": self.cluster_eps, **{f"hf_{k}": _attr(v) for k, v in self.meta.items()}}
         if self.tokens:
-            attrs["tokens"] = json.dumps(self.tokens)  # JSON: zarr v3 has no stable string dtype
+            attrs["tokens"] = json.dumps(self.tokens)  # a JSON string attribute: no string arrays in the store
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
@@ -196,7 +196,7 @@ def save_hf_run(traj: Trajectory, cmp: Comparison, path: str | Path, *, overwrit
     from ..io import FIGURES, save_run
 
     def extra(folder: Path) -> None:
-        cmp.to_xarray().to_zarr(folder / COMPARISON, mode="w", consolidated=True)
+        cmp.to_xarray().to_zarr(folder / COMPARISON, mode="w", zarr_format=2, consolidated=True)
         if figures:
             from .plot import plot_comparison
 
@@ -211,4 +211,4 @@ def load_comparison(path: str | Path) -> xr.Dataset:
     p = Path(path) / COMPARISON
     if not p.exists():
         raise FileNotFoundError(f"no {COMPARISON} in {str(path)!r}: not a folder written by 'attnflow hf run'")
-    return xr.open_zarr(p, consolidated=True).load()
+    return xr.open_zarr(p).load()
