@@ -53,7 +53,7 @@ def randomise(model: torch.nn.Module, seed: int = 0, gain: float = 1.5) -> torch
             if p.ndim >= 2:
                 fan_in = p.shape[0] if "c_attn" in name or "c_proj" in name or "c_fc" in name else p.shape[-1]
                 p.copy_(r * gain / math.sqrt(fan_in))
-            elif "norm" in name.lower() and name.endswith("weight") or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
+            elif name.endswith("weight"):  # 1-D weights are norm gains (LayerNorm, RMSNorm, ln_1, ln_f)
                 p.copy_(1.0 + 0.3 * r)
             else:
                 p.copy_(0.3 * r)
