@@ -82,3 +82,20 @@ def test_plain_heads_keep_their_old_behaviour_and_gf_rejects_extras():
     assert np.allclose(v0, v1, atol=1e-14)
     with pytest.raises(ValueError, match="plain heads"):
         velocity(x, Heads(K=torch.from_numpy(A), causal=True), model="gf")
+
+
+def test_numpy_reference_has_the_same_causal_mask_and_key_bias():
+    from attnflow.kernels import attention_stats_reference
+
+    rng = np.random.default_rng(5)
+    H, N, d = 2, 6, 3
+    x, A, V = rng.standard_normal((N, d)), rng.standard_normal((H, d, d)), rng.standard_normal((H, d, d))
+    a, c = rng.dirichlet(np.ones(N)), rng.standard_normal((H, N))
+    out_r, lz_r = attention_stats_reference(x, A, V, a, key_bias=c, causal=True)
+    xt = torch.from_numpy(x)
+    q = xt.expand(H, N, d)
+    k = xt @ torch.from_numpy(A).transpose(1, 2)
+    v = xt @ torch.from_numpy(V).transpose(1, 2)
+    out, lz = attention_stats(q, k, v, torch.log(torch.from_numpy(a)), key_bias=torch.from_numpy(c), causal=True)
+    np.testing.assert_allclose(out.numpy(), out_r, atol=1e-12)
+    np.testing.assert_allclose(lz.numpy(), lz_r, atol=1e-12)

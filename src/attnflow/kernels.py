@@ -77,24 +77,33 @@ def _block(q, kt, v, bias, row0: int | None = None):
 
 
 def attention_stats_reference(
-    x: np.ndarray, A: np.ndarray, V: np.ndarray, a: np.ndarray
+    x: np.ndarray,
+    A: np.ndarray,
+    V: np.ndarray,
+    a: np.ndarray,
+    *,
+    key_bias: np.ndarray | None = None,
+    causal: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Plain numpy transcription of MODEL.md: ``Z_h(x_i) = sum_j a_j exp(x_i^T A_h x_j)`` and
     ``out_h(x_i) = sum_j a_j exp(x_i^T A_h x_j) V_h x_j / Z_h(x_i)``, one head and token at a time.
 
     Returns ``(out, logZ)`` shaped like :func:`attention_stats`. Shifts by the row maximum only to
-    stay finite; meant for small ``N`` in tests.
+    stay finite; meant for small ``N`` in tests. ``key_bias`` ``(H, N)`` adds ``c_h(x_j)`` to the
+    exponents; ``causal=True`` sums over ``j <= i`` only.
     """
     x, A, V, a = (np.asarray(t, dtype=np.float64) for t in (x, A, V, a))
     H, N = A.shape[0], x.shape[0]
+    c = np.zeros((H, N)) if key_bias is None else np.asarray(key_bias, dtype=np.float64)
     out = np.zeros((H, N, V.shape[1]))
     logZ = np.zeros((H, N))
     for h in range(H):
         for i in range(N):
-            s = np.array([x[i] @ A[h] @ x[j] for j in range(N)])
+            js = range(i + 1 if causal else N)
+            s = np.array([x[i] @ A[h] @ x[j] + c[h, j] for j in js])
             m = s.max()
-            w = a * np.exp(s - m)
+            w = a[: len(s)] * np.exp(s - m)
             Z = w.sum()
             logZ[h, i] = m + np.log(Z)
-            out[h, i] = sum(w[j] * (V[h] @ x[j]) for j in range(N)) / Z
+            out[h, i] = sum(w[j] * (V[h] @ x[j]) for j in js) / Z
     return out, logZ
