@@ -107,8 +107,9 @@ class Heads:
         """``(q, k, c)`` with logits ``q_i . k_j + c_j`` equal to ``(Q_h x_i + b_Q) . (K_h x_j + b_K)``
         (each side rotated by its position when ``rope`` is set); ``c`` ``(H, N)`` or None.
 
-        Without rotation the query bias only adds the key term ``c_j = b_Q . k_j`` (what it adds
-        to row ``i`` alone cancels in the softmax but not in ``Z_h``, so it is kept exactly).
+        Without rotation the query bias adds the key term ``c_j = b_Q . k_j`` (passed to the kernel
+        as ``key_bias``); the key bias, carried in ``k``, adds ``x_i^T Q_h^T b_K`` to row ``i`` only,
+        which cancels in the softmax but not in ``Z_h``, so it is kept exactly.
         """
         q, k = self.factors(x)
         if self.bias_k is not None:
