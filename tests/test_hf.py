@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("transformers")
 
 from attnflow import velocity  # noqa: E402
-from attnflow.hf import HFImportError, extract, load_heads, load_model, verify_model  # noqa: E402
+from attnflow.hf import HFImportError, extract, load_heads, load_model, verify, verify_model  # noqa: E402
 from attnflow.hf.tiny import FAMILIES, save_tiny  # noqa: E402
 
 TOL = 1e-4
@@ -42,13 +42,13 @@ def loaded(checkpoints):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_reproduces_its_attention_exactly(family, checkpoints, loaded):
+def test_every_family_reproduces_its_attention_exactly(family, checkpoints):
     layers = load_heads(checkpoints[family])
     m = layers.meta
     assert (m.layers, m.heads, m.head_dim, m.hidden) == (2, 4, 8, 32)
     assert (m.causal, m.norm, m.pre_norm, m.rope, m.kv_heads) == EXPECT[family]
     assert layers.L == 2 and layers.t_end == 2.0 and len(layers.norms) == 3
-    checks = verify_model(loaded[family], layers, n_tokens=10, seed=1)
+    checks = verify(checkpoints[family], n_tokens=10, seed=1)  # loads the checkpoint by path
     assert len(checks) == 2
     for c in checks:
         assert c.rel_error < TOL, (family, c)
