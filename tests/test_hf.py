@@ -8,7 +8,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: nothing here ma
 
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
