@@ -21,6 +21,8 @@ from .jko import JKOResult, jko_step  # noqa: E402
 from .distances import DistanceResult, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds  # noqa: E402
 from .limits import PathLength, Stationarity, stationarity, weight_path_length  # noqa: E402
 from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
+from . import hf  # noqa: E402
+from .hf import load_heads, to_gradient_flow  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -54,4 +56,7 @@ __all__ = [
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
+    "hf",
+    "load_heads",
+    "to_gradient_flow",
 ]

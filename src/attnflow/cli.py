@@ -195,3 +195,4 @@ def entrypoint() -> None:
 # (one import line each, kept at the end so that `app` and the helpers above exist).
 from . import cli_edi  # noqa: E402,F401  (attnflow edi)
 from . import cli_reproduce  # noqa: E402,F401
+from . import cli_hf  # noqa: E402,F401
