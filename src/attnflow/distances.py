@@ -64,7 +64,7 @@ def wasserstein_sphere(
     b: ArrayLike | None = None,
     method: str = "auto",
     exact_max: int = 3000,
-    reg: float = 1e-2,
+    reg: float = 2e-3,
     n_projections: int = 200,
     seed: int | None = 0,
 ) -> DistanceResult:
