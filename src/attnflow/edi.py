@@ -17,8 +17,10 @@ invariant sphere) the residual is a global error of an order-``p`` method: ``O(d
 ``euler`` (1), ``heun`` (2), ``rk4`` (4). Schemes without stages (``jko``) use the trapezoid rule
 on the step's end points.
 
-Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays) contribute their exact
-increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this carries the Ito correction). An OU path
+Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays, callables without
+``derivative=``) contribute their exact increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this
+carries the Ito correction). That splits each step into "weights move" and "tokens move with the
+weights frozen", a first-order splitting: the residual is then ``O(dt)`` whatever the scheme. An OU path
 is only Hoelder-1/2 in ``t``, so within a step the field sees weights that move by
 ``O(dt^{1/2})``: the residual of each step is ``O(dt^{3/2})`` with a mean of ``O(dt^2)``, and the
 summed residual is ``O(dt)`` (root mean square) for every scheme. Order 1 is what is achievable
