@@ -79,3 +79,11 @@ def test_jko_rejects_non_gradient_flow_weights():
         jko_step(X0, np.array([[[0, 1.0, 0], [0, 0, 0], [0, 0, 0]]]), 0.1)
     with pytest.raises(ValueError, match="tau"):
         jko_step(X0, A, 0.0)
+
+
+def test_jko_budget_residual_shrinks_with_tau():
+    from attnflow import edi_budget
+
+    r = [edi_budget(simulate(X0, A, t_end=0.5, dt=tau, method="jko", save_every=1000)) for tau in (0.05, 0.025)]
+    assert r[0].quadrature == "minimising movement"
+    assert abs(r[1].total_residual) < 0.55 * abs(r[0].total_residual)  # at least first order
