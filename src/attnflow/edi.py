@@ -214,7 +214,7 @@ def edi_budget(trajectory) -> EDIBudget:
             "this trajectory has no per-step budget series (simulate(..., record_steps=True) records them; runs made "
             "before attnflow 0.1 with model 'gf' lack them): re-run it to get its energy-dissipation budget"
         )
-    from .integrators import INTEGRATORS
+    from .integrators import get_integrator
 
     info = getattr(trajectory, "steps_info", None) or {}
     s = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
@@ -223,7 +223,10 @@ def edi_budget(trajectory) -> EDIBudget:
     D = sp + sl
     t = np.concatenate([[float(trajectory.t[0])], s["step_time"]])
     E0 = float(trajectory.diagnostics["energy"][0]) if "energy" in trajectory.diagnostics else 0.0
-    integ = INTEGRATORS.get(trajectory.method)
+    try:
+        order = get_integrator(trajectory.method).order
+    except ValueError:
+        order = -1
     return EDIBudget(
         t=t,
         energy=E0 + np.concatenate([[0.0], np.cumsum(dE)]),
@@ -234,7 +237,7 @@ def edi_budget(trajectory) -> EDIBudget:
         dissipation=D,
         residual=dE + D - W,
         method=trajectory.method,
-        order=integ.order if integ else -1,
+        order=order,
         dt=float(trajectory.dt),
         weights_rule=str(info.get("weights_rule", "?")),
         quadrature=str(info.get("quadrature", "?")),
