@@ -65,3 +65,22 @@ def test_limit_of_a_constant_weight_flow_is_stationary():
     traj = simulate(tokens.cap(10, 3, 1.0, seed=1), A, t_end=20.0, dt=0.1, save_every=200)
     s0, s1 = stationarity(traj.x[0], A), stationarity(traj.x[-1], A)
     assert s1.slope < 1e-6 * s0.slope
+
+
+def test_stationarity_slope_by_finite_differences():
+    from attnflow import energy, mobility
+
+    A = identity_heads(2, 3, 2.0) + np.diag([0.5, 0.0, -0.5])
+    x, a, h = X0[:6], 1 / 6, 1e-6
+    b = mobility(x, A)
+    total = 0.0
+    for i in range(6):
+        # an orthonormal tangent basis at x_i, and central differences of F along its great circles
+        basis = np.linalg.svd(np.eye(3) - np.outer(x[i], x[i]))[0][:, :2]
+        g2 = 0.0
+        for e in basis.T:
+            xp, xm = x.copy(), x.copy()
+            xp[i], xm[i] = np.cos(h) * x[i] + np.sin(h) * e, np.cos(h) * x[i] - np.sin(h) * e
+            g2 += ((energy(xp, A) - energy(xm, A)) / (2 * h) / a) ** 2
+        total += a * b[i] * g2
+    assert stationarity(x, A).slope == pytest.approx(np.sqrt(total), rel=1e-6)
