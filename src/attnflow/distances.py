@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ._arrays import ArrayLike, to_numpy
-from .fields import field_stats, masses, prepare
+from .fields import masses, prepare
 from .geometry import retract
 from .heads import Heads
 
