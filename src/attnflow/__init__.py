@@ -6,6 +6,10 @@ The public API (see ``../shared/MODEL.md`` for the mathematics):
   :func:`log_mobility`, :func:`slope`, :func:`log_slope`, :func:`metric_speed`; heads :class:`Heads`;
 * weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.tokens`;
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder.
+* gradient-flow toolkit (``docs/gradient-flow.md``): :func:`edi_budget`, :func:`jko_step`,
+  :func:`wasserstein_sphere`, :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`,
+  :func:`weight_path_length`, :func:`stationarity`, infinite heads :class:`GaussianHeads`,
+  :class:`GaussianStatic`, :class:`GaussianOU`.
 """
 
 __version__ = "0.1.0"
