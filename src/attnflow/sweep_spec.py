@@ -123,7 +123,7 @@ def point_id(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-_TAGS = {"int", "str", "float", "bool", "literal['auto']"}
+_TAGS = {"int", "str", "float", "bool", "constrained-int"}
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -188,7 +188,7 @@ def sweep_points(spec: SweepSpec, root: Path | None = None) -> list[SweepPoint]:
     """Every point of the sweep (``product x zip x seeds``), each config validated."""
     base = base_config(spec, root)
     if spec.set:
-        base = _apply(base, spec.set, "in the sweep's 'set'")
+        base = _apply(base, spec.set, "field 'set'")
     prod_keys = list(spec.grid.product)
     zip_keys = list(spec.grid.zip)
     prod = list(itertools.product(*(spec.grid.product[k] for k in prod_keys)))
@@ -197,7 +197,7 @@ def sweep_points(spec: SweepSpec, root: Path | None = None) -> list[SweepPoint]:
     for pv in prod:
         for zv in zipped:
             params = dict(zip(prod_keys, pv)) | dict(zip(zip_keys, zv))
-            cfg = _apply(base, params, f"at grid point {params}")
+            cfg = _apply(base, params, f"grid point {params}")
             for seed in spec.seed_list:
                 full = cfg.model_copy(update={"seed": seed}).model_dump(mode="json")
                 points.append(SweepPoint(len(points), params, seed, full))
@@ -214,5 +214,5 @@ def _apply(cfg: RunConfig, values: dict[str, Any], where: str) -> RunConfig:
     try:
         return apply_overrides(cfg, [_override(k, v) for k, v in values.items()])
     except ConfigError as e:
-        msg = str(e).replace("after --set overrides", where).replace("override ", f"{where}, key ")
-        raise ConfigError(msg) from None
+        msg = str(e).replace("invalid config after --set overrides: ", "")
+        raise ConfigError(f"invalid sweep {where}: {msg}") from None
