@@ -20,7 +20,7 @@ pd = pytest.importorskip("pandas")
 import attnflow  # noqa: E402
 from attnflow.cli import app  # noqa: E402
 from attnflow.sweep import run_sweep  # noqa: E402
-from attnflow.sweep_table import POINTS, load_results  # noqa: E402
+from attnflow.sweep_table import POINTS, load_sweep_results  # noqa: E402
 
 # 16 points of ~0.1 s each (on an idle core), batches of 2: long enough to kill a worker in the middle.
 SWEEP = {
@@ -96,7 +96,7 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(killed
     with pytest.raises(ProcessLookupError):
         os.kill(info["killed"], 0)
     assert (report.total, report.ran, report.ok, report.failed) == (16, 16, 16, 0)
-    table = load_results(out)
+    table = load_sweep_results(out)
     assert len(table) == 16 and set(table["status"]) == {"ok"}
     assert sorted(zip(table["heads.beta"], table["weights.sigma"], table["seed"])) == sorted(
         (b, s, k) for b in (1.0, 4.0) for s in (0.5, 1.0) for k in range(4)
@@ -105,7 +105,7 @@ def test_killing_a_worker_loses_no_finished_point_and_the_sweep_completes(killed
     for name, (data, mtime) in info["before"].items():
         f = out / POINTS / name
         assert f.read_bytes() == data and f.stat().st_mtime_ns == mtime
-    ts = load_results(out, timeseries=True)
+    ts = load_sweep_results(out, timeseries=True)
     assert len(ts) == 16 * 11  # 50 steps saved every 5, plus t = 0
 
 
@@ -163,13 +163,13 @@ def test_scheduler_option_sends_the_sweep_to_a_separately_started_cluster(killed
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
-    local, remote = load_results(killed_run[0]), load_results(out)
+    local, remote = load_sweep_results(killed_run[0]), load_sweep_results(out)
     pids = {r["pid"] for r in (yaml.safe_load(f.read_text()) for f in (out / POINTS).glob("*.json"))}
     assert os.getpid() not in pids
     drop = ["wall_s"]
     pd.testing.assert_frame_equal(local.drop(columns=drop), remote.drop(columns=drop), check_exact=False, rtol=1e-12)
     pd.testing.assert_frame_equal(
-        load_results(killed_run[0], timeseries=True), load_results(out, timeseries=True), check_exact=False, rtol=1e-12
+        load_sweep_results(killed_run[0], timeseries=True), load_sweep_results(out, timeseries=True), check_exact=False, rtol=1e-12
     )
 
 
@@ -189,7 +189,7 @@ def test_failed_points_are_recorded_and_the_cli_exits_1(cluster, tmp_path):
     address = cluster.scheduler_address
     r = CliRunner().invoke(app, ["sweep", str(f), "--out", str(out), "--scheduler", address])
     assert r.exit_code == 1, r.output
-    table = load_results(out)
+    table = load_sweep_results(out)
     assert list(table["status"]) == ["ok", "failed"]
     assert "x.npy" in table["error"][1]
     # The token file now exists: retrying the failed point succeeds, the finished one is not redone.
@@ -209,7 +209,7 @@ def test_quick_example_through_the_cli_on_the_default_local_cluster(tmp_path):
     r = CliRunner().invoke(app, ["sweep", str(example), "--out", str(out), "--workers", "2"])
     assert r.exit_code == 0, r.output
     assert time.perf_counter() - start < 120
-    table = load_results(out)
+    table = load_sweep_results(out)
     assert len(table) >= 12 and set(table["status"]) == {"ok"}
     r = CliRunner().invoke(app, ["sweep", str(example), "--out", str(out), "--workers", "2"])
     assert r.exit_code == 0 and f"{len(table)} already finished, 0 run now" in r.output

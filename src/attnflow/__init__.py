@@ -16,6 +16,10 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
+from .sweep import SweepReport, run_sweep  # noqa: E402
+from .sweep_table import load_sweep_results  # noqa: E402
+from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,4 +38,13 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "SweepSpec",
+    "load_sweep",
+    "sweep_points",
+    "SweepReport",
+    "run_sweep",
+    "load_sweep_results",
+    "PhaseDiagram",
+    "phase_diagram",
+    "plot_phase_diagram",
 ]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import ConfigError
-from .sweep_table import SPEC, load_results
+from .sweep_table import SPEC, load_sweep_results
 
 TIME = ("t", "time")
 
@@ -97,7 +97,7 @@ def phase_diagram(
     if xk == yk:
         raise ConfigError(f"--x and --y are both {xk!r}; choose two different axes.")
     timed = x_time or y_time
-    frame = load_results(out, timeseries=timed)
+    frame = load_sweep_results(out, timeseries=timed)
     if not timed:
         frame = frame[frame["status"] == "ok"]
     if frame.empty:

@@ -41,6 +41,18 @@ class SweepReport:
     wall_s: float
 
 
+def require_sweep_extra() -> None:
+    """Fail with an install hint when the optional Dask/Parquet dependencies are missing."""
+    import importlib.util
+
+    missing = [m for m in ("distributed", "pandas", "pyarrow") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"sweeps need {', '.join(missing)}, which is not installed; install them with "
+            "pip install 'attnflow[sweep]' (dask[distributed], pandas, pyarrow)."
+        )
+
+
 def run_point(point: dict[str, Any], out: str | None = None, keep_trajectory: bool = False) -> dict[str, Any]:
     """Simulate one point (a :class:`SweepPoint` as a dict) and return its record; never raises.
 
@@ -156,6 +168,7 @@ def run_sweep(
         raise ConfigError(
             "--workers sizes the embedded local cluster; with --scheduler the workers of that cluster run the sweep."
         )
+    require_sweep_extra()
     if isinstance(sweep, SweepSpec):
         spec = sweep
     else:

@@ -149,7 +149,7 @@ def _write_parquet(frame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_results(out: str | os.PathLike, timeseries: bool = False):
+def load_sweep_results(out: str | os.PathLike, timeseries: bool = False):
     """The results table of a sweep folder (``timeseries=True``: the per-time table) as a DataFrame."""
     import pandas as pd
 
