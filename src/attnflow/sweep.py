@@ -127,7 +127,7 @@ def _start_client(scheduler: str | None, workers: int | None):
 
     if scheduler is not None:
         try:
-            return Client(scheduler, timeout="20s"), None
+            return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError) as e:
             raise ConfigError(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({e}); start one with 'dask scheduler' and "
@@ -204,9 +204,12 @@ def run_sweep(
             on_progress(*counts, len(points))
 
     report_progress()
-    if pending:
-        _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress)
-    assemble(out, points, spec.summary.window)
+    try:
+        if pending:
+            _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress)
+    finally:
+        # Also after an interrupt: the tables then show what finished, the rest as pending.
+        assemble(out, points, spec.summary.window)
     vals = [status.get(p.id, "pending") for p in points]
     return SweepReport(
         total=len(points),
