@@ -64,6 +64,7 @@ def sweep(
         f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "
         f"{report.ok} ok, {report.failed} failed ({report.wall_s:.1f} s). Table: {out / 'results.parquet'}",
         highlight=False,
+        soft_wrap=True,
     )
     if report.failed:
         console.print(f"[yellow]{report.failed} point(s) failed; see the 'error' column of the table.[/]")
