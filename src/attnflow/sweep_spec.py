@@ -35,8 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from .config import PRESETS, ConfigError, RunConfig, apply_overrides, parse_config, preset_config
 
-Scalar = int | float | str | bool | None
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
