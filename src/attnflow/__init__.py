@@ -21,6 +21,8 @@ from .jko import JKOResult, jko_step  # noqa: E402
 from .distances import DistanceResult, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds  # noqa: E402
 from .limits import PathLength, Stationarity, stationarity, weight_path_length  # noqa: E402
 from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
+from . import hf  # noqa: E402
+from .hf import load_heads, to_gradient_flow  # noqa: E402
 from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
 from .sweep import SweepReport, run_sweep  # noqa: E402
 from .sweep_table import load_sweep_results  # noqa: E402
@@ -58,6 +60,9 @@ __all__ = [
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
+    "hf",
+    "load_heads",
+    "to_gradient_flow",
     "SweepSpec",
     "load_sweep",
     "sweep_points",
