@@ -27,6 +27,10 @@ from .limits import PathLength, Stationarity, stationarity, weight_path_length  
 from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
 from . import hf  # noqa: E402
 from .hf import load_heads, to_gradient_flow  # noqa: E402
+from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
+from .sweep import SweepReport, run_sweep  # noqa: E402
+from .sweep_table import load_sweep_results  # noqa: E402
+from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -63,4 +67,13 @@ __all__ = [
     "hf",
     "load_heads",
     "to_gradient_flow",
+    "SweepSpec",
+    "load_sweep",
+    "sweep_points",
+    "SweepReport",
+    "run_sweep",
+    "load_sweep_results",
+    "PhaseDiagram",
+    "phase_diagram",
+    "plot_phase_diagram",
 ]

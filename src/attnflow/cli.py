@@ -196,3 +196,4 @@ def entrypoint() -> None:
 from . import cli_edi  # noqa: E402,F401  (attnflow edi)
 from . import cli_reproduce  # noqa: E402,F401
 from . import cli_hf  # noqa: E402,F401
+from . import cli_sweep  # noqa: E402,F401  (attnflow sweep, sweep-plot)
