@@ -26,7 +26,7 @@ def config(H: int, seed: int, quick: bool) -> dict:
         "tokens": {"n": 32 if quick else 64, "d": 3, "init": "cap", "angle": 1.5707963267948966},
         "heads": {"count": H, "preset": "identity", "beta": 2.0},
         "weights": {"process": "ou", "rate": 1.0, "sigma": 0.5, "init_spread": 0.5},
-        "integration": {"t_end": 16.0 if quick else 30.0, "dt": 0.05, "method": "rk4", "save_every": 1},
+        "integration": {"t_end": 12.0 if quick else 30.0, "dt": 0.05, "method": "rk4", "save_every": 1},
     }
 
 
