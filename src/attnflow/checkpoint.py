@@ -19,6 +19,7 @@ import json
 import os
 import time
 import uuid
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             stopped=meta.get("stopped"),
             extra=dict(meta.get("extra") or {}),
         )
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
         raise ValueError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({e})") from None
 
 
