@@ -88,7 +88,7 @@ def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) 
     good = suggested_step(L, method, span)
     return (
         f"the step dt = {dt:g} is large for these weights: dt * L = {dt * L:.3g} exceeds {limit:g}, the stable range "
-        f"of method {method!r} (L = max_h ||V_h|| = {L:.3g} at the start). Expect oscillation or garbage; use "
+        f"of method {method!r} (L = {L:.3g}, the stiffness estimated from the weights at the start). Expect oscillation or garbage; use "
         f"dt <= {good:.3g} (e.g. --set integration.dt={good:.3g}), or for stiff cases the implicit method='jko'."
     )
 

@@ -214,12 +214,14 @@ def simulate(
         checkpoint.write(snapshot(0, x, sampler.get_state()))
     for k in range(k0 + 1, n_steps + 1):
         before = sampler.get_state()
+        bad, why = False, "the tokens became NaN/inf"
         try:
             x_next = stepper.step(f, t, x, dt)
             bad = not bool(torch.isfinite(x_next).all())
-            why = "the tokens became NaN/inf"
+            if not bad and (k % save_every == 0 or k == n_steps):
+                record(t0 + k * dt, x_next)
         except OverflowError as e:
-            bad, why = True, str(e)
+            bad, why = True, str(e).rstrip(".")
         if bad:
             sampler.set_state(before)
             if ts[-1] != t:
@@ -227,14 +229,13 @@ def simulate(
             last = snapshot(k - 1, x, sampler.get_state(), stopped=f"{why} at t={t0 + k * dt:.6g} (step {k})")
             raise _guards.NumericalInstability(
                 f"{why} at t={t0 + k * dt:.6g} (step {k} of {n_steps}); the last good state is t={t:.6g} (step {k - 1}). "
-                f"The step dt={dt} is probably too large for these weights: lower dt, or use the implicit method='jko' "
-                "for stiff cases",
+                f"If the step dt={dt} is too large for these weights, lower it or use the implicit method='jko' for stiff "
+                "cases.",
                 step=k, t=t0 + k * dt, checkpoint=last, trajectory=_partial(last, a, w, model, method, dt, seed, config),
             )
         x = x_next
         t = t0 + k * dt
         if k % save_every == 0 or k == n_steps:
-            record(t, x)
             if monitor is not None:
                 monitor.check(stepper.step, model, heads_at(t), a, w, t, x, dt, weight=min(save_every, n_steps - k + 1))
         if checkpoint is not None and k < n_steps and checkpoint.due(k):
