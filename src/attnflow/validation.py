@@ -38,7 +38,7 @@ def _as_stack(arr: np.ndarray, name: str, src: str) -> np.ndarray:
     arr = np.asarray(arr, dtype=np.float64)
     if arr.ndim == 2:
         arr = arr[None]
-    if arr.ndim != 3 or arr.shape[1] != arr.shape[2] or arr.shape[0] < 1:
+    if arr.ndim != 3 or arr.shape[1] != arr.shape[2] or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ConfigError(f"heads.path: {name} in {src} must have shape (H, d, d); got {arr.shape}.")
     bad = ~np.isfinite(arr).all(axis=(1, 2))
     if bad.any():
