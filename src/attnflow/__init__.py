@@ -16,6 +16,9 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from .checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint  # noqa: E402
+from .guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate  # noqa: E402
+from .runner import folder_status, resume_folder, run_to_folder  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,4 +37,15 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "Checkpoint",
+    "Checkpointer",
+    "load_checkpoint",
+    "save_checkpoint",
+    "NumericalInstability",
+    "PrecisionWarning",
+    "StabilityWarning",
+    "stability_estimate",
+    "run_to_folder",
+    "resume_folder",
+    "folder_status",
 ]
