@@ -255,7 +255,9 @@ def test_fuzz_token_and_weight_files(tmp_path, arr, suffix, corrupt):
     if corrupt:
         p.write_bytes(arr.tobytes()[:17] + b"\x93NUMPY garbage")
     elif suffix == ".csv":
-        np.savetxt(p, np.atleast_1d(arr).reshape(arr.shape[0] if arr.ndim else 1, -1) if arr.size else arr, delimiter=",")
+        flat = arr.reshape(-1)
+        cols = arr.shape[-1] if arr.ndim >= 1 and arr.shape[-1] > 0 else 1
+        p.write_text("\n".join(",".join(repr(float(v)) for v in flat[i : i + cols]) for i in range(0, flat.size, cols)))
     elif suffix == ".npz":
         np.savez(p, A=arr)
     else:
