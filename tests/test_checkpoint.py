@@ -125,6 +125,8 @@ def test_incomplete_folder_is_never_mistaken_for_a_finished_one(tmp_path):
     assert res.exit_code == 2 and "Traceback" not in res.output
     msg = " ".join(res.output.split())
     assert "INCOMPLETE" in msg and "step 20 of 50" in msg and "--resume" in msg
+    res = runner.invoke(app, ["run", "--preset", "ou", "--out", str(out)])
+    assert res.exit_code == 2 and f"attnflow run --resume {out}" in " ".join(res.output.split())
     res = runner.invoke(app, ["run", "--resume", str(out), "--no-figures"])
     assert res.exit_code == 0, res.output
     assert is_complete(out) and not (out / CHECKPOINT).exists()

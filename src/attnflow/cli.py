@@ -128,7 +128,10 @@ def run(
     if overrides:
         cfg = apply_overrides(cfg, overrides)
     if out.exists() and not force:
-        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+        from .io import is_complete
+
+        hint = "" if is_complete(out) else f" It holds an unfinished run: continue it with 'attnflow run --resume {out}'."
+        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
     n_steps = round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
         task = bar.add_task(cfg.name, total=n_steps)
