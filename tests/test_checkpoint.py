@@ -47,6 +47,10 @@ def assert_same(a, b):
     assert set(a.diagnostics) == set(b.diagnostics)
     for k in a.diagnostics:
         assert np.array_equal(a.diagnostics[k], b.diagnostics[k], equal_nan=True), k
+    # The per-step EDI series (model gf) continue across the resume too.
+    assert set(a.steps) == set(b.steps)
+    for k in a.steps:
+        assert np.array_equal(a.steps[k], b.steps[k]), k
 
 
 @pytest.mark.parametrize("method,process,dtype,stop_at", [
