@@ -48,7 +48,7 @@ def test_reproduce_all_quick_passes(tmp_path):
     assert "FAIL" not in report and report.count("PASS") >= 10
     assert (out / "report.html").read_text().count("data:image/png;base64,") >= 6
     text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text and "| heads |" in text
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "\nold\n" not in text and "| heads |" in text
     # The ou folder is a core run folder: attnflow.load reads its trajectory.
     import attnflow as af
 
