@@ -23,7 +23,10 @@ app = typer.Typer(
         "  attnflow run --preset ou --out runs/ou\n\n"
         "  attnflow run my.yaml --out runs/my --set integration.t_end=5\n\n"
         "  attnflow show runs/ou\n\n"
-        "  attnflow plot runs/ou"
+        "  attnflow plot runs/ou\n\n"
+        "  attnflow report runs/ou    (interactive HTML: runs/ou/report.html)\n\n"
+        "  attnflow movie runs/ou --out ou.mp4 --trails 10 --rotate 360\n\n"
+        "Each command has its own --help with examples. Documentation: docs/ (mkdocs serve)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -193,3 +196,4 @@ def entrypoint() -> None:
 
 # Subcommands defined in other modules register themselves on `app` when imported here
 # (one import line each, kept at the end so that `app` and the helpers above exist).
+from . import cli_view  # noqa: E402,F401  (report, movie)

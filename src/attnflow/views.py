@@ -65,7 +65,8 @@ def cluster_labels(x: np.ndarray, eps: float = 1e-3) -> np.ndarray:
     The same graph as :func:`attnflow.diagnostics.count_clusters`. Components are numbered by their
     smallest token index, so a cluster keeps its label (and colour) while it absorbs others.
     """
-    G = csr_matrix(x @ x.T > 1.0 - eps)
+    i, j = np.nonzero(x @ x.T > 1.0 - eps)
+    G = csr_matrix((np.ones(len(i), dtype=np.int8), (i, j)), shape=(len(x), len(x)))
     _, labels = connected_components(G, directed=False)
     # connected_components numbers components in order of their first node; make that explicit.
     first = np.full(labels.max() + 1, len(labels))
