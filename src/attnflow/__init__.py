@@ -16,6 +16,8 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from .report import write_report  # noqa: E402
+from .movie import render_movie  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,4 +36,6 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "write_report",
+    "render_movie",
 ]
