@@ -16,8 +16,6 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
-from .report import write_report  # noqa: E402
-from .movie import render_movie  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -39,3 +37,16 @@ __all__ = [
     "write_report",
     "render_movie",
 ]
+
+
+def __getattr__(name: str):
+    # plotly / matplotlib + ffmpeg load only when the report or the movie is asked for
+    if name == "write_report":
+        from .report import write_report
+
+        return write_report
+    if name == "render_movie":
+        from .movie import render_movie
+
+        return render_movie
+    raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
