@@ -3,7 +3,7 @@ dF/dt = -|dF|^2 (so the energy drop over [0, T] equals the integral of the squar
 
     python examples/energy_dissipation.py [OUT.png]     (default OUT = energy_dissipation.png)
 
-Constant GOE heads (the autonomous case), 96 tokens on S^2, 50 RK4 steps with every step saved.
+Constant GOE heads (the autonomous case), 64 tokens on S^2, 2 heads, 50 RK4 steps with every step saved.
 """
 
 import sys
@@ -20,8 +20,8 @@ from attnflow import tokens  # noqa: E402
 from attnflow.heads import goe_heads  # noqa: E402
 
 out = sys.argv[1] if len(sys.argv) > 1 else "energy_dissipation.png"
-x0 = tokens.uniform(96, 3, seed=1)
-A = goe_heads(3, 3, beta=3.0, seed=2)  # symmetric heads, fixed in time: Theta_t = Theta
+x0 = tokens.uniform(64, 3, seed=1)
+A = goe_heads(2, 3, beta=3.0, seed=2)  # symmetric heads, fixed in time: Theta_t = Theta
 traj = attnflow.simulate(x0, A, model="gf", t_end=1.0, dt=0.02, method="rk4", save_every=1)
 
 F, slope = traj.diagnostics["energy"], traj.diagnostics["slope"]

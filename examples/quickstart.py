@@ -2,7 +2,7 @@
 
     python examples/quickstart.py [OUT]        (default OUT = runs/quickstart)
 
-128 tokens on S^2, 4 heads A_h = 4 I driven by an Ornstein-Uhlenbeck process, the gradient-flow
+64 tokens on S^2, 4 heads A_h = 4 I driven by an Ornstein-Uhlenbeck process, the gradient-flow
 model `gf`, Heun steps. Runs in a few seconds on a laptop CPU.
 """
 
@@ -17,9 +17,9 @@ from attnflow.weights import OrnsteinUhlenbeck
 
 out = sys.argv[1] if len(sys.argv) > 1 else "runs/quickstart"
 
-x0 = tokens.uniform(128, 3, seed=0)  # mu_0: 128 tokens, uniform on the sphere
+x0 = tokens.uniform(64, 3, seed=0)  # mu_0: 64 tokens, uniform on the sphere
 process = OrnsteinUhlenbeck(identity_heads(4, 3, beta=4.0), rate=1.0, sigma=1.0)  # Theta_t
-traj = attnflow.simulate(x0, process, model="gf", t_end=3.0, dt=0.05, method="heun", save_every=2, seed=0)
+traj = attnflow.simulate(x0, process, model="gf", t_end=2.0, dt=0.05, method="heun", save_every=2, seed=0)
 
 d = traj.diagnostics
 print(f"saved {len(traj.t)} times, x has shape {traj.x.shape}")
