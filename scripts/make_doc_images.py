@@ -4,8 +4,8 @@
     attnflow run examples/layers_d16.yaml --out runs/gallery/layers_d16
     python scripts/make_doc_images.py runs/gallery
 
-Writes report.png (a screenshot of the ou report in headless Chromium, slider moved to the middle),
-movie_still.png (the middle frame of the ou movie), gallery_*.png (the runs' figures, the
+Writes report.png (a screenshot of the ou report in headless Chromium, slider moved to t = 0.16 T),
+movie_still.png (the ou movie at t = 0.16 T), gallery_*.png (the runs' figures, the
 energy-dissipation example's plot).
 """
 
@@ -45,7 +45,7 @@ def report_screenshot(run: Path, out: Path) -> None:
         time.sleep(3)
         driver.execute_script(
             "const gd = document.getElementById('attnflow-report');"
-            "const s = gd.layout.sliders[0].steps; const name = s[Math.floor(s.length / 2)].args[0][0];"
+            "const s = gd.layout.sliders[0].steps; const name = s[Math.floor(s.length * 0.16)].args[0][0];"
             "Plotly.animate(gd, [name], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}});")
         time.sleep(3)
         driver.execute_script("window.scrollTo(0, 0)")
@@ -63,7 +63,7 @@ def movie_still(run: Path, out: Path) -> None:
         meta = next(gen)
         frames = [np.frombuffer(f, np.uint8) for f in gen]
         w, h = meta["size"]
-        Image.fromarray(frames[len(frames) // 2].reshape(h, w, 3)).save(out)
+        Image.fromarray(frames[int(len(frames) * 0.16)].reshape(h, w, 3)).save(out)
 
 
 def _shrink(path: Path, width: int) -> None:

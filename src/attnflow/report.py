@@ -114,7 +114,7 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
             fig.add_trace(go.Scatter(x=t, y=y, mode="lines", name=name, legendgroup=name,
                                      line=dict(color=_CURVE_COLOURS.get(name), width=1.8)), row=r, col=2)
         if log:
-            fig.update_yaxes(type="log", row=r, col=2)
+            fig.update_yaxes(type="log", nticks=4, row=r, col=2)
         ranges.append(_extent(vals, names[0]))
     norms = head_norms(traj)
     for h in range(traj.H):
