@@ -25,7 +25,7 @@ def test_mkdocs_build_strict(tmp_path):
     assert "metric_speed" in fields and "harmonic mean" in fields
     # the gallery embeds the example files themselves
     gallery = (site / "gallery" / "index.html").read_text()
-    assert "OrnsteinUhlenbeck" in gallery and "process: oscillating" in gallery
+    assert "OrnsteinUhlenbeck" in gallery and "amplitude" in gallery and "trapezoid" in gallery
 
 
 def test_every_cli_command_and_example_is_documented():
