@@ -16,6 +16,11 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from .edi import EDIBudget, edi_budget  # noqa: E402
+from .jko import JKOResult, jko_step  # noqa: E402
+from .distances import DistanceResult, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds  # noqa: E402
+from .limits import PathLength, Stationarity, stationarity, weight_path_length  # noqa: E402
+from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,6 +39,21 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "edi_budget",
+    "EDIBudget",
+    "jko_step",
+    "JKOResult",
+    "wasserstein_sphere",
+    "weighted_wasserstein_bounds",
+    "weighted_wasserstein",
+    "DistanceResult",
+    "weight_path_length",
+    "PathLength",
+    "stationarity",
+    "Stationarity",
+    "GaussianHeads",
+    "GaussianStatic",
+    "GaussianOU",
     "write_report",
     "render_movie",
 ]

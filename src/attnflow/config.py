@@ -106,7 +106,7 @@ WeightsConfig = Annotated[
 class IntegrationConfig(_Strict):
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02
-    method: Literal["euler", "heun", "rk4"] = "rk4"
+    method: Literal["euler", "heun", "rk4", "jko"] = "rk4"
     save_every: PositiveInt = 10
 
     @model_validator(mode="after")

@@ -33,11 +33,17 @@ class Field(Protocol):
 
 @dataclass(frozen=True)
 class Integrator:
-    """An explicit stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt) -> x_next``."""
+    """A stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt) -> x_next``.
+
+    ``weights`` are the Runge-Kutta weights ``b_s`` of the field evaluations in the order the step
+    makes them (``None`` for schemes that do not evaluate the field, such as ``jko``): the same
+    weights integrate any scalar along the step at the scheme's order (see :mod:`attnflow.edi`).
+    """
 
     name: str
     order: int
     step: Callable[[Field, float, torch.Tensor, float], torch.Tensor]
+    weights: tuple[float, ...] | None = None
 
 
 def _euler(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
@@ -58,10 +64,18 @@ def _rk4(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
     return retract(x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4))
 
 
+def _jko(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    # Imported here: the minimising movement needs autograd machinery the explicit schemes do not.
+    from .jko import jko_field_step
+
+    return jko_field_step(f, t, x, dt)
+
+
 INTEGRATORS: dict[str, Integrator] = {
-    "euler": Integrator("euler", 1, _euler),
-    "heun": Integrator("heun", 2, _heun),
-    "rk4": Integrator("rk4", 4, _rk4),
+    "euler": Integrator("euler", 1, _euler, (1.0,)),
+    "heun": Integrator("heun", 2, _heun, (0.5, 0.5)),
+    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)),
+    "jko": Integrator("jko", 1, _jko),
 }
 
 

@@ -57,6 +57,10 @@ def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
         "seed": -1 if traj.seed is None else int(traj.seed),
         "attnflow_version": __version__,
     }
+    for name, values in getattr(traj, "steps", {}).items():
+        data[name] = (("step",), values)
+    for key, value in getattr(traj, "steps_info", {}).items():
+        attrs[f"steps_{key}"] = value
     return xr.Dataset(data, coords={"time": traj.t}, attrs=attrs)
 
 
@@ -78,6 +82,8 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
         seed=None if seed < 0 else seed,
         config=config,
         provenance=provenance or {},
+        steps={k: np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
+        steps_info={k[len("steps_"):]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
     )
 
 
@@ -118,7 +124,7 @@ def save_run(traj: Trajectory, path: str | os.PathLike, *, overwrite: bool = Fal
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", consolidated=True)
+        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", zarr_format=2, consolidated=True)
         if traj.config is not None:
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if figures:
@@ -159,5 +165,5 @@ def load(path: str | os.PathLike) -> Trajectory:
         raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
     config = yaml.safe_load((p / CONFIG).read_text()) if (p / CONFIG).is_file() else None
     provenance = json.loads((p / PROVENANCE).read_text())
-    ds = xr.open_zarr(p / DATASET, consolidated=True).load()
+    ds = xr.open_zarr(p / DATASET).load()
     return dataset_to_trajectory(ds, config=config, provenance=provenance)

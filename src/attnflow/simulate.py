@@ -45,6 +45,9 @@ class Trajectory:
     seed: int | None = None
     config: dict[str, Any] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: Per-step series (length = number of steps) for the EDI budget, see :data:`attnflow.edi.STEP_SERIES`.
+    steps: dict[str, np.ndarray] = field(default_factory=dict)
+    steps_info: dict[str, str] = field(default_factory=dict)
 
     @property
     def N(self) -> int:
@@ -107,12 +110,15 @@ def simulate(
     dtype: torch.dtype | None = None,
     progress: Callable[[int, int], None] | None = None,
     config: dict[str, Any] | None = None,
+    record_steps: bool | None = None,
 ) -> Trajectory:
     """Integrate ``dx_i/dt = v_t(x_i)`` of ``model`` (``mha``, ``gf``, ``usa``) on ``[t0, t_end]``.
 
     ``weights``: a :class:`~attnflow.weights.WeightProcess`, a constant ``(H, d, d)`` array or
     :class:`Heads`, or a callable ``t -> A | (A, V)``. ``seed`` drives stochastic weights (it
     overrides the process's own seed). The state is saved every ``save_every`` steps and at the end.
+    ``record_steps`` (default: on for model ``gf``) records at every step the series that
+    :func:`attnflow.edi_budget` needs (``Trajectory.steps``).
     """
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
@@ -143,6 +149,11 @@ def simulate(
     heads_at = f.heads_at
 
     check_model(model, heads_at(t0))
+    recorder = None
+    if record_steps or (record_steps is None and model == "gf"):
+        from .edi import StepRecorder
+
+        recorder = StepRecorder(f, process.derivative, stepper)
     rows, xs, As, Vs, ts = [], [], [], [], []
     any_V = False
 
@@ -163,7 +174,7 @@ def simulate(
     t = float(t0)
     record(t, x)
     for k in range(1, n_steps + 1):
-        x = stepper.step(f, t, x, dt)
+        x = stepper.step(f, t, x, dt) if recorder is None else recorder.step(t, x, dt)
         t = t0 + k * dt
         if k % save_every == 0 or k == n_steps:
             if not bool(torch.isfinite(x).all()):
@@ -189,4 +200,6 @@ def simulate(
         seed=seed,
         config=config,
         provenance={"wall_time_s": wall, "steps": n_steps, "dtype": str(x.dtype).replace("torch.", "")},
+        steps={} if recorder is None else recorder.series(),
+        steps_info={} if recorder is None else recorder.info(),
     )

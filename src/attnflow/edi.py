@@ -1,0 +1,228 @@
+"""The energy-dissipation identity (EDI) of MODEL.md, step by step along a ``gf`` trajectory.
+
+Over each step ``[t_k, t_{k+1}]`` the budget compares
+
+* the energy change ``F(mu_{k+1}, t_{k+1}) - F(mu_k, t_k)``,
+* the weights' contribution ``int dF/dr (mu_r, r) dr``,
+* the dissipation ``1/2 int |mu'|^2 + 1/2 int |dF|^2``,
+
+and the residual ``energy change + dissipation - weights' contribution`` (zero for the exact flow).
+
+Quadrature. :class:`StepRecorder` sits between the integrator and the field and evaluates the
+integrands ``|mu'|^2 = ||v||_mu^2``, ``|dF|^2`` and ``dF/dt = -1/2 sum_h w_h sum_ij a_i a_j
+(x_i^T dA_h/dt x_j) k_h(x_i, x_j)`` at every stage ``(t_s, Y_s)`` the scheme visits, and sums them
+with the scheme's own weights ``b_s``. That is the same Runge-Kutta method applied to the ODE
+augmented by ``D' = |dF|^2``, ``W' = dF/dt``, so (the retraction being a projection onto the
+invariant sphere) the residual is a global error of an order-``p`` method: ``O(dt^p)`` for
+``euler`` (1), ``heun`` (2), ``rk4`` (4). Schemes without stages (``jko``) use the trapezoid rule
+on the step's end points.
+
+Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays) contribute their exact
+increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this carries the Ito correction). An OU path
+is only Hoelder-1/2 in ``t``, so within a step the field sees weights that move by
+``O(dt^{1/2})``: the residual of each step is ``O(dt^{3/2})`` with a mean of ``O(dt^2)``, and the
+summed residual is ``O(dt)`` (root mean square) for every scheme. Order 1 is what is achievable
+there without sub-stepping the weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .fields import FieldStats, _log_abs_energy, field_stats
+from .geometry import project_tangent
+from .heads import Heads
+from .integrators import Integrator
+from .kernels import attention_stats
+
+#: Per-step series stored in a trajectory (dataset dimension ``step``, length = number of steps).
+STEP_SERIES: dict[str, str] = {
+    "step_time": "t_{k+1}, the end of step k",
+    "step_energy_change": "F(mu_{k+1}, t_{k+1}) - F(mu_k, t_k)",
+    "step_weight_work": "int_{t_k}^{t_{k+1}} dF/dr (mu_r, r) dr (quadrature or exact increment)",
+    "step_speed_action": "1/2 int_{t_k}^{t_{k+1}} |mu'|^2",
+    "step_slope_action": "1/2 int_{t_k}^{t_{k+1}} |dF|^2",
+}
+
+
+def _energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> float:
+    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
+    return -math.exp(float(_log_abs_energy(st, a)))
+
+
+class StepRecorder:
+    """A :class:`~attnflow.integrators.Field` wrapper that records the EDI integrands at each stage.
+
+    ``derivative(t) -> dA/dt`` (``(H, d, d)`` or ``None``) selects the weights rule: quadrature of
+    ``dF/dt`` when it returns a matrix, exact increments otherwise.
+    """
+
+    def __init__(self, field, derivative, integrator: Integrator):
+        self.field, self.derivative, self.integrator = field, derivative, integrator
+        self.model, self.a, self.w = field.model, field.a, field.w
+        self.rule = "quadrature" if derivative(0.0) is not None else "increment"
+        self.quadrature = f"{integrator.name} stages" if integrator.weights else "trapezoid"
+        self._stages: list[tuple[float, float, float]] = []
+        self.rows: list[tuple[float, float, float, float, float]] = []
+        self._last: tuple[float, torch.Tensor, float] | None = None  # F(mu_{k+1}, t_{k+1}) for the next step
+
+    def heads_at(self, t: float) -> Heads:
+        return self.field.heads_at(t)
+
+    def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
+        """``v_t(x)`` and the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` from one kernel pass."""
+        heads = self.heads_at(t)
+        d = x.shape[-1]
+        q, k = heads.factors(x)
+        vals = heads.value_features(x)
+        dA = self.derivative(t) if self.rule == "quadrature" else None
+        if dA is not None:
+            vals = torch.cat([vals, x.unsqueeze(-3) @ dA.to(x).transpose(-1, -2)], dim=-1)
+        out, logZ = attention_stats(q, k, vals, torch.log(self.a))
+        st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
+        v = project_tangent(x, st.mixed_output(self.model))
+        S = torch.exp(st.log_S)
+        speed2 = float((self.a * S * (v * v).sum(-1)).sum())
+        # |dF|^2 = sum_i a_i b |g|^2 = sum_i a_i S |P_x u_gf|^2; for model gf that is v itself.
+        g = v if self.model == "gf" else project_tangent(x, st.mixed_output("gf"))
+        slope2 = float((self.a * S * (g * g).sum(-1)).sum())
+        dFdt = 0.0
+        if dA is not None:
+            c = st.head_mix("gf")  # w_h Z_h / S
+            xAx = (out[..., d:] * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
+            dFdt = float(-0.5 * (self.a * S * (c * xAx).sum(0)).sum())
+        return v, speed2, slope2, dFdt
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        v, speed2, slope2, dFdt = self._evaluate(t, x)
+        self._stages.append((speed2, slope2, dFdt))
+        return v
+
+    def step(self, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+        """One step of the integrator from ``(t, x)``, recording the step's budget row."""
+        heads0 = self.heads_at(t)
+        last = self._last
+        F0 = last[2] if last is not None and last[0] == t and last[1] is x else _energy(x, heads0, self.a, self.w)
+        self._stages = []
+        y = self.integrator.step(self, t, x, dt)
+        stages, b = self._stages, self.integrator.weights
+        if not b or len(stages) != len(b):
+            ends = [self._evaluate(t, x)[1:], self._evaluate(t + dt, y)[1:]]
+            stages, b = ends, (0.5, 0.5)
+        speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
+        slope = dt * sum(bs * s[1] for bs, s in zip(b, stages))
+        heads1 = self.heads_at(t + dt)
+        F1 = _energy(y, heads1, self.a, self.w)
+        if self.rule == "quadrature":
+            work = dt * sum(bs * s[2] for bs, s in zip(b, stages))
+        else:
+            work = F1 - _energy(y, heads0, self.a, self.w)
+        self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
+        self._last = (t + dt, y, F1)
+        return y
+
+    def series(self) -> dict[str, np.ndarray]:
+        cols = np.array(self.rows, dtype=np.float64).reshape(-1, len(STEP_SERIES))
+        return {name: cols[:, i] for i, name in enumerate(STEP_SERIES)}
+
+    def info(self) -> dict[str, str]:
+        return {"weights_rule": self.rule, "quadrature": self.quadrature}
+
+
+@dataclass(frozen=True)
+class EDIBudget:
+    """The discrete energy-dissipation budget of a trajectory, per step and cumulated.
+
+    Per-step arrays have length ``n`` (steps); cumulative ones length ``n + 1`` at times ``t``
+    (starting at 0). ``residual = energy_change + dissipation - weights``.
+    """
+
+    t: np.ndarray
+    energy: np.ndarray  # F(mu_k, t_k), (n+1,)
+    energy_change: np.ndarray
+    weights: np.ndarray
+    speed_action: np.ndarray  # 1/2 int |mu'|^2
+    slope_action: np.ndarray  # 1/2 int |dF|^2
+    dissipation: np.ndarray
+    residual: np.ndarray
+    method: str
+    order: int
+    dt: float
+    weights_rule: str
+    quadrature: str
+
+    @staticmethod
+    def _cum(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(a)])
+
+    @property
+    def cumulative(self) -> dict[str, np.ndarray]:
+        """Each term summed from ``t_0`` to ``t_k``, shape ``(n + 1,)``."""
+        names = ("energy_change", "weights", "speed_action", "slope_action", "dissipation", "residual")
+        return {k: self._cum(getattr(self, k)) for k in names}
+
+    @property
+    def total_dissipation(self) -> float:
+        return float(self.dissipation.sum())
+
+    @property
+    def total_residual(self) -> float:
+        """``F(mu_T, T) - F(mu_0, 0) + dissipation - weights`` over the whole run."""
+        return float(self.residual.sum())
+
+    @property
+    def relative_residual(self) -> float:
+        """``|total residual| / total dissipation``: the number the acceptance bar is stated in."""
+        return abs(self.total_residual) / self.total_dissipation
+
+    @property
+    def max_relative_residual(self) -> float:
+        """``max_k |cumulated residual up to t_k| / total dissipation``."""
+        return float(np.abs(self.cumulative["residual"]).max()) / self.total_dissipation
+
+
+def edi_budget(trajectory) -> EDIBudget:
+    """The discrete EDI of a ``gf`` :class:`~attnflow.simulate.Trajectory` (simulated or loaded).
+
+    Needs the per-step series that :func:`attnflow.simulate` records for model ``gf`` (see
+    :data:`STEP_SERIES`); the quadrature and its order are described in :mod:`attnflow.edi`.
+    """
+    steps = getattr(trajectory, "steps", None) or {}
+    if trajectory.model != "gf":
+        raise ValueError(
+            f"the energy-dissipation identity holds for model 'gf' only; this trajectory is model {trajectory.model!r}"
+        )
+    if "step_energy_change" not in steps:
+        raise ValueError(
+            "this trajectory has no per-step budget series (simulate(..., record_steps=True) records them; runs made "
+            "before attnflow 0.1 with model 'gf' lack them): re-run it to get its energy-dissipation budget"
+        )
+    from .integrators import INTEGRATORS
+
+    info = getattr(trajectory, "steps_info", None) or {}
+    s = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
+    dE, W = s["step_energy_change"], s["step_weight_work"]
+    sp, sl = s["step_speed_action"], s["step_slope_action"]
+    D = sp + sl
+    t = np.concatenate([[float(trajectory.t[0])], s["step_time"]])
+    E0 = float(trajectory.diagnostics["energy"][0]) if "energy" in trajectory.diagnostics else 0.0
+    integ = INTEGRATORS.get(trajectory.method)
+    return EDIBudget(
+        t=t,
+        energy=E0 + np.concatenate([[0.0], np.cumsum(dE)]),
+        energy_change=dE,
+        weights=W,
+        speed_action=sp,
+        slope_action=sl,
+        dissipation=D,
+        residual=dE + D - W,
+        method=trajectory.method,
+        order=integ.order if integ else -1,
+        dt=float(trajectory.dt),
+        weights_rule=str(info.get("weights_rule", "?")),
+        quadrature=str(info.get("quadrature", "?")),
+    )
