@@ -112,3 +112,12 @@ def test_report_for_d_greater_than_3_shows_pca(tmp_path):
 def test_write_report_needs_a_path_for_a_trajectory(traj3):
     with pytest.raises(ValueError, match="needs out=PATH"):
         write_report(traj3)
+
+
+def test_scene_axes_are_fixed_over_all_frames():
+    traj = small_trajectory(n=30, d=6, H=2, t_end=0.3, dt=0.1)
+    fig = report_figure(traj)
+    xyz = view3d(traj.x).xyz
+    for i, axis in enumerate(("xaxis", "yaxis", "zaxis")):
+        lo, hi = fig.layout.scene[axis].range
+        assert lo < xyz[..., i].min() and hi > xyz[..., i].max()

@@ -153,7 +153,8 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
         scene=dict(aspectmode="cube", xaxis_title=view.axis_titles[0], yaxis_title=view.axis_titles[1],
                    zaxis_title=view.axis_titles[2],
-                   **({k: dict(range=[-1.05, 1.05]) for k in ("xaxis", "yaxis", "zaxis")} if view.on_sphere else {})),
+                   # fixed ranges: with autorange the axes would rescale from frame to frame
+                   **{k: dict(range=list(r)) for k, r in zip(("xaxis", "yaxis", "zaxis"), _scene_ranges(view))}),
         uirevision="keep-camera",
         updatemenus=[dict(
             type="buttons", direction="left", x=0.0, y=-0.02, xanchor="left", yanchor="top", showactive=False,
@@ -173,6 +174,14 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
         )],
     )
     return fig
+
+
+def _scene_ranges(view) -> list[tuple[float, float]]:
+    if view.on_sphere:
+        return [(-1.05, 1.05)] * 3
+    lo, hi = view.xyz.min(axis=(0, 1)), view.xyz.max(axis=(0, 1))
+    pad = 0.05 * (hi - lo).max()
+    return [(float(a - pad), float(b + pad)) for a, b in zip(lo, hi)]
 
 
 def _extent(series: list[np.ndarray], name: str) -> tuple[float, float, str]:
