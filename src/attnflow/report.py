@@ -94,7 +94,7 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
     fig = make_subplots(
         rows=n_rows, cols=2, column_widths=[0.56, 0.44], horizontal_spacing=0.07, vertical_spacing=0.06,
         specs=[[{"type": "scene", "rowspan": n_rows}, {"type": "xy"}]] + [[None, {"type": "xy"}]] * (n_rows - 1),
-        subplot_titles=[titles[0]] + titles[1:],
+        subplot_titles=titles,
     )
     if view.on_sphere:
         fig.add_trace(_sphere_wireframe(), row=1, col=1)
