@@ -110,3 +110,17 @@ def test_edi_errors_are_one_paragraph(tmp_path):
     assert res.exit_code == 2 and "model 'gf' only" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["edi", str(tmp_path / "nothing")])
     assert res.exit_code == 2 and "no run folder" in res.output
+
+
+@pytest.mark.slow
+def test_oscillating_preset_budget_and_its_order(tmp_path):
+    # The acceptance bar on a lighter cloud (N = 64 instead of 256): rk4 at the preset's dt = 0.02.
+    res = []
+    for dt in (0.02, 0.01):
+        out = tmp_path / f"osc{dt}"
+        r = CliRunner().invoke(app, ["run", "--preset", "oscillating", "--out", str(out), "--no-figures",
+                                     "--set", "tokens.n=64", "--set", f"integration.dt={dt}"])
+        assert r.exit_code == 0, r.output
+        res.append(edi_budget(load(out)))
+    assert res[0].relative_residual < 1e-3
+    assert 2 ** 3.5 < abs(res[0].total_residual / res[1].total_residual) < 2 ** 4.6

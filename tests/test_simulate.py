@@ -39,7 +39,8 @@ def test_measured_orders(rng, case):
     else:
         process, model = Constant(rng.standard_normal((H, d, d)), rng.standard_normal((H, d, d))), "mha"
     ref = _reference(x0, process, model, t_end)
-    for name, integ in INTEGRATORS.items():
+    for name in ("euler", "heun", "rk4"):  # the explicit schemes; jko has its own convergence test
+        integ = INTEGRATORS[name]
         dts = [0.1, 0.05, 0.025] if integ.order > 1 else [0.02, 0.01, 0.005]
         errs = []
         for dt in dts:

@@ -6,6 +6,10 @@ The public API (see ``../shared/MODEL.md`` for the mathematics):
   :func:`log_mobility`, :func:`slope`, :func:`log_slope`, :func:`metric_speed`; heads :class:`Heads`;
 * weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.tokens`;
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder.
+* gradient-flow toolkit (``docs/gradient-flow.md``): :func:`edi_budget`, :func:`jko_step`,
+  :func:`wasserstein_sphere`, :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`,
+  :func:`weight_path_length`, :func:`stationarity`, infinite heads :class:`GaussianHeads`,
+  :class:`GaussianStatic`, :class:`GaussianOU`.
 """
 
 __version__ = "0.1.0"
@@ -21,6 +25,12 @@ from .jko import JKOResult, jko_step  # noqa: E402
 from .distances import DistanceResult, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds  # noqa: E402
 from .limits import PathLength, Stationarity, stationarity, weight_path_length  # noqa: E402
 from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
+from . import hf  # noqa: E402
+from .hf import load_heads, to_gradient_flow  # noqa: E402
+from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
+from .sweep import SweepReport, run_sweep  # noqa: E402
+from .sweep_table import load_sweep_results  # noqa: E402
+from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -54,6 +64,18 @@ __all__ = [
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
+    "hf",
+    "load_heads",
+    "to_gradient_flow",
+    "SweepSpec",
+    "load_sweep",
+    "sweep_points",
+    "SweepReport",
+    "run_sweep",
+    "load_sweep_results",
+    "PhaseDiagram",
+    "phase_diagram",
+    "plot_phase_diagram",
     "write_report",
     "render_movie",
 ]

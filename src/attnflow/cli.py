@@ -197,4 +197,7 @@ def entrypoint() -> None:
 # Subcommands defined in other modules register themselves on `app` when imported here
 # (one import line each, kept at the end so that `app` and the helpers above exist).
 from . import cli_edi  # noqa: E402,F401  (attnflow edi)
+from . import cli_reproduce  # noqa: E402,F401
+from . import cli_hf  # noqa: E402,F401
+from . import cli_sweep  # noqa: E402,F401  (attnflow sweep, sweep-plot)
 from . import cli_view  # noqa: E402,F401  (report, movie)

@@ -83,12 +83,15 @@ class OUWeights(_Strict):
 
 
 class OscillatingWeights(_Strict):
-    """``A_h(t) = Abar_h (1 + amplitude sin(omega t + phi_h))``; ``amplitude > 1`` makes it repulsive at times."""
+    """``A_h(t) = Abar_h + C_h sin(omega t + phi_h)`` with ``C_h = amplitude Abar_h`` (``shape: mean``;
+    ``amplitude > 1`` makes the interaction repulsive at times) or ``C_h = amplitude beta G_h`` with
+    ``G_h`` a seeded GOE matrix (``shape: goe``; the eigen-directions keep turning)."""
 
     process: Literal["oscillating"] = "oscillating"
     amplitude: float = 2.0
     omega: PositiveFloat = 1.0
     phase: Literal["random", "zero"] | float = "random"
+    shape: Literal["mean", "goe"] = "mean"
 
 
 class LayersWeights(_Strict):
@@ -282,7 +285,11 @@ def build_process(cfg: RunConfig, A: np.ndarray, seed: int) -> WeightProcess:
             phase = np.random.default_rng(seed).uniform(0, 2 * np.pi, H)
         else:
             phase = 0.0 if w.phase == "zero" else float(w.phase)
-        return Oscillating(A, w.amplitude * A, w.omega, phase, value=value)
+        if w.shape == "mean":
+            C = w.amplitude * A
+        else:
+            C = heads_mod.goe_heads(H, A.shape[1], w.amplitude * cfg.heads.beta, seed + 1)
+        return Oscillating(A, C, w.omega, phase, value=value)
     seeds = np.random.SeedSequence(seed).spawn(w.layers)
     As = [build_heads(cfg, int(s.generate_state(1)[0])) for s in seeds]
     Vs = None if value == "A" else [heads_mod.value_matrices(Al, value) for Al in As]

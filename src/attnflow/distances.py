@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import ot
 import torch
 
 from ._arrays import ArrayLike, to_numpy
-from .fields import field_stats, masses, prepare
+from .fields import masses, prepare
 from .geometry import retract
 from .heads import Heads
 
@@ -64,7 +63,7 @@ def wasserstein_sphere(
     b: ArrayLike | None = None,
     method: str = "auto",
     exact_max: int = 3000,
-    reg: float = 1e-2,
+    reg: float = 2e-3,
     n_projections: int = 200,
     seed: int | None = 0,
 ) -> DistanceResult:
@@ -76,6 +75,8 @@ def wasserstein_sphere(
     ``sliced`` (POT's spherical sliced Wasserstein, a different, smaller metric: use it to compare
     clouds, not as ``W_2``), or ``auto`` (exact up to ``exact_max`` tokens, sinkhorn above).
     """
+    import ot  # POT: imported here so that ``import attnflow`` does not pay for it
+
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     X, Y = _cloud(x, "x"), _cloud(y, "y")

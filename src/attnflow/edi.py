@@ -14,11 +14,15 @@ integrands ``|mu'|^2 = ||v||_mu^2``, ``|dF|^2`` and ``dF/dt = -1/2 sum_h w_h sum
 with the scheme's own weights ``b_s``. That is the same Runge-Kutta method applied to the ODE
 augmented by ``D' = |dF|^2``, ``W' = dF/dt``, so (the retraction being a projection onto the
 invariant sphere) the residual is a global error of an order-``p`` method: ``O(dt^p)`` for
-``euler`` (1), ``heun`` (2), ``rk4`` (4). Schemes without stages (``jko``) use the trapezoid rule
-on the step's end points.
+``euler`` (1), ``heun`` (2), ``rk4`` (4). Schemes without stages (``jko``) use the De Giorgi form
+of a minimising movement: ``1/2 int |mu'|^2 ~ sum_i a_i d(x_i, y_i)^2 / (2 tau b_k(x_i))`` (the cost
+the movement paid) and ``1/2 int |dF|^2 ~ tau/2 |dF|^2(mu_{k+1}, t_k)``; weights by the trapezoid
+rule; first order.
 
-Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays) contribute their exact
-increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this carries the Ito correction). An OU path
+Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays, callables without
+``derivative=``) contribute their exact increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this
+carries the Ito correction). That splits each step into "weights move" and "tokens move with the
+weights frozen", a first-order splitting: the residual is then ``O(dt)`` whatever the scheme. An OU path
 is only Hoelder-1/2 in ``t``, so within a step the field sees weights that move by
 ``O(dt^{1/2})``: the residual of each step is ``O(dt^{3/2})`` with a mean of ``O(dt^2)``, and the
 summed residual is ``O(dt)`` (root mean square) for every scheme. Order 1 is what is achievable
@@ -65,7 +69,7 @@ class StepRecorder:
         self.field, self.derivative, self.integrator = field, derivative, integrator
         self.model, self.a, self.w = field.model, field.a, field.w
         self.rule = "quadrature" if derivative(0.0) is not None else "increment"
-        self.quadrature = f"{integrator.name} stages" if integrator.weights else "trapezoid"
+        self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
         self._stages: list[tuple[float, float, float]] = []
         self.rows: list[tuple[float, float, float, float, float]] = []
         self._last: tuple[float, torch.Tensor, float] | None = None  # F(mu_{k+1}, t_{k+1}) for the next step
@@ -75,7 +79,9 @@ class StepRecorder:
 
     def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
         """``v_t(x)`` and the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` from one kernel pass."""
-        heads = self.heads_at(t)
+        return self._evaluate_with(self.heads_at(t), t, x)
+
+    def _evaluate_with(self, heads: Heads, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
         d = x.shape[-1]
         q, k = heads.factors(x)
         vals = heads.value_features(x)
@@ -110,15 +116,22 @@ class StepRecorder:
         self._stages = []
         y = self.integrator.step(self, t, x, dt)
         stages, b = self._stages, self.integrator.weights
-        if not b or len(stages) != len(b):
-            ends = [self._evaluate(t, x)[1:], self._evaluate(t + dt, y)[1:]]
-            stages, b = ends, (0.5, 0.5)
-        speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
-        slope = dt * sum(bs * s[1] for bs, s in zip(b, stages))
+        if b and len(stages) == len(b):
+            speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
+            slope = dt * sum(bs * s[1] for bs, s in zip(b, stages))
+        else:
+            # A minimising movement: the De Giorgi form of the budget, d(mu_k, mu_{k+1})^2 / tau for
+            # int |mu'|^2 (the cost the step paid, mobility frozen at mu_k) and tau |dF|^2(mu_{k+1}, t_k).
+            from .jko import geodesic_distance_sq
+
+            b0 = torch.exp(-field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False).log_S)
+            speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
+            slope = dt * self._evaluate_with(heads0, t, y)[2]
+            stages, b = [self._evaluate(t, x)[1:], self._evaluate(t + dt, y)[1:]], (0.5, 0.5)
         heads1 = self.heads_at(t + dt)
         F1 = _energy(y, heads1, self.a, self.w)
         if self.rule == "quadrature":
-            work = dt * sum(bs * s[2] for bs, s in zip(b, stages))
+            work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
         else:
             work = F1 - _energy(y, heads0, self.a, self.w)
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
@@ -201,7 +214,7 @@ def edi_budget(trajectory) -> EDIBudget:
             "this trajectory has no per-step budget series (simulate(..., record_steps=True) records them; runs made "
             "before attnflow 0.1 with model 'gf' lack them): re-run it to get its energy-dissipation budget"
         )
-    from .integrators import INTEGRATORS
+    from .integrators import get_integrator
 
     info = getattr(trajectory, "steps_info", None) or {}
     s = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
@@ -210,7 +223,10 @@ def edi_budget(trajectory) -> EDIBudget:
     D = sp + sl
     t = np.concatenate([[float(trajectory.t[0])], s["step_time"]])
     E0 = float(trajectory.diagnostics["energy"][0]) if "energy" in trajectory.diagnostics else 0.0
-    integ = INTEGRATORS.get(trajectory.method)
+    try:
+        order = get_integrator(trajectory.method).order
+    except ValueError:
+        order = -1
     return EDIBudget(
         t=t,
         energy=E0 + np.concatenate([[0.0], np.cumsum(dE)]),
@@ -221,7 +237,7 @@ def edi_budget(trajectory) -> EDIBudget:
         dissipation=D,
         residual=dE + D - W,
         method=trajectory.method,
-        order=integ.order if integ else -1,
+        order=order,
         dt=float(trajectory.dt),
         weights_rule=str(info.get("weights_rule", "?")),
         quadrature=str(info.get("quadrature", "?")),

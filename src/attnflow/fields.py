@@ -105,9 +105,9 @@ class FieldStats:
 
 def field_stats(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True) -> FieldStats:
     """Run the kernel once for every head (``values=False`` skips the outputs)."""
-    q, k = heads.factors(x)
+    q, k, key_bias = heads.logit_features(x)
     v = heads.value_features(x) if values else None
-    out, logZ = attention_stats(q, k, v, torch.log(a))
+    out, logZ = attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal)
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
 
 

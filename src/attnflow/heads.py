@@ -7,7 +7,7 @@ interaction matrices ``A`` (shape ``(H, d, d)``) are stored as ``Q = I, K = A``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -21,11 +21,21 @@ class Heads:
 
     ``V = None`` means ``V_h = A_h = Q_h^T K_h`` (the gradient-flow choice). ``Q = None`` means
     the dense form: ``K`` holds ``A`` itself and the query factor is the identity.
+
+    Optional parts of real transformer layers (all default off): feature biases ``bias_q, bias_k``
+    ``(H, k)`` (logits ``(Q_h x_i + b_Q) . (K_h x_j + b_K)``), a value bias ``bias_v`` ``(H, d)``
+    (values ``V_h x_j + b_V``), a ``causal`` mask (``i`` attends to ``j <= i``) and rotary position
+    embeddings ``rope`` (inverse frequencies ``(k/2,)``; token ``i`` sits at position ``i``).
     """
 
     K: torch.Tensor
     Q: torch.Tensor | None = None
     V: torch.Tensor | None = None
+    bias_q: torch.Tensor | None = None
+    bias_k: torch.Tensor | None = None
+    bias_v: torch.Tensor | None = None
+    causal: bool = False
+    rope: torch.Tensor | None = None
 
     @classmethod
     def from_factors(cls, Q: ArrayLike, K: ArrayLike, V: ArrayLike | None = None) -> "Heads":
@@ -71,9 +81,18 @@ class Heads:
         """Value matrices ``V_h`` (``A_h`` when none were given)."""
         return self.A if self.V is None else self.V
 
+    @property
+    def plain(self) -> bool:
+        """True when no bias, causal mask or rotary embedding is set (the heads of MODEL.md)."""
+        return self.bias_q is None and self.bias_k is None and self.bias_v is None and not self.causal and self.rope is None
+
     def to(self, dtype: torch.dtype | None = None, device=None) -> "Heads":
         conv = lambda t: None if t is None else t.to(dtype=dtype or t.dtype, device=device or t.device)  # noqa: E731
-        return Heads(K=conv(self.K), Q=conv(self.Q), V=conv(self.V))
+        return replace(
+            self, K=conv(self.K), Q=conv(self.Q), V=conv(self.V),
+            bias_q=conv(self.bias_q), bias_k=conv(self.bias_k), bias_v=conv(self.bias_v),
+            rope=None if self.rope is None else self.rope.to(device=device or self.rope.device),
+        )
 
     def factors(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Query and key features ``(q, k)`` of shape ``(H, N, r)`` with ``q_i . k_j = x_i^T A_h x_j``."""
@@ -84,12 +103,37 @@ class Heads:
         xs = x.unsqueeze(-3)
         return xs @ self.Q.transpose(-1, -2), xs @ self.K.transpose(-1, -2)
 
+    def logit_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(q, k, c)`` with logits ``q_i . k_j + c_j`` equal to ``(Q_h x_i + b_Q) . (K_h x_j + b_K)``
+        (each side rotated by its position when ``rope`` is set); ``c`` ``(H, N)`` or None.
+
+        Without rotation the query bias adds the key term ``c_j = b_Q . k_j`` (passed to the kernel
+        as ``key_bias``); the key bias, carried in ``k``, adds ``x_i^T Q_h^T b_K`` to row ``i`` only,
+        which cancels in the softmax but not in ``Z_h``, so it is kept exactly.
+        """
+        q, k = self.factors(x)
+        if self.bias_k is not None:
+            k = k + self.bias_k.unsqueeze(-2)
+        if self.rope is not None:
+            if self.bias_q is not None:
+                q = q + self.bias_q.unsqueeze(-2)
+            return rotary(q, self.rope), rotary(k, self.rope), None
+        if self.bias_q is None:
+            return q, k, None
+        return q, k, (k @ self.bias_q.unsqueeze(-1)).squeeze(-1)
+
     def value_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``V_h x_j`` for every head and token, shape ``(H, N, d)``."""
-        return x.unsqueeze(-3) @ self.values.transpose(-1, -2)
+        """``V_h x_j (+ b_V)`` for every head and token, shape ``(H, N, d)``."""
+        v = x.unsqueeze(-3) @ self.values.transpose(-1, -2)
+        return v if self.bias_v is None else v + self.bias_v.unsqueeze(-2)
 
     def check_gradient_flow(self, atol: float = 1e-10) -> None:
         """Raise ``ValueError`` unless every ``A_h`` is symmetric and ``V_h = A_h`` (model ``gf``)."""
+        if not self.plain:
+            raise ValueError(
+                "model 'gf' needs plain heads: these carry biases, a causal mask or rotary embeddings. "
+                "Map them to admissible heads first (attnflow.hf.to_gradient_flow) or use model='mha'."
+            )
         A = self.A
         tol = atol * max(1.0, float(A.abs().max()))
         asym = float((A - A.transpose(1, 2)).abs().amax())
@@ -107,6 +151,19 @@ class Heads:
                 )
 
 
+def rotary(f: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of features ``f`` ``(..., N, r)``, token ``i`` at position ``i``:
+    ``f cos(i theta) + rot(f) sin(i theta)`` with ``rot([f1, f2]) = [-f2, f1]`` (halves), ``theta = inv_freq``
+    repeated twice (the GPT-NeoX / Llama convention)."""
+    pos = torch.arange(f.shape[-2], dtype=torch.float64, device=f.device)
+    ang = pos[:, None] * inv_freq.to(torch.float64)[None, :]
+    ang = torch.cat((ang, ang), dim=-1)
+    cos, sin = ang.cos().to(f.dtype), ang.sin().to(f.dtype)
+    half = f.shape[-1] // 2
+    rot = torch.cat((-f[..., half:], f[..., :half]), dim=-1)
+    return f * cos + rot * sin
+
+
 def _as_stack(M: ArrayLike, name: str, H: int, d: int) -> torch.Tensor:
     t = to_tensor(M)
     if t.ndim == 2:
@@ -121,7 +178,7 @@ def as_heads(A: ArrayLike | Heads, V: ArrayLike | None = None) -> Heads:
     if isinstance(A, Heads):
         if V is None:
             return A
-        return Heads(K=A.K, Q=A.Q, V=_as_stack(V, "V", A.H, A.d).to(A.K.dtype))
+        return replace(A, V=_as_stack(V, "V", A.H, A.d).to(A.K.dtype))
     return Heads.from_matrices(A, V)
 
 

@@ -75,12 +75,14 @@ INTEGRATORS: dict[str, Integrator] = {
     "euler": Integrator("euler", 1, _euler, (1.0,)),
     "heun": Integrator("heun", 2, _heun, (0.5, 0.5)),
     "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)),
-    "jko": Integrator("jko", 1, _jko),
 }
+
+#: Implicit steppers (model ``gf`` only), kept apart from the explicit schemes above.
+MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko)}
 
 
 def get_integrator(method: str) -> Integrator:
     try:
-        return INTEGRATORS[method]
+        return INTEGRATORS[method] if method in INTEGRATORS else MOVEMENTS[method]
     except KeyError:
-        raise ValueError(f"unknown method {method!r}; choose one of {sorted(INTEGRATORS)}") from None
+        raise ValueError(f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(MOVEMENTS)}") from None

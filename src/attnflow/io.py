@@ -21,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,18 @@ def provenance_record(traj: Trajectory) -> dict[str, Any]:
     }
 
 
-def save_run(traj: Trajectory, path: str | os.PathLike, *, overwrite: bool = False, figures: bool = True) -> Path:
-    """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring)."""
+def save_run(
+    traj: Trajectory,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    figures: bool = True,
+    extra: Callable[[Path], Any] | None = None,
+) -> Path:
+    """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
+
+    ``extra(folder)`` may write further files into the folder before it is marked complete.
+    """
     final = Path(path)
     if final.exists() and not overwrite:
         raise FileExistsError(f"{str(final)!r} already exists; choose another folder or pass overwrite=True (--force)")
@@ -131,6 +142,8 @@ def save_run(traj: Trajectory, path: str | os.PathLike, *, overwrite: bool = Fal
             from .plotting import plot_run
 
             plot_run(traj, tmp / FIGURES)
+        if extra is not None:
+            extra(tmp)
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(provenance_record(traj), indent=2, default=str))
         if final.exists():

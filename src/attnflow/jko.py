@@ -112,7 +112,7 @@ def jko_step(
     *,
     token_weights: ArrayLike | None = None,
     head_weights: ArrayLike | None = None,
-    tol: float = 1e-8,
+    tol: float = 1e-7,
     max_iter: int = 200,
     y0: ArrayLike | None = None,
 ) -> JKOResult:
@@ -133,7 +133,7 @@ def jko_step(
                      converged=rg <= tol, tol=tol, max_iter=int(max_iter))
 
 
-def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-8, max_iter: int = 200) -> torch.Tensor:
+def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7, max_iter: int = 200) -> torch.Tensor:
     """The ``jko`` stepper of :data:`attnflow.INTEGRATORS`: one movement with the heads at ``t``."""
     if f.model != "gf":
         raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")

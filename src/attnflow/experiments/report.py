@@ -1,0 +1,90 @@
+"""``report.md`` and ``report.html`` for ``attnflow reproduce all``, and the README block."""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+from pathlib import Path
+
+from .common import ExperimentResult
+
+KEY_FIGURES = [("oscillating", "snapshots"), ("heads", "heads"), ("edi", "edi"), ("stability-weights", "stability_weights")]
+README_BEGIN = "<!-- reproduce:begin (written by attnflow reproduce all --readme README.md; do not edit by hand) -->"
+README_END = "<!-- reproduce:end -->"
+
+
+def _rows(results: list[ExperimentResult]):
+    for r in results:
+        for p in r.predictions:
+            yield r, p
+
+
+def markdown_table(results: list[ExperimentResult]) -> str:
+    lines = ["| experiment | prediction (MODEL.md) | measured | criterion | |", "|---|---|---|---|---|"]
+    for r, p in _rows(results):
+        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines.append(f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {'PASS' if p.passed else '**FAIL**'} |")
+    return "\n".join(lines)
+
+
+def write_report(results: list[ExperimentResult], out: Path, *, quick: bool, seed: int, created: str) -> None:
+    total = sum(r.seconds for r in results)
+    n_pass = sum(p.passed for _, p in _rows(results))
+    n_all = sum(1 for _ in _rows(results))
+    head = (
+        f"# attnflow reproduce all{' --quick' if quick else ''}\n\n"
+        f"Seed {seed}, {created}, {total:.0f} s in all. **{n_pass}/{n_all} predictions PASS.**\n\n"
+    )
+    md = [head, markdown_table(results), "\n\n## Time per experiment\n\n| experiment | seconds |\n|---|---|"]
+    md += [f"| {r.name} | {r.seconds:.1f} |" for r in results]
+    for r in results:
+        md.append(f"\n\n## {r.name}\n")
+        md += [f"![{r.name} {stem}]({r.name}/figures/{stem}.png)\n" for stem in r.figures]
+        md += [f"\n_Note: {n}_\n" for n in r.notes]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+
+    rows = "".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(p.statement)}</td><td>{html.escape(p.measured)}</td>"
+        f"<td>{html.escape(p.criterion)}</td><td class='{'pass' if p.passed else 'fail'}'>{'PASS' if p.passed else 'FAIL'}</td></tr>"
+        for r, p in _rows(results)
+    )
+    figs = []
+    for r in results:
+        figs.append(f"<h2>{html.escape(r.name)} ({r.seconds:.1f} s)</h2>")
+        for stem in r.figures:
+            png = out / r.name / "figures" / f"{stem}.png"
+            data = base64.b64encode(png.read_bytes()).decode() if png.is_file() else ""
+            figs.append(f"<img alt='{html.escape(r.name)} {stem}' src='data:image/png;base64,{data}'>")
+        figs += [f"<p><em>Note: {html.escape(n)}</em></p>" for n in r.notes]
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>attnflow reproduce</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;font-size:14px}}.pass{{color:#070;font-weight:bold}}
+.fail{{color:#b00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
+<h1>attnflow reproduce all{' --quick' if quick else ''}</h1><p>Seed {seed}, {html.escape(created)}, {total:.0f} s in all.
+<b>{n_pass}/{n_all} predictions PASS.</b></p>
+<table><tr><th>experiment</th><th>prediction</th><th>measured</th><th>criterion</th><th></th></tr>{rows}</table>
+{''.join(figs)}</body></html>"""
+    (out / "report.html").write_text(page)
+
+
+def update_readme(readme: Path, results: list[ExperimentResult], out: Path, *, quick: bool) -> None:
+    """Replace the block between the reproduce markers in ``readme`` with the table and key figures."""
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{readme} has no reproduce block (the lines {README_BEGIN!r} ... {README_END!r})")
+    # Image links must be relative to the README; a relative --out is taken as relative to its folder.
+    rel = Path(os.path.relpath(out, readme.parent.resolve())) if out.is_absolute() else out
+    figs = "\n".join(
+        f"![{name} {stem}]({(rel / name / 'figures' / f'{stem}.png').as_posix()})"
+        for name, stem in KEY_FIGURES
+        if any(r.name == name for r in results)
+    )
+    times = ", ".join(f"{r.name} {r.seconds:.0f} s" for r in results)
+    block = (
+        f"{README_BEGIN}\n`attnflow reproduce all{' --quick' if quick else ''} --out {rel.as_posix()}` "
+        f"({times}):\n\n{markdown_table(results)}\n\n{figs}\n{README_END}"
+    )
+    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.S)
+    readme.write_text(pattern.sub(lambda m: block, text))
