@@ -31,6 +31,9 @@ from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
 from .sweep import SweepReport, run_sweep  # noqa: E402
 from .sweep_table import load_sweep_results  # noqa: E402
 from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
+from .checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint  # noqa: E402
+from .guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate  # noqa: E402
+from .runner import folder_status, resume_folder, run_to_folder  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -76,6 +79,17 @@ __all__ = [
     "PhaseDiagram",
     "phase_diagram",
     "plot_phase_diagram",
+    "Checkpoint",
+    "Checkpointer",
+    "load_checkpoint",
+    "save_checkpoint",
+    "NumericalInstability",
+    "PrecisionWarning",
+    "StabilityWarning",
+    "stability_estimate",
+    "run_to_folder",
+    "resume_folder",
+    "folder_status",
     "write_report",
     "render_movie",
 ]

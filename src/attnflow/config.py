@@ -45,16 +45,20 @@ class TokensConfig(_Strict):
             raise ValueError("init 'file' needs tokens.path (a .npy or .csv file)")
         if self.masses is not None:
             if len(self.masses) != self.n:
-                raise ValueError(f"masses has {len(self.masses)} entries but n = {self.n}")
+                raise ValueError(f"tokens.masses has {len(self.masses)} entries but tokens.n = {self.n}")
             if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
-                raise ValueError(f"masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g})")
+                raise ValueError(
+                    f"tokens.masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g}, smallest "
+                    f"{min(self.masses):.6g})"
+                )
         return self
 
 
 class HeadsConfig(_Strict):
     count: PositiveInt = 8
-    preset: Literal["identity", "gaussian", "goe"] = "identity"
+    preset: Literal["identity", "gaussian", "goe", "file"] = "identity"
     beta: float = 4.0
+    path: str | None = None  # the weight file of preset 'file' (see attnflow.validation)
     value: Literal["A", "-A", "identity"] = "A"
     masses: list[float] | None = None
 
@@ -62,9 +66,14 @@ class HeadsConfig(_Strict):
     def _check(self) -> "HeadsConfig":
         if self.masses is not None:
             if len(self.masses) != self.count:
-                raise ValueError(f"masses has {len(self.masses)} entries but count = {self.count}")
+                raise ValueError(f"heads.masses has {len(self.masses)} entries but heads.count = {self.count}")
             if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
-                raise ValueError(f"masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g})")
+                raise ValueError(
+                    f"heads.masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g}, smallest "
+                    f"{min(self.masses):.6g})"
+                )
+        if self.preset == "file" and not self.path:
+            raise ValueError("heads.preset 'file' needs heads.path (a .npy or .npz weight file)")
         return self
 
 
@@ -213,8 +222,13 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(f"config file {str(p)!r} does not exist.")
     try:
         data = yaml.safe_load(p.read_text())
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(p)!r} is not a text (UTF-8) file; a config is YAML text.") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        why = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {' '.join(str(why).split())}{at}.") from None
     return parse_config(data, f"in {str(p)!r}")
 
 
@@ -268,12 +282,26 @@ def build_heads(cfg: RunConfig, seed: int) -> np.ndarray:
         return heads_mod.identity_heads(h.count, d, h.beta)
     if h.preset == "gaussian":
         return heads_mod.gaussian_heads(h.count, d, h.beta, seed)
+    if h.preset == "file":
+        from .validation import load_weight_file
+
+        return load_weight_file(h.path, d=d, count=h.count, model=cfg.model)[0]  # type: ignore[arg-type]
     return heads_mod.goe_heads(h.count, d, h.beta, seed)
 
 
 def build_process(cfg: RunConfig, A: np.ndarray, seed: int) -> WeightProcess:
     w, value = cfg.weights, cfg.heads.value
     V = None if value == "A" else heads_mod.value_matrices(A, value)
+    if cfg.heads.preset == "file":
+        from .validation import load_weight_file
+
+        V_file = load_weight_file(cfg.heads.path)[1]  # type: ignore[arg-type]
+        if V_file is not None and not isinstance(w, ConstantWeights):
+            raise ConfigError(
+                f"heads.path: the V in {cfg.heads.path!r} is only used with weights.process 'constant' (got "
+                f"{w.process!r}); drop V from the file and choose heads.value instead."
+            )
+        V = V if V_file is None else V_file
     if isinstance(w, ConstantWeights):
         return Constant(A, V)
     if isinstance(w, OUWeights):

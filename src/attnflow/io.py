@@ -39,6 +39,12 @@ PROVENANCE = "provenance.json"
 FIGURES = "figures"
 
 
+def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> None:
+    """Write ``ds`` as Zarr format 2 with consolidated metadata: a plain ``xarray.open_zarr(path)``
+    opens it without the warnings that zarr 3 gives for consolidated format-3 stores."""
+    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
+
+
 def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
     """The trajectory as an ``xarray.Dataset`` (dims ``time, token, dim, head, row, col``)."""
     data: dict[str, Any] = {
@@ -135,7 +141,7 @@ def save_run(
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        trajectory_to_dataset(traj).to_zarr(tmp / DATASET, mode="w", zarr_format=2, consolidated=True)
+        write_dataset(trajectory_to_dataset(traj), tmp / DATASET)
         if traj.config is not None:
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if figures:

@@ -130,6 +130,11 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     if not np.isfinite(x).all():
         bad = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
         raise ValueError(f"{source}: row {bad} contains NaN or inf")
+    # Rows like (1e300, 1e300) overflow |x|: measure the direction of x / max|x_i| instead.
+    big = np.abs(x).max(axis=1) > 1e150
+    if big.any():
+        x = x.copy()
+        x[big] /= np.abs(x[big]).max(axis=1, keepdims=True)
     norms = np.linalg.norm(x, axis=1)
     if (norms == 0).any():
         raise ValueError(f"{source}: row {int(np.flatnonzero(norms == 0)[0])} is the zero vector, which has no direction")

@@ -73,7 +73,7 @@ def to_jsonable(obj: Any) -> Any:
 def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: bool) -> Path:
     """Write ``result`` as the run folder ``out`` (atomically, replacing an older one)."""
     from .. import __version__
-    from ..io import git_commit
+    from ..io import git_commit, write_dataset
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: b
             fig.savefig(figdir / f"{stem}.pdf")
             plt.close(fig)
         if result.dataset is not None:
-            result.dataset.to_zarr(tmp / "dataset.zarr", mode="w", zarr_format=2, consolidated=True)
+            write_dataset(result.dataset, tmp / "dataset.zarr")
         (tmp / "configs.yaml").write_text(yaml.safe_dump(to_jsonable(result.configs), sort_keys=False))
         (tmp / "config.yaml").write_text(
             yaml.safe_dump({"experiment": result.name, "seed": seed, "quick": quick}, sort_keys=False)

@@ -193,10 +193,10 @@ COMPARISON = "hf_comparison.zarr"
 
 def save_hf_run(traj: Trajectory, cmp: Comparison, path: str | Path, *, overwrite: bool = False, figures: bool = True) -> Path:
     """A normal run folder plus ``hf_comparison.zarr`` and ``figures/hf_comparison.png``, written atomically."""
-    from ..io import FIGURES, save_run
+    from ..io import FIGURES, save_run, write_dataset
 
     def extra(folder: Path) -> None:
-        cmp.to_xarray().to_zarr(folder / COMPARISON, mode="w", zarr_format=2, consolidated=True)
+        write_dataset(cmp.to_xarray(), folder / COMPARISON)
         if figures:
             from .plot import plot_comparison
 

@@ -1,0 +1,130 @@
+"""Numerical guards: NaN/inf stop with the last good state, the dt * L stability warning, float32 drift."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnflow import load, simulate, tokens
+from attnflow.checkpoint import CHECKPOINT, load_checkpoint
+from attnflow.cli import app
+from attnflow.guards import (
+    STABLE_DT_L,
+    NumericalInstability,
+    PrecisionWarning,
+    StabilityWarning,
+    stability_estimate,
+    step_warning,
+    suggested_step,
+)
+from attnflow.heads import Heads, goe_heads, identity_heads
+from attnflow.io import is_complete
+from attnflow.weights import FromCallable
+
+torch.set_num_threads(1)
+
+
+def test_nan_weights_stop_the_run_with_the_last_good_state():
+    A = identity_heads(2, 3, 2.0)
+    bad = FromCallable(lambda t: A if t < 0.3 else np.full_like(A, np.nan))
+    x0 = tokens.uniform(16, 3, 0)
+    with pytest.raises(NumericalInstability) as info:
+        simulate(x0, bad, model="mha", t_end=1.0, dt=0.05, method="euler", save_every=4)
+    e = info.value
+    assert e.step == 7 and e.t == pytest.approx(0.35)  # the step from t=0.30 queries A(0.30) = NaN
+    assert "NaN/inf" in str(e) and "jko" in str(e)
+    ck, tr = e.checkpoint, e.trajectory
+    assert ck.step == 6 and np.isfinite(ck.x).all()
+    assert tr.t[-1] == pytest.approx(0.3) and np.array_equal(tr.x[-1], ck.x)  # last good state recorded
+    assert np.allclose(np.linalg.norm(tr.x, axis=-1), 1.0)
+    # it is the state an undisturbed run reaches at t = 0.3
+    ok = simulate(x0, A, model="mha", t_end=0.3, dt=0.05, method="euler", save_every=1)
+    assert np.array_equal(ok.x[-1], ck.x)
+
+
+def test_cli_overflow_stops_with_last_good_state_saved(tmp_path):
+    """``usa`` with wild OU weights: Z = sum_j a_j exp(x^T A x_j) leaves float range mid-run (t = 1.14)."""
+    cfg = tmp_path / "wild.yaml"
+    cfg.write_text(
+        "model: usa\ntokens: {n: 16, d: 3}\nheads: {count: 1, preset: identity, beta: 1}\n"
+        "weights: {process: ou, rate: 0, sigma: 300, init_spread: 0}\n"
+        "integration: {t_end: 4.0, dt: 0.01, method: euler, save_every: 1}\n"
+    )
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(out), "--no-figures"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "overflows" in text and "at t=1.14 (step 114 of 400)" in text and "last good state is saved" in text
+    assert not is_complete(out)
+    ck = load_checkpoint(out / CHECKPOINT)
+    assert ck.stopped and ck.step == 113 and np.isfinite(ck.x).all()
+    import xarray as xr
+
+    ds = xr.open_zarr(out / "dataset.zarr")
+    assert float(ds.time[-1]) == pytest.approx(ck.step * 0.01)
+    shown = CliRunner().invoke(app, ["show", str(out)])
+    assert shown.exit_code == 2 and "numerical guard" in " ".join(shown.output.split())
+    again = CliRunner().invoke(app, ["run", "--resume", str(out)])
+    assert again.exit_code == 2 and "same blow-up" in " ".join(again.output.split())
+
+
+def _energy_monotone(A, dt, method, n_steps=120):
+    x0 = tokens.uniform(32, 3, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StabilityWarning)
+        tr = simulate(x0, A, model="gf", t_end=n_steps * dt, dt=dt, method=method, save_every=1)
+    E = tr.diagnostics["energy"]
+    return bool(np.all(np.diff(E) <= 1e-12 * np.abs(E).max()))
+
+
+@pytest.mark.parametrize("kind,beta,method", [("identity", 16, "euler"), ("identity", 16, "rk4"), ("goe", 16, "euler"), ("goe", 16, "rk4")])
+def test_stability_estimate_separates_stable_from_unstable_steps(kind, beta, method):
+    """Below the warning threshold the gf energy decreases at every step; at 3x it does not."""
+    A = identity_heads(2, 3, beta) if kind == "identity" else goe_heads(2, 3, beta, 1)
+    L = stability_estimate(Heads(K=torch.from_numpy(A)), "gf")
+    assert L == pytest.approx(np.linalg.norm(A, 2, axis=(1, 2)).max())
+    limit = STABLE_DT_L[method]
+    good = suggested_step(L, method, 10.0)
+    assert good * L <= 0.5 * limit + 1e-12 and abs(round(10.0 / good) * good - 10.0) < 1e-9
+    assert step_warning(good, method, Heads(K=torch.from_numpy(A)), "gf", 10.0) is None
+    assert _energy_monotone(A, good, method)
+    bad = 3 * limit / L
+    msg = step_warning(bad, method, Heads(K=torch.from_numpy(A)), "gf", 10.0)
+    assert msg is not None and "jko" in msg and f"dt <= {good:.3g}" in msg
+    assert not _energy_monotone(A, bad, method)
+
+
+def test_simulate_warns_once_for_a_stiff_step_and_presets_do_not_warn():
+    A = identity_heads(2, 3, 16.0)
+    x0 = tokens.uniform(8, 3, 0)
+    with pytest.warns(StabilityWarning, match="dt \\* L = 4"):
+        simulate(x0, A, t_end=0.5, dt=0.25, method="rk4")
+    from attnflow.config import PRESETS, build, preset_config
+
+    for name in PRESETS:
+        cfg = preset_config(name)
+        x0, proc, kw = build(cfg)
+        heads = proc.sampler(kw["seed"])(0.0)
+        assert step_warning(kw["dt"], kw["method"], heads, kw["model"], kw["t_end"]) is None, name
+
+
+def test_float32_drift_flagged_only_when_rounding_beats_the_step_error():
+    """rk4 at dt = 0.01: truncation ~ dt^5 is far below float32 rounding -> flagged.
+    euler at dt = 0.05: truncation ~ dt^2 dominates -> not flagged. float64 is never checked."""
+    A = goe_heads(2, 3, 4.0, 3)
+    x0 = tokens.uniform(32, 3, 2)
+    with pytest.warns(PrecisionWarning, match="float64"):
+        tr = simulate(x0, A, t_end=1.0, dt=0.01, method="rk4", save_every=10, dtype=torch.float32)
+    s = tr.provenance["float32_check"]
+    assert s["flagged"] and s["rounding_drift"] > 10 * s["edi_budget"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        tr = simulate(x0, A, t_end=1.0, dt=0.05, method="euler", save_every=5, dtype=torch.float32)
+        s = tr.provenance["float32_check"]
+        assert not s["flagged"] and s["edi_budget"] > 10 * s["rounding_drift"] > 0
+        tr = simulate(x0, A, t_end=1.0, dt=0.01, method="rk4", save_every=10)
+    assert "float32_check" not in tr.provenance
