@@ -20,6 +20,8 @@ def reproduce(
     seed: int = typer.Option(0, "--seed", help="Base seed of every run."),
     full: bool = typer.Option(False, "--full", help="heads: also H = 128, 256."),
     readme: Optional[Path] = typer.Option(None, "--readme", help="With 'all': rewrite the reproduce block of this README."),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch threads; the experiments' systems are small, and more "
+                                "threads than free cores make torch's spinning workers many times slower."),
 ) -> None:
     """Run an experiment of the paper and check its prediction (PASS/FAIL); exit 1 if one fails.
 
@@ -29,6 +31,8 @@ def reproduce(
 
       attnflow reproduce all --out runs/reproduce --readme README.md
     """
+    import torch
+
     from .experiments import NAMES, reproduce as run_all
     from .experiments.report import update_readme
 
@@ -37,6 +41,7 @@ def reproduce(
     if readme is not None and name != "all":
         raise UserError("--readme needs NAME 'all'.")
     target = out or Path("runs/reproduce") / ("" if name == "all" else name)
+    torch.set_num_threads(threads)
 
     def done(res) -> None:
         console.print(f"[bold]{res.name}[/] done in {res.seconds:.1f} s")
