@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all setup clean
+.PHONY: demo test test-all setup clean browser docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,10 +18,18 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attnflow run --preset ou --out runs/ou --force
 
-test: $(STAMP)
+# The report's browser test drives Debian's Chromium; CI runs as root on a fresh machine.
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
-test-all: $(STAMP)
+test-all: $(STAMP) browser
 	$(BIN)/python -m pytest -q -m ''
 
 clean:

@@ -90,4 +90,19 @@ __all__ = [
     "run_to_folder",
     "resume_folder",
     "folder_status",
+    "write_report",
+    "render_movie",
 ]
+
+
+def __getattr__(name: str):
+    # plotly / matplotlib + ffmpeg load only when the report or the movie is asked for
+    if name == "write_report":
+        from .report import write_report
+
+        return write_report
+    if name == "render_movie":
+        from .movie import render_movie
+
+        return render_movie
+    raise AttributeError(f"module 'attnflow' has no attribute {name!r}")

@@ -23,7 +23,10 @@ app = typer.Typer(
         "  attnflow run --preset ou --out runs/ou\n\n"
         "  attnflow run my.yaml --out runs/my --set integration.t_end=5\n\n"
         "  attnflow show runs/ou\n\n"
-        "  attnflow plot runs/ou"
+        "  attnflow plot runs/ou\n\n"
+        "  attnflow report runs/ou    (interactive HTML: runs/ou/report.html)\n\n"
+        "  attnflow movie runs/ou --out ou.mp4 --trails 10 --rotate 360\n\n"
+        "Each command has its own --help with examples. Documentation: docs/ (mkdocs serve)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -219,3 +222,4 @@ from . import cli_edi  # noqa: E402,F401  (attnflow edi)
 from . import cli_reproduce  # noqa: E402,F401
 from . import cli_hf  # noqa: E402,F401
 from . import cli_sweep  # noqa: E402,F401  (attnflow sweep, sweep-plot)
+from . import cli_view  # noqa: E402,F401  (report, movie)

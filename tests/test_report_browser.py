@@ -1,0 +1,138 @@
+"""The report in a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by selenium).
+
+Fails when the page logs console errors, loads anything from outside the file, draws a blank
+sphere, or does not change when the time slider moves. CI installs Chromium (Makefile ``browser``).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnflow.report import write_report
+
+selenium = pytest.importorskip("selenium", reason="selenium is part of the dev extra: pip install -e '.[dev]'")
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    # WebGL on a machine without a GPU: Chromium's software renderer, opted into explicitly.
+    "--enable-unsafe-swiftshader", "--window-size=1400,1300",
+]
+
+
+def _binary(*names: str) -> str:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail(f"none of {names} is installed; run 'make browser' (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = _binary("chromium", "chromium-browser")
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"]:
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit driver path: selenium never tries to download one.
+    driver = webdriver.Chrome(service=Service(_binary("chromedriver")), options=opts)
+    yield driver
+    driver.quit()
+
+
+def _wait(predicate, timeout: float = 20.0, every: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return predicate()
+
+
+def _scene_pixels(driver, element) -> np.ndarray:
+    """RGB pixels of ``element``'s box in a screenshot of the window (what a user sees)."""
+    img = np.asarray(Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB"))
+    dpr, (left, top, right, bottom) = driver.execute_script(
+        "const b = arguments[0].getBoundingClientRect(); return [window.devicePixelRatio, [b.left, b.top, b.right, b.bottom]]",
+        element,
+    )
+    return img[int(top * dpr) : int(bottom * dpr), int(left * dpr) : int(right * dpr)]
+
+
+def _chromatic(pixels: np.ndarray) -> np.ndarray:
+    """Pixels that are clearly coloured (not white, grey or black): tokens, not the grid or the page."""
+    p = pixels.reshape(-1, 3).astype(int)
+    return p[(p.max(1) - p.min(1)) > 60]
+
+
+def test_report_in_headless_chromium(browser, run_dir3, traj3):
+    page = write_report(run_dir3, max_frames=20)
+    browser.get(page.resolve().as_uri())
+    # rendered: plotly has laid out the figure and the 3D scene has its WebGL canvas
+    assert _wait(lambda: browser.execute_script(
+        "const gd = document.getElementById('attnflow-report'); return !!(gd && gd._fullLayout && gd._fullLayout.scene)"))
+    canvas = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#attnflow-report .gl-container canvas"))
+    assert canvas, "no WebGL canvas for the sphere"
+    scene = canvas[0]
+    time.sleep(1.0)
+
+    before = _scene_pixels(browser, scene)
+    assert before.shape[0] > 300 and before.shape[1] > 300
+    colours = np.unique(before.reshape(-1, 3), axis=0)
+    tokens = _chromatic(before)
+    assert len(colours) > 50, f"the sphere canvas looks blank: {len(colours)} colours"
+    assert len(tokens) > 200 and len(np.unique(tokens, axis=0)) > 5, "no coloured tokens drawn"
+
+    # drag the slider's grip to the far right: the last saved time
+    grip = browser.find_element(By.CSS_SELECTOR, ".slider-grip-rect")
+    rail = browser.find_element(By.CSS_SELECTOR, ".slider-rail-rect")
+    ActionChains(browser).drag_and_drop_by_offset(grip, int(rail.size["width"]) + 20, 0).perform()
+    active = lambda: browser.execute_script(  # noqa: E731
+        "return document.getElementById('attnflow-report')._fullLayout.sliders[0].active")
+    n_steps = browser.execute_script("return document.getElementById('attnflow-report').layout.sliders[0].steps.length")
+    assert _wait(lambda: active() == n_steps - 1), f"slider at step {active()}, expected {n_steps - 1}"
+    time.sleep(1.0)
+    after = _scene_pixels(browser, scene)
+    changed = (np.abs(after.astype(int) - before.astype(int)).sum(-1) > 60).sum()
+    assert changed > 500, f"moving the slider changed only {changed} pixels"
+    title = browser.execute_script("return document.getElementById('attnflow-report')._fullLayout.title.text")
+    assert f"t = {traj3.t[-1]:.4g}, clusters = {int(traj3.diagnostics['clusters'][-1])}" in title
+
+    # Play runs the animation from the start
+    browser.execute_script(
+        "Plotly.animate('attnflow-report', ['0'], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}})")
+    assert _wait(lambda: active() == 0)
+    play = [b for b in browser.find_elements(By.CSS_SELECTOR, ".updatemenu-button") if "Play" in b.text][0]
+    play.click()
+    assert _wait(lambda: active() > 2), "the play button did not advance the slider"
+
+    # nothing fetched from outside the file, and no errors on the console
+    resources = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert resources == [], f"the page loaded external resources: {resources}"
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, f"console errors: {errors}"
+
+
+def test_the_checks_catch_a_broken_page(browser, tmp_path):
+    """The detectors above do fail: a script error is logged as SEVERE, a blank canvas has no tokens."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><canvas id='c' width='400' height='400'></canvas>"
+                    "<script>undefinedFunction();</script></body></html>")
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.get(page.as_uri())
+    errors = _wait(lambda: [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], timeout=5)
+    assert errors and "undefinedFunction" in errors[0]["message"]
+    blank = _scene_pixels(browser, browser.find_element(By.ID, "c"))
+    assert len(_chromatic(blank)) == 0 and len(np.unique(blank.reshape(-1, 3), axis=0)) <= 2
