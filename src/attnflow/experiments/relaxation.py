@@ -43,9 +43,14 @@ def configs(quick: bool, seed: int) -> dict[str, dict]:
 
 
 def _settling(traj, period: float) -> float:
-    """``W2(mu_T, mu_{T - period})``: how far the cloud still moves over the last period."""
-    k = int(np.argmin(np.abs(traj.t - (traj.t[-1] - period))))
-    return wasserstein_sphere(traj.x[-1], traj.x[k], a=traj.token_weights, b=traj.token_weights).value
+    """``max_{T - period <= s <= T} W2(mu_T, mu_s)``: how far the cloud still travels within the last period.
+
+    A maximum over the window, not the end points: under periodic weights the cloud can settle on a
+    periodic orbit, which returns to ``mu_{T - period}`` while it keeps moving.
+    """
+    a = traj.token_weights
+    idx = np.flatnonzero(traj.t >= traj.t[-1] - period - 1e-12)
+    return max(wasserstein_sphere(traj.x[-1], traj.x[k], a=a, b=a).value for k in idx)
 
 
 def _figure_snapshots(trajs: dict, title: str):
@@ -123,7 +128,7 @@ def experiment_ou(quick: bool, seed: int) -> ExperimentResult:
         "limit_slope_end": st_end.slope,
         "limit_slope_relative_end": st_end.relative,
         "clusters_end": int(d["clusters"][-1]),
-        "w2_last_period": settle,
+        "w2_max_last_period": settle,
         "weight_path_length_law_T": float(path.law[-1]),
         "weight_path_length_law_inf": path.law_total,
     }
@@ -172,8 +177,8 @@ def experiment_oscillating(quick: bool, seed: int) -> ExperimentResult:
         "slope_ratio": ratio["oscillating"],
         "slope_ratio_ou": ratio["ou"],
         "slope_late_min": float(osc.diagnostics["slope"][osc.t >= osc.t[-1] / 2].min()),
-        "w2_last_period": settle["oscillating"],
-        "w2_last_period_ou": settle["ou"],
+        "w2_max_last_period": settle["oscillating"],
+        "w2_max_last_period_ou": settle["ou"],
         "order_parameter_range_late": op_range,
         "weight_path_length_law_T": float(paths["oscillating"].law[-1]),
         "weight_path_length_law_T_ou": float(paths["ou"].law[-1]),
@@ -199,9 +204,9 @@ def experiment_oscillating(quick: bool, seed: int) -> ExperimentResult:
         Prediction(
             "oscillating",
             "Oscillating weights: no relaxation (the cloud keeps moving)",
-            f"W2(mu_T, mu_(T - period)) = {fmt(settle['oscillating'])} (OU: {fmt(settle['ou'])})",
-            "larger than the OU value (a finite-H OU cluster still wanders: the floor)",
-            bool(settle["oscillating"] > settle["ou"]),
+            f"max over the last period of W2(mu_T, mu_s) = {fmt(settle['oscillating'])} (OU: {fmt(settle['ou'])})",
+            "> 2 x the OU value (a relaxed finite-H OU cluster still wanders a little: the floor)",
+            bool(settle["oscillating"] > 2 * settle["ou"]),
         ),
     ]
     res = ExperimentResult(
