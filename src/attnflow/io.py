@@ -14,6 +14,7 @@ only when every file is written, so a crash never leaves a folder that looks com
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -21,7 +22,7 @@ import platform
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,17 +123,12 @@ def provenance_record(traj: Trajectory) -> dict[str, Any]:
     }
 
 
-def save_run(
-    traj: Trajectory,
-    path: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    figures: bool = True,
-    extra: Callable[[Path], Any] | None = None,
-) -> Path:
-    """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a hidden temporary folder beside ``path``; rename it to ``path`` when the block succeeds.
 
-    ``extra(folder)`` may write further files into the folder before it is marked complete.
+    On any error the temporary folder is removed, so ``path`` is either absent, the old folder, or
+    the complete new one. ``overwrite`` replaces an existing ``path`` (renamed aside, then deleted).
     """
     final = Path(path)
     if final.exists() and not overwrite:
@@ -141,6 +137,32 @@ def save_run(
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
+        yield tmp
+        if final.exists():
+            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def save_run(
+    traj: Trajectory,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    figures: bool = True,
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
+
+    ``extra(tmp)`` may add files before ``provenance.json`` seals the folder.
+    """
+    with atomic_folder(path, overwrite=overwrite) as tmp:
         write_dataset(trajectory_to_dataset(traj), tmp / DATASET)
         if traj.config is not None:
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
@@ -152,17 +174,7 @@ def save_run(
             extra(tmp)
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(provenance_record(traj), indent=2, default=str))
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+    return Path(path)
 
 
 def is_complete(path: str | os.PathLike) -> bool:

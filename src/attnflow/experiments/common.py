@@ -11,10 +11,7 @@ written atomically like every run folder.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,13 +70,10 @@ def to_jsonable(obj: Any) -> Any:
 def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: bool) -> Path:
     """Write ``result`` as the run folder ``out`` (atomically, replacing an older one)."""
     from .. import __version__
-    from ..io import git_commit, write_dataset
+    from ..io import atomic_folder, git_commit, write_dataset
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_folder(out, overwrite=True) as tmp:
         figdir = tmp / "figures"
         figdir.mkdir()
         for stem, fig in result.figures.items():
@@ -111,16 +105,6 @@ def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: b
             "complete": True,
         }
         (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
