@@ -4,10 +4,9 @@ Expansion. On ``[-beta, beta]`` with ``beta >= ||A_h||_op >= |x^T A_h y|`` (unit
 truncated Chebyshev series of ``exp`` (coefficients ``I_0(beta)``, ``2 I_n(beta)``, ``I_n`` the
 modified Bessel functions) gives a polynomial ``p`` of degree ``P`` with
 
-    ``|exp(s) - p(s)| <= eps_P := 2 sum_{n>P} I_n(beta)
-                       <= 2 I_0(beta) (beta/2)^{P+1} / (P+1)! / (1 - beta / (2 (P+2)))``
+    ``|exp(s) - p(s)| <= eps_P := 2 sum_{n>P} I_n(beta)``
 
-(from ``I_n(beta) <= (beta/2)^n I_0(beta) / n!``). ``p(x^T A y)`` is a polynomial in ``x`` and ``y``;
+(``|T_n| <= 1``; the far tail is bounded through ``I_n(beta) <= (beta/2)^n I_0(beta) / n!``). ``p(x^T A y)`` is a polynomial in ``x`` and ``y``;
 on the sphere ``|x|^2 = 1``, so every term of degree ``n`` can be lifted to degree ``P`` or
 ``P - 1`` (same parity) by powers of ``|x|^2 |y|^2``. The kernel becomes two bilinear forms in the
 homogeneous monomials ``phi_P`` and ``phi_{P-1}`` of degree ``P`` and ``P - 1``,
@@ -75,14 +74,20 @@ class FastSumResult:
     checked_tokens: int = 0
 
 
-def chebyshev_tail_bound(beta: float, degree: int) -> float:
-    """Proved bound ``eps_P`` on ``max_{|s| <= beta} |exp(s) - p_P(s)|`` for the truncated Chebyshev series."""
+def chebyshev_tail_bound(beta: float, degree: int, terms: int = 64) -> float:
+    """Proved bound ``eps_P = 2 sum_{n>P} I_n(beta)`` on ``max_{|s| <= beta} |exp(s) - p_P(s)|``.
+
+    The first ``terms`` Bessel terms are summed; the rest is bounded by the geometric majorant
+    ``2 I_0(beta) (beta/2)^n / n! / (1 - beta / (2 (n + 1)))`` at ``n = P + terms + 1``.
+    """
     if beta == 0.0:
         return 0.0
-    n = degree + 1
-    log_term = math.log(2.0) + math.log(ive(0, beta)) + beta + n * math.log(beta / 2.0) - math.lgamma(n + 1)
-    ratio = beta / (2.0 * (n + 1))
-    return math.exp(log_term) / (1.0 - ratio) if ratio < 1.0 else math.inf
+    n = np.arange(degree + 1, degree + terms + 1)
+    head = 2.0 * math.exp(beta) * float(ive(n, beta).sum())
+    m = degree + terms + 1
+    ratio = beta / (2.0 * (m + 1))
+    log_rest = math.log(2.0) + math.log(ive(0, beta)) + beta + m * math.log(beta / 2.0) - math.lgamma(m + 1)
+    return head + (math.exp(log_rest) / (1.0 - ratio) if ratio < 1.0 else math.inf)
 
 
 def relative_bound(beta: float, eps: float, mean_norm: float = 1.0) -> float:

@@ -25,7 +25,7 @@ import torch
 from ._arrays import ArrayLike, like, to_tensor
 from .geometry import project_tangent
 from .heads import Heads, as_heads
-from .kernels import attention_stats
+from .kernels import attention_stats  # noqa: F401  (kept: the kernel's home, imported by others)
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -103,11 +103,16 @@ class FieldStats:
         return (self.head_mix(model).unsqueeze(-1) * self.out).sum(0)
 
 
-def field_stats(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True) -> FieldStats:
-    """Run the kernel once for every head (``values=False`` skips the outputs)."""
-    q, k = heads.factors(x)
-    v = heads.value_features(x) if values else None
-    out, logZ = attention_stats(q, k, v, torch.log(a))
+def field_stats(
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str = "auto"
+) -> FieldStats:
+    """Run the kernel once for every head (``values=False`` skips the outputs).
+
+    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`).
+    """
+    from .backends import head_stats
+
+    out, logZ = head_stats(x, heads, a, values=values, backend=backend)
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
 
 

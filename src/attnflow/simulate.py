@@ -79,15 +79,18 @@ class Trajectory:
 class TimeField:
     """``(t, x) -> v_t(x)`` for one model, one weight realisation and fixed masses (an integrator's ``Field``)."""
 
-    def __init__(self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device):
+    def __init__(
+        self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device, backend: str = "auto"
+    ):
         self.model, self.sampler, self.a, self.w = model, sampler, a, w
-        self.dtype, self.device = dtype, device
+        self.dtype, self.device, self.backend = dtype, device, backend
 
     def heads_at(self, t: float) -> Heads:
         return self.sampler(t).to(dtype=self.dtype, device=self.device)
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        return project_tangent(x, field_stats(x, self.heads_at(t), self.a, self.w).mixed_output(self.model))
+        st = field_stats(x, self.heads_at(t), self.a, self.w, backend=self.backend)
+        return project_tangent(x, st.mixed_output(self.model))
 
 
 def simulate(
@@ -107,12 +110,14 @@ def simulate(
     dtype: torch.dtype | None = None,
     progress: Callable[[int, int], None] | None = None,
     config: dict[str, Any] | None = None,
+    backend: str = "auto",
 ) -> Trajectory:
     """Integrate ``dx_i/dt = v_t(x_i)`` of ``model`` (``mha``, ``gf``, ``usa``) on ``[t0, t_end]``.
 
     ``weights``: a :class:`~attnflow.weights.WeightProcess`, a constant ``(H, d, d)`` array or
     :class:`Heads`, or a callable ``t -> A | (A, V)``. ``seed`` drives stochastic weights (it
     overrides the process's own seed). The state is saved every ``save_every`` steps and at the end.
+    ``backend`` picks the attention kernel (:data:`attnflow.backends.BACKENDS`; ``auto`` by default).
     """
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
@@ -139,7 +144,7 @@ def simulate(
     a = masses(token_weights, x.shape[0], "token_weights", x)
     w = masses(head_weights, process.H, "head_weights", x)
 
-    f = TimeField(model, sampler, a, w, x.dtype, x.device)
+    f = TimeField(model, sampler, a, w, x.dtype, x.device, backend=backend)
     heads_at = f.heads_at
 
     check_model(model, heads_at(t0))
