@@ -193,3 +193,4 @@ def entrypoint() -> None:
 
 # Subcommands defined in other modules register themselves on `app` when imported here
 # (one import line each, kept at the end so that `app` and the helpers above exist).
+from . import cli_bench  # noqa: E402,F401  (attnflow bench)

@@ -47,7 +47,7 @@ MAX_DEGREE = 40
 #: Largest feature count used; beyond it the coefficient matrices cost more than they save.
 MAX_FEATURES = 2048
 #: Query tokens per block, so that the feature matrix stays a few tens of MiB.
-BLOCK_TOKENS = 1 << 15
+BLOCK_TOKENS = 1 << 13
 
 
 @dataclass(frozen=True)
