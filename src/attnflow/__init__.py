@@ -16,6 +16,9 @@ from .integrators import INTEGRATORS  # noqa: E402
 from .simulate import Trajectory, simulate  # noqa: E402
 from .io import load  # noqa: E402
 from . import tokens, weights  # noqa: E402
+from .backends import BACKENDS  # noqa: E402
+from .ensemble import Ensemble, simulate_ensemble  # noqa: E402
+from .fastsum import FastSumResult, fast_attention_stats  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -34,4 +37,9 @@ __all__ = [
     "load",
     "tokens",
     "weights",
+    "BACKENDS",
+    "Ensemble",
+    "simulate_ensemble",
+    "FastSumResult",
+    "fast_attention_stats",
 ]
