@@ -129,3 +129,14 @@ def test_simulate_fast_equals_dense_with_euler():
     fast = simulate(x0, A, backend="fast", **kw)
     dense = simulate(x0, A, backend="flash", **kw)
     assert np.abs(fast.x - dense.x).max() < 1e-9
+
+
+def test_large_beta_rounding_guard():
+    # At beta = 12 the monomial sums cancel from ~e^12: 1e-12 is refused, 1e-6 is met.
+    x = torch.as_tensor(tokens.uniform(200, 3, seed=4))
+    a = torch.full((200,), 1 / 200, dtype=torch.float64)
+    A = torch.as_tensor(goe_heads(2, 3, 1.0, seed=5))
+    A = 12.0 * A / torch.linalg.matrix_norm(A, ord=2).max()
+    assert plan(A, 1e-12, 0.1) is None
+    res = fast_attention_stats(x, A, A, a, tol=1e-6, check=200)
+    assert res.achieved_error <= 1e-6

@@ -21,8 +21,9 @@ cost ``O(N (P+1)^2 H d)``.
 Error (per token, per head): ``|Z~ - Z| <= eps_P`` and, since ``out_h`` is a convex combination of
 the ``V_h x_j``, ``|out~ - out| <= 2 eps_P ||V_h|| / Z~``. By Jensen,
 ``Z_h(x) >= exp(x^T A_h m) >= exp(-beta |m|) =: z`` with ``m = sum_j a_j x_j`` the mean token, so both
-relative errors are at most ``2 eps_P / (z - eps_P)``; the degree is the smallest making this
-``<= tol``. The achieved error on a random subset of tokens,
+relative errors are at most ``2 eps_P / (z - eps_P)``; the degree is the smallest making this plus
+the float64 rounding estimate ``2.2e-16 exp(beta)`` (cancellation in the monomial basis, measured,
+not proved) ``<= tol``; when the rounding alone exceeds ``tol`` (large ``beta``) no plan is made. The achieved error on a random subset of tokens,
 against the exact dense sums, is reported when asked (``check``).
 
 Tokens must lie on the sphere: off-sphere inputs (a Runge-Kutta stage) are evaluated at their
@@ -46,6 +47,9 @@ MAX_DIM = 4
 MAX_DEGREE = 40
 #: Largest feature count used; beyond it the coefficient matrices cost more than they save.
 MAX_FEATURES = 2048
+#: float64 unit roundoff; the monomial sums cancel down from ``~exp(beta)`` to ``Z >= exp(-beta)``-ish
+#: values, and measured errors stay below ``ROUNDING * exp(beta)`` (up to beta = 12).
+ROUNDING = float(np.finfo(np.float64).eps)
 #: Query tokens per block, so that the feature matrix stays a few tens of MiB.
 BLOCK_TOKENS = 1 << 13
 
@@ -60,6 +64,7 @@ class FastSumPlan:
     kernel_error: float  # eps_P, bound on |exp(s) - p(s)| for |s| <= beta
     relative_bound: float  # bound on |Z~/Z - 1| and |out~ - out| / ||V_h||
     features: int
+    rounding: float = 0.0  # float64 rounding estimate, eps exp(beta) (monomial cancellation)
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,11 @@ def plan(A: torch.Tensor, tol: float, mean_norm: float = 1.0) -> FastSumPlan | N
         M = _n_monomials(P, d) + _n_monomials(P - 1, d)
         if M > MAX_FEATURES:
             return None
-        if rel <= tol:
-            return FastSumPlan(P, beta, tol, eps, rel, M)
+        rounding = ROUNDING * math.exp(beta)
+        if rounding > tol:
+            return None
+        if rel + rounding <= tol:
+            return FastSumPlan(P, beta, tol, eps, rel, M, rounding)
     return None
 
 
