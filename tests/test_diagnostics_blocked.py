@@ -22,5 +22,14 @@ def test_blocked_cluster_count_matches_full():
     chain = np.array([[np.cos(t), np.sin(t), 0.0] for t in np.arange(0, 0.5, 0.03)])
     x = np.concatenate(pts + [chain])
     x = torch.as_tensor(x / np.linalg.norm(x, axis=1, keepdims=True))
+    import attnflow.diagnostics as diag
+
     for eps in (1e-3, 1e-2):
-        assert count_clusters(x, eps, block=23) == count_clusters(x, eps)
+        full = count_clusters(x, eps)
+        assert count_clusters(x, eps, block=23) == full  # sparse edge lists
+        budget = diag.GRAM_EDGE_BUDGET
+        try:
+            diag.GRAM_EDGE_BUDGET = 10  # force label propagation
+            assert count_clusters(x, eps, block=23) == full
+        finally:
+            diag.GRAM_EDGE_BUDGET = budget

@@ -33,6 +33,8 @@ def order_parameter(x: torch.Tensor, a: torch.Tensor) -> float:
 
 #: Above this many tokens the Gram-matrix diagnostics run over row blocks (never ``N x N`` at once).
 GRAM_BLOCK_TOKENS = 4096
+#: Largest number of graph edges collected for the sparse cluster count (beyond: label propagation).
+GRAM_EDGE_BUDGET = 20_000_000
 
 
 def count_clusters(x: torch.Tensor, eps: float = 1e-3, *, block: int | None = None) -> int:
@@ -43,8 +45,21 @@ def count_clusters(x: torch.Tensor, eps: float = 1e-3, *, block: int | None = No
         G = (x @ x.T > 1.0 - eps).cpu().numpy()
         ncomp, _ = connected_components(csr_matrix(G), directed=False)
         return int(ncomp)
-    # Min-label propagation over row blocks: each sweep gives every token the smallest label among
-    # its neighbours; it stops when nothing changes (a few sweeps for clustered clouds).
+    # Sparse graphs (spread-out clouds): collect the edges block by block while they stay few.
+    rows, cols, edges = [], [], 0
+    for s in range(0, n, block):
+        i, j = torch.nonzero(x[s : s + block] @ x.T > 1.0 - eps, as_tuple=True)
+        edges += int(i.numel())
+        if edges > GRAM_EDGE_BUDGET:
+            break
+        rows.append((i + s).cpu().numpy())
+        cols.append(j.cpu().numpy())
+    else:
+        r, c = np.concatenate(rows), np.concatenate(cols)
+        ncomp, _ = connected_components(csr_matrix((np.ones(len(r), dtype=bool), (r, c)), shape=(n, n)), directed=False)
+        return int(ncomp)
+    # Dense graphs (clustered clouds): min-label propagation over row blocks; each sweep gives every
+    # token the smallest label among its neighbours, a few sweeps when clusters are cliques.
     labels = torch.arange(n, device=x.device)
     while True:
         new = labels.clone()
