@@ -209,14 +209,14 @@ def run_benchmarks(quick: bool = False, progress: Callable[[str], None] | None =
     torch.manual_seed(0)
     exp_rate = exp_throughput(1 << 24 if quick else 1 << 26)
     if quick:
-        plan_ = [dict(N=1024, d=3, H=8), dict(N=4096, d=3, H=8), dict(N=65536, d=3, H=8, reference=False, dense=False, steps=10)]
+        plan_ = [dict(N=1024, d=3, H=8), dict(N=4096, d=3, H=8), dict(N=65536, d=3, H=8, reference=False, dense=False, time_budget_s=20.0)]
     else:
         plan_ = [
             dict(N=4096, d=3, H=8),
             dict(N=4096, d=64, H=8),
             dict(N=16384, d=3, H=4),
-            dict(N=65536, d=3, H=8, reference=False, steps=10, time_budget_s=30.0),
-            dict(N=1_000_000, d=3, H=8, reference=False, dense=False, steps=3, time_budget_s=60.0, repeats=1),
+            dict(N=65536, d=3, H=8, reference=False, time_budget_s=30.0),
+            dict(N=1_000_000, d=3, H=8, reference=False, dense=False, time_budget_s=60.0, repeats=1),
         ]
     rows: list[BenchRow] = []
     for p in plan_:
