@@ -34,6 +34,9 @@ from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
 from .checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint  # noqa: E402
 from .guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate  # noqa: E402
 from .runner import folder_status, resume_folder, run_to_folder  # noqa: E402
+from .backends import BACKENDS  # noqa: E402
+from .ensemble import Ensemble, simulate_ensemble  # noqa: E402
+from .fastsum import FastSumResult, fast_attention_stats  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -92,6 +95,11 @@ __all__ = [
     "folder_status",
     "write_report",
     "render_movie",
+    "BACKENDS",
+    "Ensemble",
+    "simulate_ensemble",
+    "FastSumResult",
+    "fast_attention_stats",
 ]
 
 

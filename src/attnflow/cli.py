@@ -223,3 +223,4 @@ from . import cli_reproduce  # noqa: E402,F401
 from . import cli_hf  # noqa: E402,F401
 from . import cli_sweep  # noqa: E402,F401  (attnflow sweep, sweep-plot)
 from . import cli_view  # noqa: E402,F401  (report, movie)
+from . import cli_bench  # noqa: E402,F401  (attnflow bench)

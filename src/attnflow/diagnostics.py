@@ -31,18 +31,63 @@ def order_parameter(x: torch.Tensor, a: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm((a[:, None] * x).sum(0)))
 
 
-def count_clusters(x: torch.Tensor, eps: float = 1e-3) -> int:
+#: Above this many tokens the Gram-matrix diagnostics run over row blocks (never ``N x N`` at once).
+GRAM_BLOCK_TOKENS = 4096
+#: Largest number of graph edges collected for the sparse cluster count (beyond: label propagation).
+GRAM_EDGE_BUDGET = 20_000_000
+
+
+def count_clusters(x: torch.Tensor, eps: float = 1e-3, *, block: int | None = None) -> int:
     """Number of connected components of the graph with edges ``<x_i, x_j> > 1 - eps``."""
-    G = (x @ x.T > 1.0 - eps).cpu().numpy()
-    n, _ = connected_components(csr_matrix(G), directed=False)
-    return int(n)
+    n = x.shape[0]
+    block = GRAM_BLOCK_TOKENS if block is None else block
+    if n <= block:
+        G = (x @ x.T > 1.0 - eps).cpu().numpy()
+        ncomp, _ = connected_components(csr_matrix(G), directed=False)
+        return int(ncomp)
+    # Sparse graphs (spread-out clouds): collect the edges block by block while they stay few.
+    rows, cols, edges = [], [], 0
+    for s in range(0, n, block):
+        i, j = torch.nonzero(x[s : s + block] @ x.T > 1.0 - eps, as_tuple=True)
+        edges += int(i.numel())
+        if edges > GRAM_EDGE_BUDGET:
+            break
+        rows.append((i + s).cpu().numpy())
+        cols.append(j.cpu().numpy())
+    else:
+        r, c = np.concatenate(rows), np.concatenate(cols)
+        ncomp, _ = connected_components(csr_matrix((np.ones(len(r), dtype=bool), (r, c)), shape=(n, n)), directed=False)
+        return int(ncomp)
+    # Dense graphs (clustered clouds): min-label propagation over row blocks; each sweep gives every
+    # token the smallest label among its neighbours, a few sweeps when clusters are cliques.
+    labels = torch.arange(n, device=x.device)
+    while True:
+        new = labels.clone()
+        for s in range(0, n, block):
+            adj = x[s : s + block] @ x.T > 1.0 - eps
+            cand = torch.where(adj, labels[None, :], n).amin(dim=1)
+            new[s : s + block] = torch.minimum(new[s : s + block], cand)
+        new = new[new]  # pointer jumping: follow labels to their own labels
+        if torch.equal(new, labels):
+            return int(torch.unique(labels).numel())
+        labels = new
 
 
-def pairwise_inner(x: torch.Tensor) -> tuple[float, float]:
+def pairwise_inner(x: torch.Tensor, *, block: int | None = None) -> tuple[float, float]:
     """``(min_{i != j} <x_i, x_j>, mean_{i < j} <x_i, x_j>)``."""
     n = x.shape[0]
     if n < 2:
         return 1.0, 1.0
+    block = GRAM_BLOCK_TOKENS if block is None else block
+    if n > block:
+        mn = math.inf
+        for s in range(0, n, block):
+            G = x[s : s + block] @ x.T
+            rows = torch.arange(G.shape[0], device=x.device)
+            G[rows, rows + s] = math.inf
+            mn = min(mn, float(G.min()))
+        tot = x.sum(0)
+        return mn, (float(tot @ tot) - float((x * x).sum())) / (n * (n - 1))
     G = x @ x.T
     off = ~torch.eye(n, dtype=torch.bool, device=x.device)
     s = float(G.sum() - G.diagonal().sum())

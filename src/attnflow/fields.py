@@ -25,7 +25,7 @@ import torch
 from ._arrays import ArrayLike, like, to_tensor
 from .geometry import project_tangent
 from .heads import Heads, as_heads
-from .kernels import attention_stats
+from .kernels import attention_stats  # noqa: F401  (kept: the kernel's home, imported by others)
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -71,7 +71,11 @@ def prepare(x: ArrayLike, A, V=None, token_weights=None, head_weights=None, *, e
 
 @dataclass(frozen=True)
 class FieldStats:
-    """One kernel pass at a state: ``out_h(x_i)`` ``(H, N, d)`` (or None) and ``logZ_h(x_i)`` ``(H, N)``."""
+    """One kernel pass at a state: ``out_h(x_i)`` ``(H, N, d)`` (or None) and ``logZ_h(x_i)`` ``(H, N)``.
+
+    Leading batch dimensions (``(B, H, N, d)``, ``(B, H, N)``; ``log_w`` ``(H,)`` or ``(B, H)``) are
+    allowed: every head reduction runs over the head axis ``-2`` of ``logZ``.
+    """
 
     out: torch.Tensor | None
     logZ: torch.Tensor
@@ -80,16 +84,16 @@ class FieldStats:
     @property
     def log_S(self) -> torch.Tensor:
         """``log sum_h w_h Z_h(x_i)`` = ``-log b(x_i)``, shape ``(N,)``."""
-        return torch.logsumexp(self.logZ + self.log_w[:, None], dim=0)
+        return torch.logsumexp(self.logZ + self.log_w[..., :, None], dim=-2)
 
     def head_mix(self, model: str) -> torch.Tensor:
         """Head coefficients ``c_h(x_i)`` with ``v = P_x sum_h c_h out_h``, shape ``(H, N)``."""
         if model == "mha":
-            return self.log_w.exp()[:, None].expand_as(self.logZ)
+            return self.log_w.exp()[..., :, None].expand_as(self.logZ)
         if model == "gf":
-            return torch.softmax(self.logZ + self.log_w[:, None], dim=0)
+            return torch.softmax(self.logZ + self.log_w[..., :, None], dim=-2)
         if model == "usa":
-            c = torch.exp(self.logZ + self.log_w[:, None])
+            c = torch.exp(self.logZ + self.log_w[..., :, None])
             if not bool(torch.isfinite(c).all()):
                 raise OverflowError(
                     "the unnormalised ('usa') field overflows: sum_j a_j exp(x^T A x_j) exceeds float range "
@@ -100,14 +104,19 @@ class FieldStats:
 
     def mixed_output(self, model: str) -> torch.Tensor:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
-        return (self.head_mix(model).unsqueeze(-1) * self.out).sum(0)
+        return (self.head_mix(model).unsqueeze(-1) * self.out).sum(-3)
 
 
-def field_stats(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True) -> FieldStats:
-    """Run the kernel once for every head (``values=False`` skips the outputs)."""
-    q, k, key_bias = heads.logit_features(x)
-    v = heads.value_features(x) if values else None
-    out, logZ = attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal)
+def field_stats(
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str = "auto"
+) -> FieldStats:
+    """Run the kernel once for every head (``values=False`` skips the outputs).
+
+    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`).
+    """
+    from .backends import head_stats
+
+    out, logZ = head_stats(x, heads, a, values=values, backend=backend)
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
 
 

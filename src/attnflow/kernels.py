@@ -10,9 +10,18 @@ else in attnflow (the three fields, energy, mobility, slope) is a cheap function
 Token masses enter as the log-bias ``log a_j``, and every exponential is shifted by its row
 maximum (log-sum-exp), so nothing overflows at large ``beta``.
 
-:func:`attention_stats` is the fast path (torch, streamed over blocks of query rows so that the
-``N x N`` logits are never held at once). :func:`attention_stats_reference` is the plain numpy
-transcription of the formulas, kept for tests.
+:func:`attention_stats` is the fast path. Two interchangeable dense backends compute it:
+
+* ``"flash"``: PyTorch's fused attention kernel, which streams over key blocks and returns the
+  log-sum-exp beside the output (on CPU ``aten::_scaled_dot_product_flash_attention_for_cpu``, on
+  CUDA ``aten::_scaled_dot_product_efficient_attention``). Non-uniform masses ride along as one
+  extra feature (``[q_i, 1] . [k_j, log a_j] = q_i . k_j + log a_j``), so no ``N x N`` bias exists.
+* ``"stream"``: plain torch, streamed over blocks of query rows with log-sum-exp, so that at most
+  ``block_elements`` logits are held at once. Works for every dtype and device.
+
+``"auto"`` picks ``"flash"`` where the fused kernel supports the dtype and device, else
+``"stream"``. :func:`attention_stats_reference` is the plain numpy transcription of the formulas,
+kept for tests. The O(N) fast summation for ``d <= 4`` lives in :mod:`attnflow.fastsum`.
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ import torch
 
 #: Upper bound on the number of logits held in memory at once by the streamed kernel.
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
+
+#: Dense backends of :func:`attention_stats`.
+KERNEL_BACKENDS: tuple[str, ...] = ("auto", "flash", "stream")
 
 
 def attention_stats(
@@ -33,20 +45,52 @@ def attention_stats(
     block_elements: int = DEFAULT_BLOCK_ELEMENTS,
     key_bias: torch.Tensor | None = None,
     causal: bool = False,
+    backend: str = "auto",
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Per-head normalised attention outputs and log-partitions.
 
     Shapes: ``q, k`` ``(..., H, N, r)``, ``v`` ``(..., H, N, p)`` or ``None``, ``log_a`` ``(..., N)``.
     Returns ``(out, logZ)`` with ``out`` ``(..., H, N, p)`` (``None`` when ``v`` is ``None``) and
-    ``logZ`` ``(..., H, N)``.
+    ``logZ`` ``(..., H, N)``. ``backend``: one of :data:`KERNEL_BACKENDS`.
 
     Options real transformers need: ``key_bias`` ``(..., H, N)`` adds ``c_h(x_j)`` to every logit
     ``q_i . k_j`` (the key term ``b_Q . k_j`` of a query bias); ``causal=True`` restricts the sums to
-    ``j <= i`` (token ``i`` attends to itself and earlier tokens).
+    ``j <= i`` (token ``i`` attends to itself and earlier tokens). Both go through the ``stream``
+    backend, which every dtype and device supports.
     """
-    H, N = q.shape[-3], q.shape[-2]
-    batch = int(np.prod(q.shape[:-3])) if q.ndim > 3 else 1
-    rows = max(1, block_elements // max(1, batch * H * k.shape[-2]))
+    backend = resolve_backend(backend, q)
+    if backend == "flash" and key_bias is None and not causal:
+        return _flash(q, k, v, log_a)
+    return _stream(q, k, v, log_a, block_elements, key_bias=key_bias, causal=causal)
+
+
+def resolve_backend(backend: str, q: torch.Tensor) -> str:
+    """The concrete dense backend ``"flash"`` or ``"stream"`` that ``backend`` means for ``q``."""
+    if backend not in KERNEL_BACKENDS:
+        raise ValueError(f"unknown kernel backend {backend!r}; choose one of {KERNEL_BACKENDS}")
+    flash_ok = _flash_supported(q)
+    if backend == "flash" and not flash_ok:
+        raise ValueError(
+            f"the fused 'flash' kernel does not support {q.dtype} on {q.device.type}; use backend 'stream' or 'auto'"
+        )
+    if backend == "auto":
+        return "flash" if flash_ok else "stream"
+    return backend
+
+
+def _flash_supported(q: torch.Tensor) -> bool:
+    if q.device.type == "cpu":
+        return q.dtype in (torch.float32, torch.float64) and hasattr(
+            torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"
+        )
+    # Untested here (no GPU in CI): the memory-efficient CUDA kernel has no float64.
+    return q.device.type == "cuda" and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _stream(q, k, v, log_a, block_elements, *, key_bias=None, causal=False):
+    N = q.shape[-2]
+    batch = int(np.prod(q.shape[:-2]))  # every leading dim, heads included
+    rows = max(1, block_elements // max(1, batch * k.shape[-2]))
     bias = log_a.unsqueeze(-2).unsqueeze(-2)  # (..., 1, 1, N)
     if key_bias is not None:
         bias = bias + key_bias.unsqueeze(-2)  # (..., H, 1, N)
@@ -74,6 +118,52 @@ def _block(q, kt, v, bias, row0: int | None = None):
         return None, logZ
     p = torch.exp(logits - logZ.unsqueeze(-1))
     return p @ v, logZ
+
+
+def _flash(q, k, v, log_a):
+    lead, (H, N, r) = q.shape[:-3], q.shape[-3:]
+    M = k.shape[-2]
+    q = q.reshape(-1, H, N, r)
+    k = k.reshape(-1, H, M, r)
+    B = q.shape[0]
+    la = log_a.reshape(-1, M)
+    if la.shape[0] != B:  # one mass vector shared by every batch member
+        la = la.expand(B, M)
+    # Uniform masses only shift log Z; anything else enters as the extra feature log a_j.
+    uniform = bool((la == la[:, :1]).all())
+    if not uniform:
+        q = torch.cat([q, q.new_ones(B, H, N, 1)], dim=-1)
+        k = torch.cat([k, la[:, None, :, None].expand(B, H, M, 1).to(k.dtype)], dim=-1)
+    p = 1 if v is None else v.shape[-1]
+    vv = q.new_zeros(B, H, M, 1) if v is None else v.reshape(-1, H, M, p)
+    if vv.shape[0] != B:
+        vv = vv.expand(B, H, M, p)
+    # The fused kernels want one head size for q, k and v: zero columns change no dot product.
+    width = max(q.shape[-1], vv.shape[-1])
+    q, k, vv = (_pad(t, width) for t in (q, k, vv))
+    out, lse = _fused(q, k, vv)
+    logZ = lse[..., :N].to(q.dtype)
+    if uniform:
+        logZ = logZ + la[:, :1, None]
+    logZ = logZ.reshape(*lead, H, N)
+    if v is None:
+        return None, logZ
+    return out[..., :p].reshape(*lead, H, N, p), logZ
+
+
+def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[-1] == width:
+        return t.contiguous()
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+
+
+def _fused(q, k, v):
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=1.0)
+        return out, lse
+    # CUDA (untested in this project's CI): returns (out, logsumexp, seed, offset).
+    res = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False, scale=1.0)
+    return res[0], res[1]
 
 
 def attention_stats_reference(

@@ -84,15 +84,18 @@ class Trajectory:
 class TimeField:
     """``(t, x) -> v_t(x)`` for one model, one weight realisation and fixed masses (an integrator's ``Field``)."""
 
-    def __init__(self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device):
+    def __init__(
+        self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device, backend: str = "auto"
+    ):
         self.model, self.sampler, self.a, self.w = model, sampler, a, w
-        self.dtype, self.device = dtype, device
+        self.dtype, self.device, self.backend = dtype, device, backend
 
     def heads_at(self, t: float) -> Heads:
         return self.sampler(t).to(dtype=self.dtype, device=self.device)
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        return project_tangent(x, field_stats(x, self.heads_at(t), self.a, self.w).mixed_output(self.model))
+        st = field_stats(x, self.heads_at(t), self.a, self.w, backend=self.backend)
+        return project_tangent(x, st.mixed_output(self.model))
 
 
 def simulate(
@@ -115,6 +118,7 @@ def simulate(
     record_steps: bool | None = None,
     checkpoint: Checkpointer | None = None,
     resume: Checkpoint | str | None = None,
+    backend: str = "auto",
 ) -> Trajectory:
     """Integrate ``dx_i/dt = v_t(x_i)`` of ``model`` (``mha``, ``gf``, ``usa``) on ``[t0, t_end]``.
 
@@ -130,6 +134,7 @@ def simulate(
     :class:`~attnflow.guards.NumericalInstability` carrying the last good state; a step too large for
     the weights gives a :class:`~attnflow.guards.StabilityWarning`; float32 runs whose rounding
     exceeds the integrator's error give a :class:`~attnflow.guards.PrecisionWarning`.
+    ``backend`` picks the attention kernel (:data:`attnflow.backends.BACKENDS`; ``auto`` by default).
     """
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
@@ -156,7 +161,7 @@ def simulate(
     a = masses(token_weights, x.shape[0], "token_weights", x)
     w = masses(head_weights, process.H, "head_weights", x)
 
-    f = TimeField(model, sampler, a, w, x.dtype, x.device)
+    f = TimeField(model, sampler, a, w, x.dtype, x.device, backend=backend)
     heads_at = f.heads_at
 
     check_model(model, heads_at(t0))

@@ -1,0 +1,28 @@
+"""The benchmark harness measures what it says (correctness only; timings are not tested)."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnflow import tokens, velocity
+from attnflow.bench import bench_size, markdown, reference_field
+from attnflow.heads import goe_heads
+
+
+def test_reference_field_is_the_mha_velocity():
+    x = tokens.uniform(50, 3, seed=0)
+    A = goe_heads(3, 3, 2.0, seed=1)
+    a, w = np.full(50, 1 / 50), np.full(3, 1 / 3)
+    assert np.abs(reference_field(x, A, A, a, w) - velocity(x, A, A, model="mha")).max() < 1e-13
+
+
+@pytest.mark.slow
+def test_bench_rows_report_small_errors_and_markdown():
+    rows = bench_size(300, 3, 2, exp_rate=1e9, steps=2, repeats=1)
+    names = [r.backend for r in rows]
+    assert names[0] == "numpy reference" and names[1] == "dense (flash)" and names[2].startswith("fast")
+    assert rows[1].rel_error < 1e-5  # float32 dense kernel
+    assert rows[2].rel_error < 1e-6  # fast summation at tol 1e-6
+    md = markdown({"machine": {"exp_per_s": 1e9, "threads": torch.get_num_threads(), "torch": "x"}, "beta": 4.0,
+                   "rows": [r.__dict__ for r in rows]})
+    assert md.count("\n| 300, 3, 2 |") == 3

@@ -1,0 +1,142 @@
+"""Fast summation (d <= 4) against the numpy reference, its error bound and its pieces."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from numpy.polynomial import chebyshev
+
+from attnflow import simulate, tokens
+from attnflow.backends import choose_fast, head_stats
+from attnflow.fastsum import (
+    chebyshev_tail_bound,
+    fast_attention_stats,
+    features,
+    kernel_coefficients,
+    plan,
+    power_coefficients,
+)
+from attnflow.heads import Heads, gaussian_heads, goe_heads, identity_heads
+from attnflow.kernels import attention_stats_reference
+
+
+def _rel_errors(out, logZ, out_ref, lz_ref, V):
+    z_err = float(np.abs(np.expm1(logZ.numpy() - lz_ref)).max())
+    normV = np.linalg.norm(V, ord=2, axis=(1, 2))[:, None]
+    o_err = float((np.linalg.norm(out.numpy() - out_ref, axis=-1) / normV).max())
+    return z_err, o_err
+
+
+@pytest.mark.parametrize("d,beta,tol", [(2, 4.0, 1e-10), (3, 1.0, 1e-6), (3, 2.0, 1e-10), (4, 1.0, 1e-7)])
+def test_fast_summation_within_tolerance_of_reference(d, beta, tol):
+    N, H = 120, 3
+    rng = np.random.default_rng(d)
+    x = tokens.uniform(N, d, seed=d)
+    A = gaussian_heads(H, d, beta, seed=1)
+    V = rng.standard_normal((H, d, d))
+    a = rng.uniform(0.5, 2.0, N)
+    a /= a.sum()
+    res = fast_attention_stats(torch.as_tensor(x), torch.as_tensor(A), torch.as_tensor(V), torch.as_tensor(a), tol=tol, check=N)
+    out_ref, lz_ref = attention_stats_reference(x, A, V, a)
+    z_err, o_err = _rel_errors(res.out, res.logZ, out_ref, lz_ref, V)
+    assert max(z_err, o_err) <= tol
+    assert res.plan.relative_bound <= tol
+    # The reported achieved error is the same measurement, done inside the module on every token.
+    assert res.achieved_error == pytest.approx(max(z_err, o_err), rel=1e-3, abs=1e-15)
+
+
+def test_tail_bound_dominates_the_true_error():
+    s = np.linspace(-1.0, 1.0, 4001)
+    for beta in (0.5, 2.0, 4.0, 8.0):
+        for P in (3, 8, 15):
+            p = np.polynomial.polynomial.polyval(beta * s, power_coefficients(beta, P))
+            true = np.abs(np.exp(beta * s) - p).max()
+            bound = chebyshev_tail_bound(beta, P)
+            assert true <= bound * (1 + 1e-9) + 1e-14
+            if P >= beta:  # the regime the planner uses: the bound is not vacuous there
+                assert bound < 50 * true + 1e-13
+
+
+def test_power_coefficients_are_the_chebyshev_series():
+    beta, P = 3.0, 12
+    t = np.linspace(-1, 1, 7)
+    from scipy.special import iv
+
+    cheb = 2 * iv(np.arange(P + 1), beta)
+    cheb[0] /= 2
+    assert np.allclose(np.polynomial.polynomial.polyval(beta * t, power_coefficients(beta, P)), chebyshev.chebval(t, cheb), rtol=1e-13)
+
+
+def test_bilinear_form_reproduces_polynomial_of_x_A_y():
+    d, H, P = 3, 2, 9
+    A = torch.as_tensor(goe_heads(H, d, 2.0, seed=0))
+    fp = plan(A, 1e-3)
+    fp = type(fp)(P, fp.beta, fp.tol, fp.kernel_error, fp.relative_bound, (P + 1) ** 2)
+    CP, CQ = kernel_coefficients(A.numpy(), fp)
+    x = torch.as_tensor(tokens.uniform(5, d, seed=1))
+    y = torch.as_tensor(tokens.uniform(6, d, seed=2))
+    fx, fy = features(x, P).numpy(), features(y, P).numpy()
+    M = CP.shape[-1]
+    assert fx.shape[1] == (P + 1) ** 2  # the dimension of polynomials of degree <= P on S^2
+    bil = np.einsum("im,hmn,jn->hij", fx[:, :M], CP, fy[:, :M]) + np.einsum("im,hmn,jn->hij", fx[:, M:], CQ, fy[:, M:])
+    s = np.einsum("id,hde,je->hij", x.numpy(), A.numpy(), y.numpy())
+    direct = np.polynomial.polynomial.polyval(s, power_coefficients(fp.beta, P))
+    assert np.abs(bil - direct).max() < 1e-12 * np.abs(direct).max()
+
+
+def test_fast_backend_through_fields_matches_flash():
+    N, d, H = 300, 3, 4
+    x = torch.as_tensor(tokens.uniform(N, d, seed=5))
+    heads = Heads.from_matrices(identity_heads(H, d, 4.0))
+    a = torch.full((N,), 1.0 / N, dtype=torch.float64)
+    out_f, lz_f = head_stats(x, heads, a, backend="fast")
+    out_d, lz_d = head_stats(x, heads, a, backend="flash")
+    assert float((lz_f - lz_d).abs().max()) < 1e-11
+    assert float((out_f - out_d).abs().max()) < 1e-11 * 4.0
+
+
+def test_auto_selects_fast_only_when_it_pays():
+    d, H = 3, 8
+    heads = Heads.from_matrices(identity_heads(H, d, 4.0))
+    small = torch.as_tensor(tokens.uniform(512, d, seed=0))
+    big = torch.as_tensor(tokens.uniform(200_000, d, seed=0))
+    assert choose_fast(small, heads, torch.full((512,), 1 / 512, dtype=torch.float64), None) is None
+    fp = choose_fast(big, heads, torch.full((200_000,), 1 / 200_000, dtype=torch.float64), None)
+    assert fp is not None and fp.relative_bound <= 1e-12
+    # Large beta: no expansion within the feature budget, so auto stays dense.
+    hot = Heads.from_matrices(identity_heads(H, d, 60.0))
+    assert choose_fast(big, hot, torch.full((200_000,), 1 / 200_000, dtype=torch.float64), None) is None
+
+
+def test_fast_backend_errors_are_clear():
+    a = torch.full((10,), 0.1, dtype=torch.float64)
+    x5 = torch.as_tensor(tokens.uniform(10, 5, seed=0))
+    with pytest.raises(ValueError, match="d <= 4"):
+        head_stats(x5, Heads.from_matrices(identity_heads(2, 5)), a, backend="fast")
+    x3 = torch.as_tensor(tokens.uniform(10, 3, seed=0))
+    with pytest.raises(ValueError, match="cannot reach tol"):
+        head_stats(x3, Heads.from_matrices(identity_heads(2, 3, 80.0)), a, backend="fast")
+    with pytest.raises(ValueError, match="unknown backend"):
+        head_stats(x3, Heads.from_matrices(identity_heads(2, 3)), a, backend="gpu")
+
+
+def test_simulate_fast_equals_dense_with_euler():
+    # Euler evaluates the field on the sphere only, where both backends compute the same sums.
+    x0 = tokens.uniform(80, 3, seed=2)
+    A = goe_heads(4, 3, 1.5, seed=3)
+    kw = dict(model="gf", t_end=0.2, dt=0.05, method="euler")
+    fast = simulate(x0, A, backend="fast", **kw)
+    dense = simulate(x0, A, backend="flash", **kw)
+    assert np.abs(fast.x - dense.x).max() < 1e-9
+
+
+def test_large_beta_rounding_guard():
+    # At beta = 12 the monomial sums cancel from ~e^12: 1e-12 is refused, 1e-6 is met.
+    x = torch.as_tensor(tokens.uniform(200, 3, seed=4))
+    a = torch.full((200,), 1 / 200, dtype=torch.float64)
+    A = torch.as_tensor(goe_heads(2, 3, 1.0, seed=5))
+    A = 12.0 * A / torch.linalg.matrix_norm(A, ord=2).max()
+    assert plan(A, 1e-12, 0.1) is None
+    res = fast_attention_stats(x, A, A, a, tol=1e-6, check=200)
+    assert res.achieved_error <= 1e-6
