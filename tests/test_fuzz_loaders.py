@@ -303,3 +303,72 @@ def test_fuzz_cli_never_shows_a_traceback(tmp_path, data):
     assert res.exit_code in (0, 2), res.output + repr(res.exception)
     if res.exit_code == 2:
         assert "Traceback" not in res.output and not out.exists()
+
+
+# --- sweep files (attnflow sweep): the same contract as configs -------------------------------------
+
+QUICK_SWEEP = {
+    "name": "fz",
+    "base": "ou",
+    "set": {"tokens.n": 8, "integration.t_end": 0.1, "integration.dt": 0.05},
+    "grid": {"product": {"heads.beta": [1.0, 2.0], "heads.count": [1, 2]}},
+    "seeds": 2,
+}
+
+
+@st.composite
+def mutated_sweeps(draw):
+    import copy
+
+    data = copy.deepcopy(QUICK_SWEEP)
+    junk = st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8),
+                     st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=6), st.integers(), max_size=2))
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["top", "set", "grid", "product", "drop"]))
+        key = draw(st.sampled_from(["name", "base", "set", "grid", "seeds", "zip", "tokens.n", "heads.beta",
+                                    "heads.count", "weights.rate", "nope", "integration.dt"]))
+        if where == "drop":
+            data.pop(draw(st.sampled_from(sorted(data))), None)
+        elif where == "top":
+            data[key] = draw(junk)
+        elif where == "set" and isinstance(data.get("set"), dict):
+            data["set"][key] = draw(junk)
+        elif where == "grid" and isinstance(data.get("grid"), dict):
+            data["grid"][draw(st.sampled_from(["product", "zip", "other"]))] = draw(junk)
+        elif isinstance(data.get("grid"), dict) and isinstance(data["grid"].get("product"), dict):
+            data["grid"]["product"][key] = draw(st.lists(junk, max_size=3))
+    return data
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutated_sweeps().map(lambda d: yaml.safe_dump(d).encode()) | st.binary(max_size=200))
+def test_fuzz_sweep_files(tmp_path, raw):
+    """Loading and expanding a malformed sweep file either works or raises one ConfigError."""
+    from attnflow.sweep_spec import load_sweep, sweep_points
+
+    f = tmp_path / "sweep.yaml"
+    f.write_bytes(raw)
+    try:
+        spec, root = load_sweep(f)
+        points = sweep_points(spec, root)
+    except ConfigError as e:
+        msg = str(e)
+        assert msg and "\n" not in msg.strip() and "Traceback" not in msg
+        return
+    assert len(points) >= 1
+
+
+@pytest.mark.parametrize("text,needles", [
+    (b"\xff\xfe\x00 not text", ["UTF-8"]),
+    (b"base: ou\ngrid: {product: {heads.beta: [1.0, x]}}\n", ["heads.beta"]),
+    (b"base: ou\ngrid: {product: {heads.nope: [1, 2]}}\n", ["heads.nope"]),
+    (b"base: nowhere\n", ["nowhere"]),
+    (b"base: ou\nseeds: -1\n", ["seeds"]),
+    (b"grid: [1, 2\n", ["YAML"]),
+])
+def test_bad_sweep_file_is_one_clean_paragraph(tmp_path, text, needles):
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(text)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["sweep", str(f), "--out", str(out)])
+    assert_clean_error(res, out, *needles)

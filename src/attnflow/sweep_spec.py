@@ -152,9 +152,11 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
     if not p.is_file():
         raise ConfigError(f"sweep file {str(p)!r} does not exist.")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"sweep file {str(p)!r} is not a text (UTF-8) file; a sweep file is YAML text.") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"sweep file {str(p)!r} is not valid YAML: {e}") from None
+        raise ConfigError(f"sweep file {str(p)!r} is not valid YAML: {' '.join(str(e).split())}") from None
     return parse_sweep(data, f"{str(p)!r}"), p.resolve().parent
 
 
