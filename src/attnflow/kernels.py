@@ -56,10 +56,13 @@ def attention_stats(
     Options real transformers need: ``key_bias`` ``(..., H, N)`` adds ``c_h(x_j)`` to every logit
     ``q_i . k_j`` (the key term ``b_Q . k_j`` of a query bias); ``causal=True`` restricts the sums to
     ``j <= i`` (token ``i`` attends to itself and earlier tokens). Both go through the ``stream``
-    backend, which every dtype and device supports.
+    backend, which every dtype and device supports, as does every call that autograd differentiates.
     """
     backend = resolve_backend(backend, q)
-    if backend == "flash" and key_bias is None and not causal:
+    # The fused kernel's log-sum-exp output carries no gradient, so anything differentiated
+    # (JKO's objective, autograd checks) goes through the streamed kernel.
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, log_a, key_bias))
+    if backend == "flash" and key_bias is None and not causal and not needs_grad:
         return _flash(q, k, v, log_a)
     return _stream(q, k, v, log_a, block_elements, key_bias=key_bias, causal=causal)
 
