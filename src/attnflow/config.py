@@ -190,17 +190,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """One paragraph naming every offending field and the value it had."""
+#: Path entries pydantic adds for union branches (discriminator values, type names), not fields.
+_BRANCH_TAGS = {"ou", "constant", "oscillating", "layers", "int", "str", "float", "bool", "constrained-int"}
+
+
+def format_validation_error(err: ValidationError, source: str, *, kind: str = "config") -> str:
+    """One paragraph naming every offending field and the value it had (``kind``: what was read)."""
     parts = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in {"ou", "constant", "oscillating", "layers"}))
-        where = f"field '{loc}'" if loc else "config"
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and (p in _BRANCH_TAGS or "[" in p)))
+        where = f"field '{loc}'" if loc else kind.split()[0]
         got = e.get("input")
         shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
         msg = e["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {msg}{shown}")
-    return f"invalid config {source}: " + "; ".join(parts) + "."
+    return f"invalid {kind} {source}: " + "; ".join(parts) + "."
 
 
 def parse_config(data: Any, source: str = "") -> RunConfig:
@@ -251,7 +255,10 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
             if not isinstance(node.get(p), dict):
                 raise ConfigError(f"override {item!r}: {p!r} is not a section of the config")
             node = node[p]
-        node[parts[-1]] = yaml.safe_load(raw)
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
     return parse_config(data, "after --set overrides")
 
 

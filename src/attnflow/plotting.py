@@ -11,15 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .simulate import Trajectory  # noqa: E402
-
-
-def pca_basis(x: np.ndarray, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` principal directions of all saved tokens and their explained variance ratios."""
-    flat = x.reshape(-1, x.shape[-1])
-    centered = flat - flat.mean(0)
-    _, s, vt = np.linalg.svd(centered, full_matrices=False)
-    var = s**2 / max((s**2).sum(), 1e-300)
-    return vt[:k], var[:k]
+from .views import pca_basis  # noqa: E402  (one PCA for the figures, the report and the movie)
 
 
 def snapshot_indices(n_saved: int, count: int = 4) -> list[int]:

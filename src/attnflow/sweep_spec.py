@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from .config import PRESETS, ConfigError, RunConfig, apply_overrides, parse_config, preset_config
+from .config import PRESETS, ConfigError, RunConfig, apply_overrides, format_validation_error, parse_config, preset_config
 
 
 class _Strict(BaseModel):
@@ -121,21 +121,6 @@ def point_id(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-_TAGS = {"int", "str", "float", "bool", "constrained-int"}
-
-
-def _format_error(err: ValidationError, source: str) -> str:
-    parts = []
-    for e in err.errors():
-        # Drop pydantic's union-branch tags ("int", "list[int]", "function-after[...]") from the path.
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and (p in _TAGS or "[" in p)))
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        where = f"field '{loc}'" if loc else "sweep"
-        parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}{shown}")
-    return f"invalid sweep file {source}: " + "; ".join(parts) + "."
-
-
 def parse_sweep(data: Any, source: str = "") -> SweepSpec:
     """Validate a sweep mapping; raises :class:`ConfigError` naming the offending field."""
     if not isinstance(data, dict):
@@ -143,7 +128,7 @@ def parse_sweep(data: Any, source: str = "") -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_error(e, source)) from None
+        raise ConfigError(format_validation_error(e, source, kind="sweep file")) from None
 
 
 def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
