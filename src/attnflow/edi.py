@@ -31,13 +31,12 @@ there without sub-stepping the weights.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .fields import FieldStats, _log_abs_energy, field_stats
+from .fields import FieldStats, field_stats, state_energy
 from .geometry import project_tangent
 from .heads import Heads
 from .integrators import Integrator
@@ -51,11 +50,6 @@ STEP_SERIES: dict[str, str] = {
     "step_speed_action": "1/2 int_{t_k}^{t_{k+1}} |mu'|^2",
     "step_slope_action": "1/2 int_{t_k}^{t_{k+1}} |dF|^2",
 }
-
-
-def _energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> float:
-    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
-    return -math.exp(float(_log_abs_energy(st, a)))
 
 
 class StepRecorder:
@@ -112,7 +106,7 @@ class StepRecorder:
         """One step of the integrator from ``(t, x)``, recording the step's budget row."""
         heads0 = self.heads_at(t)
         last = self._last
-        F0 = last[2] if last is not None and last[0] == t and last[1] is x else _energy(x, heads0, self.a, self.w)
+        F0 = last[2] if last is not None and last[0] == t and last[1] is x else state_energy(x, heads0, self.a, self.w)
         self._stages = []
         y = self.integrator.step(self, t, x, dt)
         stages, b = self._stages, self.integrator.weights
@@ -129,11 +123,11 @@ class StepRecorder:
             slope = dt * self._evaluate_with(heads0, t, y)[2]
             stages, b = [self._evaluate(t, x)[1:], self._evaluate(t + dt, y)[1:]], (0.5, 0.5)
         heads1 = self.heads_at(t + dt)
-        F1 = _energy(y, heads1, self.a, self.w)
+        F1 = state_energy(y, heads1, self.a, self.w)
         if self.rule == "quadrature":
             work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
         else:
-            work = F1 - _energy(y, heads0, self.a, self.w)
+            work = F1 - state_energy(y, heads0, self.a, self.w)
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
         self._last = (t + dt, y, F1)
         return y

@@ -25,7 +25,6 @@ import torch
 from ._arrays import ArrayLike, like, to_tensor
 from .geometry import project_tangent
 from .heads import Heads, as_heads
-from .kernels import attention_stats  # noqa: F401  (kept: the kernel's home, imported by others)
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -171,6 +170,12 @@ def log_energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> tup
 
 def _log_abs_energy(st: FieldStats, a: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(st.log_S + torch.log(a), dim=0) - math.log(2.0)
+
+
+def state_energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> float:
+    """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form."""
+    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
+    return -math.exp(float(_log_abs_energy(st, a)))
 
 
 def energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:

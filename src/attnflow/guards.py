@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .fields import _log_abs_energy, field_stats
+from .fields import field_stats, state_energy
 from .geometry import project_tangent
 from .heads import Heads
 
@@ -108,8 +108,7 @@ class _Frozen:
 
 
 def _energy64(x: torch.Tensor, heads64: Heads, a64: torch.Tensor, w64: torch.Tensor) -> float:
-    st = field_stats(x.to(torch.float64), Heads(K=heads64.K, Q=heads64.Q), a64, w64, values=False)
-    return -math.exp(float(_log_abs_energy(st, a64)))
+    return state_energy(x.to(torch.float64), heads64, a64, w64)
 
 
 @dataclass
