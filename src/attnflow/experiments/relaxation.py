@@ -167,7 +167,7 @@ def experiment_oscillating(quick: bool, seed: int) -> ExperimentResult:
     """Oscillating weights: no relaxation, side by side with OU."""
     start = time.perf_counter()
     cfgs, trajs, rcs = _simulate_pair(quick, seed)
-    osc, ou = trajs["oscillating"], trajs["ou"]
+    osc = trajs["oscillating"]
     ratio = {k: late_mean(t.t, t.diagnostics["slope"]) / early_mean(t.t, t.diagnostics["slope"]) for k, t in trajs.items()}
     period = 2 * np.pi / rcs["oscillating"].weights.omega
     settle = {k: _settling(t, period) for k, t in trajs.items()}
