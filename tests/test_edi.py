@@ -69,10 +69,33 @@ def test_weight_derivative_term_matches_finite_differences():
     rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
     x = torch.from_numpy(X0)
     t, h = 0.7, 1e-5
-    _, speed2, slope2, dFdt = rec._evaluate(t, x)
+    _, speed2, slope2, dFdt, F = rec._evaluate(t, x)
     fd = (energy(X0, P.A_at(t + h)) - energy(X0, P.A_at(t - h))) / (2 * h)
     assert dFdt == pytest.approx(fd, rel=1e-7)
     assert speed2 == pytest.approx(slope2, rel=1e-12)
+    assert F == pytest.approx(energy(X0, P.A_at(t)), rel=1e-13)
+
+
+def test_recorder_reuses_the_end_of_each_step(monkeypatch):
+    # rk4 visits 4 stages; the first is the previous step's end, which also gives F(mu_{k+1}): so a
+    # step costs 4 kernel passes (it cost 5-6 when the energies were separate calls).
+    import attnflow.edi as edi
+
+    calls = []
+    real = edi.head_stats
+    monkeypatch.setattr(edi, "head_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    P = PROCESSES["oscillating"]
+    f = TimeField("gf", P.sampler(), torch.full((12,), 1 / 12, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64),
+                  torch.float64, "cpu")
+    rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
+    x = torch.from_numpy(X0)
+    for k in range(5):
+        x = rec.step(0.1 * k, x, 0.1)
+    assert len(calls) == 1 + 4 * 5
+    # and the budget is that of fresh evaluations: F at each end equals the energy at that state
+    assert rec.rows[-1][0] == pytest.approx(0.5)
+    F_end = rec._end[2][4]
+    assert F_end == pytest.approx(energy(x.numpy(), P.A_at(0.5)), rel=1e-13)
 
 
 def test_increment_rule_for_weights_without_derivative():

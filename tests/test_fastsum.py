@@ -8,7 +8,7 @@ import torch
 from numpy.polynomial import chebyshev
 
 from attnflow import simulate, tokens
-from attnflow.backends import choose_fast, head_stats
+from attnflow.backends import AUTO_FAST_TOL, choose_fast, head_stats
 from attnflow.fastsum import (
     chebyshev_tail_bound,
     fast_attention_stats,
@@ -103,10 +103,11 @@ def test_auto_selects_fast_only_when_it_pays():
     big = torch.as_tensor(tokens.uniform(200_000, d, seed=0))
     assert choose_fast(small, heads, torch.full((512,), 1 / 512, dtype=torch.float64), None) is None
     fp = choose_fast(big, heads, torch.full((200_000,), 1 / 200_000, dtype=torch.float64), None)
-    assert fp is not None and fp.relative_bound <= 1e-12
+    assert fp is not None and fp.relative_bound <= AUTO_FAST_TOL[torch.float64]
     # Large beta: no expansion within the feature budget, so auto stays dense.
     hot = Heads.from_matrices(identity_heads(H, d, 60.0))
-    assert choose_fast(big, hot, torch.full((200_000,), 1 / 200_000, dtype=torch.float64), None) is None
+    with pytest.warns(UserWarning, match="dense kernel"):
+        assert choose_fast(big, hot, torch.full((200_000,), 1 / 200_000, dtype=torch.float64), None) is None
 
 
 def test_fast_backend_errors_are_clear():
@@ -140,3 +141,88 @@ def test_large_beta_rounding_guard():
     assert plan(A, 1e-12, 0.1) is None
     res = fast_attention_stats(x, A, A, a, tol=1e-6, check=200)
     assert res.achieved_error <= 1e-6
+
+
+@pytest.mark.parametrize("d,P", [(2, 12), (4, 7)])
+def test_bilinear_form_in_other_dimensions(d, P):
+    H = 3
+    A = torch.as_tensor(gaussian_heads(H, d, 1.5, seed=d))
+    fp = plan(A, 1e-3)
+    fp = type(fp)(P, fp.beta, fp.tol, fp.kernel_error, fp.relative_bound, math.comb(P + d - 1, d - 1) + math.comb(P + d - 2, d - 1))
+    CP, CQ = kernel_coefficients(A, fp)  # torch in, torch out
+    assert isinstance(CP, torch.Tensor)
+    np.testing.assert_array_equal(CP.numpy(), kernel_coefficients(A.numpy(), fp)[0])
+    x = torch.as_tensor(tokens.uniform(7, d, seed=1))
+    y = torch.as_tensor(tokens.uniform(5, d, seed=2))
+    fx, fy = features(x, P), features(y, P)
+    M = CP.shape[-1]
+    bil = torch.einsum("im,hmn,jn->hij", fx[:, :M], CP, fy[:, :M]) + torch.einsum("im,hmn,jn->hij", fx[:, M:], CQ, fy[:, M:])
+    s = torch.einsum("id,hde,je->hij", x, A, y).numpy()
+    direct = np.polynomial.polynomial.polyval(s, power_coefficients(fp.beta, P))
+    assert np.abs(bil.numpy() - direct).max() < 1e-12 * np.abs(direct).max()
+
+
+def test_extra_values_come_from_the_same_pass():
+    N, d, H = 300, 3, 4
+    x = torch.as_tensor(tokens.uniform(N, d, seed=8))
+    heads = Heads.from_matrices(goe_heads(H, d, 2.0, seed=9))
+    E = torch.as_tensor(np.random.default_rng(1).standard_normal((H, d, d)))
+    a = torch.full((N,), 1 / N, dtype=torch.float64)
+    _, lz_ref = attention_stats_reference(x.numpy(), heads.A.numpy(), E.numpy(), a.numpy())
+    ref_E, _ = attention_stats_reference(x.numpy(), heads.A.numpy(), E.numpy(), a.numpy())
+    ref_V, _ = attention_stats_reference(x.numpy(), heads.A.numpy(), heads.A.numpy(), a.numpy())
+    for backend, tol in (("flash", 1e-10), ("fast", 1e-9)):
+        out, lz = head_stats(x, heads, a, backend=backend, extra_values=E, tol=1e-11)
+        assert out.shape == (H, N, 2 * d)
+        assert float((out[..., :d] - torch.as_tensor(ref_V)).abs().max()) < tol * 2.0
+        assert float((out[..., d:] - torch.as_tensor(ref_E)).abs().max()) < tol * float(torch.linalg.matrix_norm(E, ord=2).max())
+        assert float((lz - torch.as_tensor(lz_ref)).abs().max()) < tol
+
+
+def test_key_moments_are_recomputed_after_an_in_place_change():
+    N, d = 400, 3
+    x = torch.as_tensor(tokens.uniform(N, d, seed=3))
+    A = torch.as_tensor(goe_heads(2, d, 2.0, seed=4))
+    a = torch.full((N,), 1 / N, dtype=torch.float64)
+    first = fast_attention_stats(x, A, A, a, tol=1e-10)
+    again = fast_attention_stats(x, 0.5 * A, A, a, tol=1e-10)  # cached moments, other heads: still exact
+    _, lz_half = attention_stats_reference(x.numpy(), 0.5 * A.numpy(), A.numpy(), a.numpy())
+    assert float((again.logZ - torch.as_tensor(lz_half)).abs().max()) < 1e-10
+    x[:, 0] *= -1.0  # same tensor object, new contents
+    after = fast_attention_stats(x, A, A, a, tol=1e-10)
+    _, lz_ref = attention_stats_reference(x.numpy(), A.numpy(), A.numpy(), a.numpy())
+    assert float((after.logZ - torch.as_tensor(lz_ref)).abs().max()) < 1e-10
+    assert float((after.logZ - first.logZ).abs().max()) > 1e-3
+
+
+def test_kernel_options_hold_for_every_call_of_a_run(monkeypatch):
+    import attnflow.backends as backends
+    import attnflow.fastsum as fs
+
+    tols = []
+    real = fs.fast_attention_stats
+    monkeypatch.setattr(fs, "fast_attention_stats", lambda *a, **k: tols.append(k["fast_plan"].tol) or real(*a, **k))
+    monkeypatch.setattr(backends, "AUTO_FAST_MIN_TOKENS", 16)
+    monkeypatch.setattr(backends, "PAIR_COST_IN_FLOPS", 1e9)  # make fast summation "pay" at this size
+    x0 = tokens.uniform(200, 3, seed=2)
+    A = goe_heads(4, 3, 1.5, seed=3)
+    # Euler: every evaluation is on the sphere, where fast and dense sum the same kernel.
+    traj = simulate(x0, A, model="gf", t_end=0.1, dt=0.05, method="euler", fast_tol=1e-9)
+    assert len(tols) >= 6 and set(tols) == {1e-9}  # field, energies and diagnostics alike
+    assert backends.current_options() == ("auto", None)  # the run's choice does not leak out
+    dense = simulate(x0, A, model="gf", t_end=0.1, dt=0.05, method="euler", backend="flash")
+    assert np.abs(traj.x - dense.x).max() < 1e-8
+    np.testing.assert_allclose(traj.diagnostics["energy"], dense.diagnostics["energy"], rtol=1e-8)
+    with pytest.raises(ValueError, match="tolerance must be positive"):
+        simulate(x0, A, model="gf", t_end=0.1, dt=0.05, fast_tol=-1.0)
+
+
+def test_auto_warns_when_a_large_cloud_falls_back_to_dense(monkeypatch):
+    import attnflow.backends as backends
+
+    monkeypatch.setattr(backends, "SLOW_DENSE_TOKENS", 100)
+    x = torch.as_tensor(tokens.uniform(5000, 3, seed=0))
+    a = torch.full((5000,), 1 / 5000, dtype=torch.float64)
+    hot = Heads.from_matrices(identity_heads(2, 3, 60.0))
+    with pytest.warns(backends.SlowKernelWarning, match="dense"):
+        assert choose_fast(x, hot, a, None) is None

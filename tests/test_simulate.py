@@ -140,3 +140,15 @@ def test_save_is_atomic(rng, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         traj.save(tmp_path / "run")
     assert list(tmp_path.iterdir()) == []  # neither the folder nor a temporary is left behind
+
+
+def test_config_kernel_section_reaches_simulate():
+    from attnflow.config import ConfigError, build, parse_config
+
+    cfg = parse_config({"kernel": {"backend": "stream", "tolerance": 1e-8}})
+    _, _, kwargs = build(cfg)
+    assert kwargs["backend"] == "stream" and kwargs["fast_tol"] == 1e-8
+    with pytest.raises(ConfigError, match="d <= 4"):
+        parse_config({"model": "mha", "tokens": {"d": 5}, "kernel": {"backend": "fast"}})
+    with pytest.raises(ConfigError, match="kernel.tolerance"):
+        parse_config({"kernel": {"tolerance": 0}})

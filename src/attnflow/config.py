@@ -129,6 +129,18 @@ class IntegrationConfig(_Strict):
         return self
 
 
+class KernelConfig(_Strict):
+    """Which attention kernel evaluates the field (:mod:`attnflow.backends`) and how exactly.
+
+    ``backend``: ``auto`` (fused dense kernel, fast summation when ``d <= 4``, many tokens and it pays),
+    ``flash``, ``stream`` or ``fast``. ``tolerance``: the fast summation's proved relative error
+    (``null``: 1e-10 in float64, 1e-7 in float32).
+    """
+
+    backend: Literal["auto", "flash", "stream", "fast"] = "auto"
+    tolerance: Annotated[float, Field(gt=0, lt=1)] | None = None
+
+
 class DiagnosticsConfig(_Strict):
     cluster_eps: Annotated[float, Field(gt=0, lt=2)] = 1e-3
 
@@ -144,6 +156,7 @@ class RunConfig(_Strict):
     heads: HeadsConfig = HeadsConfig()
     weights: WeightsConfig = OUWeights()
     integration: IntegrationConfig = IntegrationConfig()
+    kernel: KernelConfig = KernelConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
     @model_validator(mode="after")
@@ -158,6 +171,10 @@ class RunConfig(_Strict):
                 raise ValueError(f"model 'gf' needs V = A, but heads.value is {self.heads.value!r}; use 'A' or model 'mha'")
             if isinstance(self.weights, OUWeights) and not self.weights.symmetric:
                 raise ValueError("model 'gf' needs symmetric OU noise (weights.symmetric: true)")
+        if self.kernel.backend == "fast" and self.tokens.d > 4:
+            raise ValueError(
+                f"kernel.backend 'fast' (fast summation) covers d <= 4, but tokens.d = {self.tokens.d}; use 'auto'"
+            )
         if self.tokens.init == "equiangular" and self.tokens.inner_product is None and self.tokens.n > self.tokens.d + 1:
             raise ValueError(
                 f"a regular simplex of {self.tokens.n} tokens needs d >= {self.tokens.n - 1}; got d = {self.tokens.d}"
@@ -349,6 +366,8 @@ def build(cfg: RunConfig) -> tuple[np.ndarray, WeightProcess, dict[str, Any]]:
         "token_weights": None if cfg.tokens.masses is None else np.asarray(cfg.tokens.masses),
         "head_weights": None if cfg.heads.masses is None else np.asarray(cfg.heads.masses),
         "cluster_eps": cfg.diagnostics.cluster_eps,
+        "backend": cfg.kernel.backend,
+        "fast_tol": cfg.kernel.tolerance,
         "dtype": torch.float64 if cfg.dtype == "float64" else torch.float32,
         "config": cfg.model_dump(mode="json"),
     }

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .fields import FieldStats, field_stats, state_energy
+from .backends import head_stats
+from .fields import FieldStats, _log_abs_energy, field_stats, state_energy
 from .geometry import project_tangent
 from .heads import Heads
 from .integrators import Integrator
-from .kernels import attention_stats
 
 #: Per-step series stored in a trajectory (dataset dimension ``step``, length = number of steps).
 STEP_SERIES: dict[str, str] = {
@@ -66,23 +66,24 @@ class StepRecorder:
         self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
         self._stages: list[tuple[float, float, float]] = []
         self.rows: list[tuple[float, float, float, float, float]] = []
-        self._last: tuple[float, torch.Tensor, float] | None = None  # F(mu_{k+1}, t_{k+1}) for the next step
+        # The evaluation at the end of the last step, (t, x, result): it gives F(mu_{k+1}, t_{k+1}) and
+        # is the first stage of the next step, so each step costs one kernel pass fewer.
+        self._end: tuple[float, torch.Tensor, tuple] | None = None
 
     def heads_at(self, t: float) -> Heads:
         return self.field.heads_at(t)
 
-    def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
-        """``v_t(x)`` and the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` from one kernel pass."""
+    def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float, float]:
+        """``v_t(x)``, the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` and ``F(mu, t)`` from one kernel pass."""
+        end = self._end
+        if end is not None and end[0] == t and end[1] is x:
+            return end[2]
         return self._evaluate_with(self.heads_at(t), t, x)
 
-    def _evaluate_with(self, heads: Heads, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
+    def _evaluate_with(self, heads: Heads, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float, float]:
         d = x.shape[-1]
-        q, k = heads.factors(x)
-        vals = heads.value_features(x)
         dA = self.derivative(t) if self.rule == "quadrature" else None
-        if dA is not None:
-            vals = torch.cat([vals, x.unsqueeze(-3) @ dA.to(x).transpose(-1, -2)], dim=-1)
-        out, logZ = attention_stats(q, k, vals, torch.log(self.a))
+        out, logZ = head_stats(x, heads, self.a, extra_values=dA)
         st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
         v = project_tangent(x, st.mixed_output(self.model))
         S = torch.exp(st.log_S)
@@ -95,18 +96,20 @@ class StepRecorder:
             c = st.head_mix("gf")  # w_h Z_h / S
             xAx = (out[..., d:] * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
             dFdt = float(-0.5 * (self.a * S * (c * xAx).sum(0)).sum())
-        return v, speed2, slope2, dFdt
+        F = -float(torch.exp(_log_abs_energy(st, self.a)))
+        return v, speed2, slope2, dFdt, F
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        v, speed2, slope2, dFdt = self._evaluate(t, x)
+        v, speed2, slope2, dFdt, _ = self._evaluate(t, x)
         self._stages.append((speed2, slope2, dFdt))
         return v
 
     def step(self, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
         """One step of the integrator from ``(t, x)``, recording the step's budget row."""
         heads0 = self.heads_at(t)
-        last = self._last
-        F0 = last[2] if last is not None and last[0] == t and last[1] is x else state_energy(x, heads0, self.a, self.w)
+        start = self._evaluate(t, x)
+        self._end = (t, x, start)
+        F0 = start[4]
         self._stages = []
         y = self.integrator.step(self, t, x, dt)
         stages, b = self._stages, self.integrator.weights
@@ -121,15 +124,15 @@ class StepRecorder:
             b0 = torch.exp(-field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False).log_S)
             speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
             slope = dt * self._evaluate_with(heads0, t, y)[2]
-            stages, b = [self._evaluate(t, x)[1:], self._evaluate(t + dt, y)[1:]], (0.5, 0.5)
-        heads1 = self.heads_at(t + dt)
-        F1 = state_energy(y, heads1, self.a, self.w)
+            stages, b = [start[1:4], self._evaluate(t + dt, y)[1:4]], (0.5, 0.5)
+        end = self._evaluate(t + dt, y)
+        self._end = (t + dt, y, end)
+        F1 = end[4]
         if self.rule == "quadrature":
             work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
         else:
             work = F1 - state_energy(y, heads0, self.a, self.w)
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
-        self._last = (t + dt, y, F1)
         return y
 
     def series(self) -> dict[str, np.ndarray]:

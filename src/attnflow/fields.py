@@ -107,11 +107,12 @@ class FieldStats:
 
 
 def field_stats(
-    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str = "auto"
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str | None = None
 ) -> FieldStats:
     """Run the kernel once for every head (``values=False`` skips the outputs).
 
-    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`).
+    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`); ``None``
+    takes the one of :func:`attnflow.backends.kernel_options` (``auto`` outside it).
     """
     from .backends import head_stats
 

@@ -16,6 +16,7 @@ import torch
 
 from ._arrays import ArrayLike, to_numpy, to_tensor
 from .diagnostics import as_numpy_table, state_diagnostics
+from .backends import kernel_options
 from .fields import MODELS, check_model, field_stats, masses
 from .geometry import project_tangent
 from .heads import Heads
@@ -119,6 +120,7 @@ def simulate(
     checkpoint: Checkpointer | None = None,
     resume: Checkpoint | str | None = None,
     backend: str = "auto",
+    fast_tol: float | None = None,
 ) -> Trajectory:
     """Integrate ``dx_i/dt = v_t(x_i)`` of ``model`` (``mha``, ``gf``, ``usa``) on ``[t0, t_end]``.
 
@@ -134,8 +136,24 @@ def simulate(
     :class:`~attnflow.guards.NumericalInstability` carrying the last good state; a step too large for
     the weights gives a :class:`~attnflow.guards.StabilityWarning`; float32 runs whose rounding
     exceeds the integrator's error give a :class:`~attnflow.guards.PrecisionWarning`.
-    ``backend`` picks the attention kernel (:data:`attnflow.backends.BACKENDS`; ``auto`` by default).
+    ``backend`` picks the attention kernel (:data:`attnflow.backends.BACKENDS`; ``auto`` by default)
+    and ``fast_tol`` the fast summation's proved relative error (default
+    :data:`attnflow.backends.AUTO_FAST_TOL`); both hold for every kernel call of the run (field,
+    EDI budget, diagnostics).
     """
+    with kernel_options(backend, fast_tol):
+        return _simulate(
+            x0, weights, model=model, t_end=t_end, dt=dt, method=method, save_every=save_every, seed=seed,
+            token_weights=token_weights, head_weights=head_weights, t0=t0, cluster_eps=cluster_eps, dtype=dtype,
+            progress=progress, config=config, record_steps=record_steps, checkpoint=checkpoint, resume=resume,
+            backend=backend,
+        )
+
+
+def _simulate(
+    x0, weights, *, model, t_end, dt, method, save_every, seed, token_weights, head_weights, t0, cluster_eps, dtype,
+    progress, config, record_steps, checkpoint, resume, backend,
+) -> Trajectory:
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
         raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
