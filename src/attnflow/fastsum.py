@@ -277,13 +277,13 @@ class _FeatureBuilder:
         kw = dict(dtype=dtype, device=device)
         self.pw = torch.empty(P + 1, d, n, **kw)  # pw[i, k] = x_k^i
         self.pwr = torch.empty(P + 1, d, n, **kw)  # pwr[i, k] = x_k^(P - i)
-        self.rev = torch.arange(P, -1, -1, device=device)
         # tables[k]: monomials of every degree m <= P in x_k..x_{d-1}, stacked by degree
         self.tables: dict[int, tuple[torch.Tensor, list[int]]] = {}
         for k in range(1, d - 1):
             sizes = [_n_monomials(m, d - k) for m in range(P + 1)]
             self.tables[k] = (torch.empty(sum(sizes), n, **kw), [0, *np.cumsum(sizes).tolist()])
         self.F = torch.empty(_n_monomials(P, d) + _n_monomials(P - 1, d), n, **kw)
+        self._full: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
     def _slice(self, k: int, m: int, nb: int) -> torch.Tensor:
         """Monomials of degree ``m`` in ``x_k..x_{d-1}`` (``k >= 1``), ``(M, nb)``."""
@@ -292,17 +292,28 @@ class _FeatureBuilder:
         buf, off = self.tables[k]
         return buf[off[m] : off[m + 1], :nb]
 
-    def _fill(self, k: int, m: int, out: torch.Tensor, nb: int) -> None:
-        """Write the monomials of degree ``m`` in ``x_k..x_{d-1}`` into ``out``."""
-        P = self.P
-        if k == self.d - 2:  # x_k^e x_{k+1}^(m-e), e = m..0: two slices of the power tables
-            torch.mul(self.pwr[P - m :, k, :nb], self.pw[: m + 1, k + 1, :nb], out=out)
-            return
-        r = 0
-        for e in range(m, -1, -1):
-            rest = self._slice(k + 1, m - e, nb)
-            torch.mul(self.pw[e, k, :nb], rest, out=out[r : r + rest.shape[0]])
-            r += rest.shape[0]
+    def _products(self, nb: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Every product ``out = a * b`` of a block of ``nb`` tokens, in order, as buffer views."""
+        P, ops = self.P, []
+
+        def fill(k: int, m: int, out: torch.Tensor) -> None:
+            if k == self.d - 2:  # x_k^e x_{k+1}^(m-e), e = m..0: two slices of the power tables
+                ops.append((out, self.pwr[P - m :, k, :nb], self.pw[: m + 1, k + 1, :nb]))
+                return
+            r = 0
+            for e in range(m, -1, -1):
+                rest = self._slice(k + 1, m - e, nb)
+                ops.append((out[r : r + rest.shape[0]], self.pw[e, k, :nb], rest))
+                r += rest.shape[0]
+
+        for k in range(self.d - 2, 0, -1):
+            for m in range(P + 1):
+                fill(k, m, self._slice(k, m, nb))
+        M_P = _n_monomials(P, self.d)
+        fill(0, P, self.F[:M_P, :nb])
+        if P >= 1:
+            fill(0, P - 1, self.F[M_P:, :nb])
+        return ops
 
     def __call__(self, xs: torch.Tensor) -> torch.Tensor:
         """Features of the block ``xs`` ``(nb, d)``, ``nb <= n``: a view ``(M, nb)`` of the buffer."""
@@ -312,16 +323,16 @@ class _FeatureBuilder:
         pw[1].copy_(xs.T)
         for i in range(2, P + 1):
             torch.mul(pw[i - 1], pw[1], out=pw[i])
-        torch.index_select(pw, 0, self.rev, out=self.pwr[:, :, :nb]) if nb == self.n else self.pwr[:, :, :nb].copy_(pw.flip(0))
-        for k in range(self.d - 2, 0, -1):
-            for m in range(P + 1):
-                self._fill(k, m, self._slice(k, m, nb), nb)
-        F = self.F[:, :nb]
-        M_P = _n_monomials(P, self.d)
-        self._fill(0, P, F[:M_P], nb)
-        if P >= 1:
-            self._fill(0, P - 1, F[M_P:], nb)
-        return F
+        self.pwr[:, :, :nb].copy_(pw.flip(0))
+        if nb == self.n:  # the views of a full block are made once (they cost more than the products)
+            if self._full is None:
+                self._full = self._products(nb)
+            ops = self._full
+        else:
+            ops = self._products(nb)
+        for out, a, b in ops:
+            torch.mul(a, b, out=out)
+        return self.F[:, :nb]
 
 
 def fast_attention_stats(
