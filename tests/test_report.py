@@ -121,3 +121,21 @@ def test_scene_axes_are_fixed_over_all_frames():
     for i, axis in enumerate(("xaxis", "yaxis", "zaxis")):
         lo, hi = fig.layout.scene[axis].range
         assert lo < xyz[..., i].min() and hi > xyz[..., i].max()
+
+
+def test_cluster_labels_of_a_large_cloud_use_the_grid_and_agree_with_dense(monkeypatch):
+    import attnflow.views as views
+    from attnflow import tokens
+
+    rng = np.random.default_rng(3)
+    # a mix: tight clusters, looser clusters with spread near the threshold, and scattered tokens
+    x = np.concatenate([
+        tokens.vmf_mixture(900, 3, k=4, kappa=4e5, seed=1),
+        tokens.vmf_mixture(600, 3, k=3, kappa=2e3, seed=2),
+        tokens.uniform(300, 3, seed=3),
+    ])[rng.permutation(1800)]
+    dense = cluster_labels(x)  # 1800 <= GRAM_BLOCK_TOKENS: the one-matrix path
+    monkeypatch.setattr(views, "GRAM_BLOCK_TOKENS", 100)
+    grid = cluster_labels(x)
+    assert 10 < dense.max() + 1 < 1800  # neither trivial extreme
+    np.testing.assert_array_equal(grid, dense)

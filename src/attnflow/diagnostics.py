@@ -140,7 +140,14 @@ def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _count_clusters_grid(xn: np.ndarray, eps: float) -> int | None:
-    """Exact component count on a grid, or None when its guarantees fail (caller falls back).
+    """Exact component count on a grid (:func:`component_labels_grid`), or None when it does not apply."""
+    labels = component_labels_grid(xn, eps)
+    return None if labels is None else (int(labels.max()) + 1 if len(labels) else 0)
+
+
+def component_labels_grid(xn: np.ndarray, eps: float) -> np.ndarray | None:
+    """Component label ``(N,)`` (``0..k-1``) of every point in the graph ``<x_i, x_j> > 1 - eps``,
+    exact, on a grid; None when its guarantees fail (the caller falls back to Gram blocks).
 
     Cells are cubes of side ``s`` with ``d s^2 / 2`` below ``eps`` by more than the rounding bound of
     :func:`_gram_tolerance`, so every two points of a cell are an edge: a cell is a clique and the
@@ -233,7 +240,9 @@ def _count_clusters_grid(xn: np.ndarray, eps: float) -> int | None:
                 ja.append(c1)
                 jb.append(c2)
         labels = _merge(labels, np.array(ja, dtype=np.int64), np.array(jb, dtype=np.int64))
-    return int(labels.max()) + 1 if M else 0
+    point_labels = np.empty(n, dtype=np.int64)
+    point_labels[order] = labels[cell]
+    return point_labels
 
 
 def _find(parent: dict[int, int], v: int) -> int:

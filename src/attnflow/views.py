@@ -14,6 +14,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from .diagnostics import CLUSTER_GRID_MAX_DIM, GRAM_BLOCK_TOKENS, component_labels_grid
 from .simulate import Trajectory
 
 # Okabe-Ito-like qualitative palette, readable on white and for colour-blind viewers.
@@ -62,12 +63,16 @@ def view3d(x: np.ndarray) -> View3D:
 def cluster_labels(x: np.ndarray, eps: float = 1e-3) -> np.ndarray:
     """Cluster label of each token ``(N,)``: connected components of ``<x_i, x_j> > 1 - eps``.
 
-    The same graph as :func:`attnflow.diagnostics.count_clusters`. Components are numbered by their
-    smallest token index, so a cluster keeps its label (and colour) while it absorbs others.
+    The same graph as :func:`attnflow.diagnostics.count_clusters` (and the same exact grid method
+    beyond :data:`~attnflow.diagnostics.GRAM_BLOCK_TOKENS` tokens, so a 1e5-token run never forms
+    ``N x N``). Components are numbered by their smallest token index, so a cluster keeps its label
+    (and colour) while it absorbs others.
     """
-    i, j = np.nonzero(x @ x.T > 1.0 - eps)
-    G = csr_matrix((np.ones(len(i), dtype=np.int8), (i, j)), shape=(len(x), len(x)))
-    _, labels = connected_components(G, directed=False)
+    labels = component_labels_grid(x, eps) if len(x) > GRAM_BLOCK_TOKENS and x.shape[1] <= CLUSTER_GRID_MAX_DIM else None
+    if labels is None:
+        i, j = np.nonzero(x @ x.T > 1.0 - eps)
+        G = csr_matrix((np.ones(len(i), dtype=np.int8), (i, j)), shape=(len(x), len(x)))
+        _, labels = connected_components(G, directed=False)
     # connected_components numbers components in order of their first node; make that explicit.
     first = np.full(labels.max() + 1, len(labels))
     np.minimum.at(first, labels, np.arange(len(labels)))
