@@ -226,3 +226,17 @@ def test_auto_warns_when_a_large_cloud_falls_back_to_dense(monkeypatch):
     hot = Heads.from_matrices(identity_heads(2, 3, 60.0))
     with pytest.warns(backends.SlowKernelWarning, match="dense"):
         assert choose_fast(x, hot, a, None) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_fast_summation_matches_reference():
+    N, d, H = 5000, 3, 4
+    x = tokens.uniform(N, d, seed=11)
+    A = goe_heads(H, d, 3.0, seed=12)
+    a = np.full(N, 1.0 / N)
+    res = fast_attention_stats(torch.as_tensor(x, device="cuda"), torch.as_tensor(A, device="cuda"),
+                               torch.as_tensor(A, device="cuda"), torch.as_tensor(a, device="cuda"), tol=1e-10)
+    assert res.logZ.device.type == "cuda"
+    out_ref, lz_ref = attention_stats_reference(x, A, A, a)
+    z_err, o_err = _rel_errors(res.out.cpu(), res.logZ.cpu(), out_ref, lz_ref, A)
+    assert max(z_err, o_err) <= 1e-10
