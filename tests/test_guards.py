@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnflow import load, simulate, tokens
+from attnflow import simulate, tokens
 from attnflow.checkpoint import CHECKPOINT, load_checkpoint
 from attnflow.cli import app
 from attnflow.guards import (

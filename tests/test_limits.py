@@ -9,7 +9,7 @@ from scipy.integrate import quad
 
 from attnflow import GaussianOU, simulate, slope, stationarity, tokens, weight_path_length
 from attnflow.heads import identity_heads
-from attnflow.weights import Constant, Oscillating, OrnsteinUhlenbeck
+from attnflow.weights import Oscillating, OrnsteinUhlenbeck
 
 torch.set_num_threads(1)
 
