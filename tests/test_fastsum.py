@@ -240,3 +240,19 @@ def test_cuda_fast_summation_matches_reference():
     out_ref, lz_ref = attention_stats_reference(x, A, A, a)
     z_err, o_err = _rel_errors(res.out.cpu(), res.logZ.cpu(), out_ref, lz_ref, A)
     assert max(z_err, o_err) <= 1e-10
+
+
+def test_threads_do_not_share_the_feature_buffers():
+    # The feature buffers are written in place: each thread has its own (Dask threads, servers).
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = []
+    for seed in range(4):
+        x = torch.as_tensor(tokens.uniform(3000, 3, seed=seed))
+        A = torch.as_tensor(goe_heads(2, 3, 1.0 + seed, seed=seed))
+        jobs.append((x, A, torch.full((3000,), 1 / 3000, dtype=torch.float64)))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda j: [fast_attention_stats(*j[:2], j[1], j[2], tol=1e-10).logZ for _ in range(3)], jobs))
+    for (x, A, a), lz in zip(jobs, results):
+        _, ref = attention_stats_reference(x.numpy(), A.numpy(), A.numpy(), a.numpy())
+        assert max(float((z - torch.as_tensor(ref)).abs().max()) for z in lz) < 1e-9

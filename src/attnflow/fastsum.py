@@ -33,6 +33,7 @@ directions ``x / |x|``, a smooth extension of the field that keeps the integrato
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -236,19 +237,30 @@ def kernel_coefficients(A, fp: FastSumPlan):
 
 #: Coefficient matrices of the last few weight matrices: a Runge-Kutta step visits each stage time
 #: (and the energy checks revisit them), so a handful of entries saves nearly every rebuild.
-_COEFFICIENTS: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 COEFFICIENT_CACHE_ENTRIES = 8
+#: The caches of this module (coefficients, key moments, feature buffers) are per thread: the
+#: feature buffers are written in place, so two threads must never share them.
+_LOCAL = threading.local()
+
+
+def _cache(name: str, factory):
+    value = getattr(_LOCAL, name, None)
+    if value is None:
+        value = factory()
+        setattr(_LOCAL, name, value)
+    return value
 
 
 def _cached_coefficients(A: torch.Tensor, fp: FastSumPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = _cache("coefficients", OrderedDict)
     key = (A.cpu().numpy().tobytes(), tuple(A.shape), str(A.device), fp.degree, fp.beta)
-    if key in _COEFFICIENTS:
-        _COEFFICIENTS.move_to_end(key)
+    if key in cache:
+        cache.move_to_end(key)
     else:
-        _COEFFICIENTS[key] = kernel_coefficients(A, fp)
-        while len(_COEFFICIENTS) > COEFFICIENT_CACHE_ENTRIES:
-            _COEFFICIENTS.popitem(last=False)
-    return _COEFFICIENTS[key]
+        cache[key] = kernel_coefficients(A, fp)
+        while len(cache) > COEFFICIENT_CACHE_ENTRIES:
+            cache.popitem(last=False)
+    return cache[key]
 
 
 def monomial_features(x: torch.Tensor, degree: int) -> torch.Tensor:
@@ -406,16 +418,16 @@ def fast_attention_stats(
     )
 
 
-#: The key-side moments of the last token cloud: a Runge-Kutta recorder evaluates the same tokens
-#: with several weight matrices (energy at both ends of a step), and the moments do not depend on them.
-_MOMENTS: dict[str, object] = {}
-
-
 def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: torch.Tensor, P: int) -> torch.Tensor:
-    """``G = sum_j a_j [phi_P; phi_{P-1}](x_j) [1, x_j^T]`` ``(M, d + 1)``, shared by every head."""
+    """``G = sum_j a_j [phi_P; phi_{P-1}](x_j) [1, x_j^T]`` ``(M, d + 1)``, shared by every head.
+
+    Kept for the last token cloud: a Runge-Kutta recorder evaluates the same tokens with several
+    weight matrices (the energy at both ends of a step), and the moments do not depend on them.
+    """
+    kept: dict[str, object] = _cache("moments", dict)
     key = (P, x.device, x._version, a._version)
-    if _MOMENTS.get("x") is x and _MOMENTS.get("a") is a and _MOMENTS.get("key") == key:
-        return _MOMENTS["G"]  # type: ignore[return-value]
+    if kept.get("x") is x and kept.get("a") is a and kept.get("key") == key:
+        return kept["G"]  # type: ignore[return-value]
     d = x64.shape[-1]
     N = x64.shape[0]
     G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
@@ -424,20 +436,19 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
         xs = x64[s : s + BLOCK_TOKENS]
         rhs = a64[s : s + BLOCK_TOKENS, None] * torch.cat([xs.new_ones(len(xs), 1), xs], dim=1)
         G.addmm_(build(xs), rhs)
-    _MOMENTS.update(x=x, a=a, key=key, G=G)
+    kept.update(x=x, a=a, key=key, G=G)
     return G
 
 
 def _builder(P: int, d: int, n: int, device) -> _FeatureBuilder:
     """The float64 feature workspace for ``(P, d)``, kept between calls (the buffers are reused)."""
+    kept: dict[str, object] = _cache("builder", dict)
     key = (P, d, n, str(device))
-    if _BUILDER.get("key") != key:
-        _BUILDER.clear()
-        _BUILDER.update(key=key, value=_FeatureBuilder(P, d, n, torch.float64, device))
-    return _BUILDER["value"]  # type: ignore[return-value]
+    if kept.get("key") != key:
+        kept.clear()
+        kept.update(key=key, value=_FeatureBuilder(P, d, n, torch.float64, device))
+    return kept["value"]  # type: ignore[return-value]
 
-
-_BUILDER: dict[str, object] = {}
 
 
 def _check(x, A, V, a, out, logZ, check, seed) -> float | None:
