@@ -139,3 +139,20 @@ def test_cluster_labels_of_a_large_cloud_use_the_grid_and_agree_with_dense(monke
     grid = cluster_labels(x)
     assert 10 < dense.max() + 1 < 1800  # neither trivial extreme
     np.testing.assert_array_equal(grid, dense)
+
+
+def test_report_draws_a_subset_of_a_large_cloud_with_whole_cloud_clusters(traj3):
+    from attnflow.report import token_subset
+
+    fig = report_figure(traj3, max_frames=4, max_tokens=10)
+    shown = token_subset(traj3.N, 10)
+    assert len(shown) == 10 < traj3.N and np.all(np.diff(shown) > 0)
+    last = fig.frames[-1]
+    np.testing.assert_allclose(np.c_[last.data[0].x, last.data[0].y, last.data[0].z], traj3.x[-1][shown], atol=1e-6)
+    # the colours are the whole cloud's labels, restricted; the title counts the whole cloud's clusters
+    np.testing.assert_array_equal(np.asarray(last.data[0].customdata).ravel(), cluster_labels(traj3.x[-1])[shown])
+    assert f"clusters = {int(traj3.diagnostics['clusters'][-1])}" in last.layout.title.text
+    assert f"10 of {traj3.N} tokens drawn" in last.layout.title.text
+    assert np.array_equal(token_subset(5, 10), np.arange(5))
+    with pytest.raises(ValueError, match="max_tokens"):
+        token_subset(5, 0)

@@ -25,6 +25,8 @@ def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default RUN/report.html)."),
     max_frames: int = typer.Option(200, "--max-frames", min=2, help="Most saved times on the slider (evenly spread)."),
+    max_tokens: int = typer.Option(10_000, "--max-tokens", min=1,
+                                   help="Most tokens drawn in the 3-D view (a fixed random subset; clusters use all)."),
 ) -> None:
     """Write an interactive, self-contained HTML report (opens offline in any browser).
 
@@ -39,7 +41,7 @@ def report(
     from .report import write_report
 
     _complete_run(run_dir)
-    path = write_report(run_dir, out, max_frames=max_frames)
+    path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
     console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
 
 

@@ -82,12 +82,34 @@ def _marker_trace(t: float, lo: float, hi: float, row_name: str) -> go.Scatter:
                       hoverinfo="skip", showlegend=False, name=f"now ({row_name})")
 
 
-def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float = 4.0) -> go.Figure:
-    """The interactive figure of :func:`write_report` (a ``plotly.graph_objects.Figure`` with frames)."""
+#: Most tokens drawn in the 3-D view by default: beyond, a browser struggles and the file grows by
+#: about 14 bytes per token and frame; clusters are still computed on every token.
+MAX_TOKENS = 10_000
+
+
+def token_subset(n: int, max_tokens: int) -> np.ndarray:
+    """At most ``max_tokens`` of ``n`` token indices: all of them, or a fixed random subset (sorted)."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
+    if n <= max_tokens:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=max_tokens, replace=False))
+
+
+def report_figure(
+    traj: Trajectory, *, max_frames: int = 200, marker_size: float = 4.0, max_tokens: int = MAX_TOKENS
+) -> go.Figure:
+    """The interactive figure of :func:`write_report` (a ``plotly.graph_objects.Figure`` with frames).
+
+    At most ``max_tokens`` tokens are drawn (a fixed random subset); their cluster colours and the
+    cluster counts come from the whole cloud.
+    """
     idx = frame_indices(len(traj.t), max_frames)
+    shown = token_subset(traj.N, max_tokens)
     view = view3d(traj.x)
     eps = cluster_eps_of(traj)
-    labels = [cluster_labels(traj.x[k], eps) for k in idx]
+    all_labels = [cluster_labels(traj.x[k], eps) for k in idx]
+    labels = [lab[shown] for lab in all_labels]
     n_rows = len(_PANELS) + 1  # curve panels, then the weights' path, in the right column
     titles = [f"tokens (PCA of d = {traj.d})" if not view.on_sphere else "tokens on the sphere"]
     titles += [p[1] for p in _PANELS] + ["weights' path ||A_h(t)||_F" + (" (dashed: ||V_h||_F)" if traj.V is not None else "")]
@@ -99,7 +121,7 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
     if view.on_sphere:
         fig.add_trace(_sphere_wireframe(), row=1, col=1)
     token_trace = len(fig.data)
-    fig.add_trace(_tokens_trace(view.xyz[idx[0]], labels[0], marker_size), row=1, col=1)
+    fig.add_trace(_tokens_trace(view.xyz[idx[0]][shown], labels[0], marker_size), row=1, col=1)
 
     t = traj.t
     ranges: list[tuple[float, float, str]] = []  # y extent of each panel, for its time marker
@@ -138,17 +160,17 @@ def report_figure(traj: Trajectory, *, max_frames: int = 200, marker_size: float
     fig.update_xaxes(title_text="t (depth)", row=n_rows, col=2)
 
     frames = []
-    for k, lab in zip(idx, labels):
-        data = [_tokens_trace(view.xyz[k], lab, marker_size)]
+    for k, lab, full in zip(idx, labels, all_labels):
+        data = [_tokens_trace(view.xyz[k][shown], lab, marker_size)]
         data += [_marker_trace(float(t[k]), lo, hi, name) for lo, hi, name in ranges]
         frames.append(go.Frame(data=data, traces=[token_trace] + marker_traces, name=str(int(k)),
-                               layout=dict(title_text=_title(traj, k, lab))))
+                               layout=dict(title_text=_title(traj, k, full, len(shown)))))
     fig.frames = frames
 
     step_args = lambda name: [[name], {"frame": {"duration": 0, "redraw": True}, "mode": "immediate",  # noqa: E731
                                        "transition": {"duration": 0}}]
     fig.update_layout(
-        title=dict(text=_title(traj, idx[0], labels[0]), x=0.01),
+        title=dict(text=_title(traj, idx[0], all_labels[0], len(shown)), x=0.01),
         height=980, margin=dict(l=30, r=20, t=90, b=40), template="plotly_white",
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
         scene=dict(aspectmode="cube", xaxis_title=view.axis_titles[0], yaxis_title=view.axis_titles[1],
@@ -191,9 +213,10 @@ def _extent(series: list[np.ndarray], name: str) -> tuple[float, float, str]:
     return float(finite.min()), float(finite.max()), name
 
 
-def _title(traj: Trajectory, k: int, labels: np.ndarray) -> str:
+def _title(traj: Trajectory, k: int, labels: np.ndarray, shown: int | None = None) -> str:
+    drawn = f", {shown:,} of {traj.N:,} tokens drawn" if shown is not None and shown < traj.N else ""
     return (f"attnflow run: model {traj.model}, N = {traj.N}, d = {traj.d}, H = {traj.H}, {traj.method}, "
-            f"dt = {traj.dt:g}<br><sub>t = {traj.t[k]:.4g}, clusters = {int(labels.max()) + 1}</sub>")
+            f"dt = {traj.dt:g}<br><sub>t = {traj.t[k]:.4g}, clusters = {int(labels.max()) + 1}{drawn}</sub>")
 
 
 def _table(record: dict[str, Any]) -> str:
@@ -232,11 +255,11 @@ th, td {{ text-align: left; padding: 0.15em 0.8em; border-bottom: 1px solid #eee
 """
 
 
-def report_html(traj: Trajectory, *, title: str | None = None, max_frames: int = 200) -> str:
+def report_html(traj: Trajectory, *, title: str | None = None, max_frames: int = 200, max_tokens: int = MAX_TOKENS) -> str:
     """The whole page as a string (plotly.js inlined)."""
     from . import __version__
 
-    fig = report_figure(traj, max_frames=max_frames)
+    fig = report_figure(traj, max_frames=max_frames, max_tokens=max_tokens)
     figure = fig.to_html(full_html=False, include_plotlyjs=True, auto_play=False, div_id="attnflow-report",
                          config={"displaylogo": False, "responsive": True})
     d = traj.diagnostics
@@ -246,6 +269,9 @@ def report_html(traj: Trajectory, *, title: str | None = None, max_frames: int =
         f" slope {d['slope'][0]:.3g} &rarr; {d['slope'][-1]:.3g}; clusters {int(d['clusters'][0])} &rarr;"
         f" {int(d['clusters'][-1])}."
     )
+    if traj.N > max_tokens:
+        summary += (f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"
+                    " colours and cluster counts are those of the whole cloud).")
     if traj.d > 3:
         var = view3d(traj.x).explained
         assert var is not None
@@ -260,13 +286,16 @@ def report_html(traj: Trajectory, *, title: str | None = None, max_frames: int =
 
 
 def write_report(run: Trajectory | str | os.PathLike, out: str | os.PathLike | None = None, *,
-                 max_frames: int = 200, title: str | None = None) -> Path:
+                 max_frames: int = 200, title: str | None = None, max_tokens: int = MAX_TOKENS) -> Path:
     """Write the interactive report of a run (a :class:`Trajectory` or a run folder) and return its path.
 
     ``out`` defaults to ``RUN/report.html`` for a run folder (required for a trajectory).
-    ``max_frames`` bounds the number of saved times on the slider (evenly spread), which bounds
-    the file size: about ``max_frames * N * 14`` bytes on top of plotly.js (~4.5 MB).
+    ``max_frames`` bounds the number of saved times on the slider (evenly spread) and ``max_tokens``
+    the tokens drawn, which bound the file size: about ``max_frames * min(N, max_tokens) * 14``
+    bytes on top of plotly.js (~4.5 MB).
     """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
     if isinstance(run, Trajectory):
         if out is None:
             raise ValueError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
@@ -279,6 +308,6 @@ def write_report(run: Trajectory | str | os.PathLike, out: str | os.PathLike | N
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(report_html(traj, title=title, max_frames=max_frames), encoding="utf-8")
+    tmp.write_text(report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens), encoding="utf-8")
     os.replace(tmp, path)
     return path
