@@ -112,6 +112,7 @@ class StepRecorder:
         F0 = start[4]
         self._stages = []
         y = self.integrator.step(self, t, x, dt)
+        end = self._evaluate(t + dt, y)
         stages, b = self._stages, self.integrator.weights
         if b and len(stages) == len(b):
             speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
@@ -124,8 +125,7 @@ class StepRecorder:
             b0 = torch.exp(-field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False).log_S)
             speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
             slope = dt * self._evaluate_with(heads0, t, y)[2]
-            stages, b = [start[1:4], self._evaluate(t + dt, y)[1:4]], (0.5, 0.5)
-        end = self._evaluate(t + dt, y)
+            stages, b = [start[1:4], end[1:4]], (0.5, 0.5)
         self._end = (t + dt, y, end)
         F1 = end[4]
         if self.rule == "quadrature":
