@@ -252,7 +252,8 @@ def test_threads_do_not_share_the_feature_buffers():
         A = torch.as_tensor(goe_heads(2, 3, 1.0 + seed, seed=seed))
         jobs.append((x, A, torch.full((3000,), 1 / 3000, dtype=torch.float64)))
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda j: [fast_attention_stats(*j[:2], j[1], j[2], tol=1e-10).logZ for _ in range(3)], jobs))
+        results = list(pool.map(lambda j: [fast_attention_stats(*j[:2], j[1], j[2], tol=1e-10).logZ for _ in range(8)], jobs))
     for (x, A, a), lz in zip(jobs, results):
-        _, ref = attention_stats_reference(x.numpy(), A.numpy(), A.numpy(), a.numpy())
-        assert max(float((z - torch.as_tensor(ref)).abs().max()) for z in lz) < 1e-9
+        # the fused dense kernel as reference (itself checked against numpy above; numpy is slow at this N)
+        _, ref = head_stats(x, Heads.from_matrices(A), a, backend="flash")
+        assert max(float((z - ref).abs().max()) for z in lz) < 1e-9
