@@ -257,3 +257,13 @@ def test_threads_do_not_share_the_feature_buffers():
         # the fused dense kernel as reference (itself checked against numpy above; numpy is slow at this N)
         _, ref = head_stats(x, Heads.from_matrices(A), a, backend="flash")
         assert max(float((z - ref).abs().max()) for z in lz) < 1e-9
+
+
+def test_monomial_features_are_the_monomials():
+    from attnflow.fastsum import _monomials, monomial_features
+
+    x = torch.as_tensor(tokens.uniform(6, 3, seed=0))
+    for degree in (0, 1, 4):
+        e = _monomials(degree, 3)
+        direct = np.prod(x.numpy()[:, None, :] ** e[None, :, :], axis=-1)
+        np.testing.assert_allclose(monomial_features(x, degree).numpy(), direct, rtol=1e-14, atol=1e-16)
