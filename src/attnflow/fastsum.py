@@ -450,7 +450,6 @@ def _builder(P: int, d: int, n: int, device) -> _FeatureBuilder:
     return kept["value"]  # type: ignore[return-value]
 
 
-
 def _check(x, A, V, a, out, logZ, check, seed) -> float | None:
     """Largest relative error of ``Z`` and of ``out`` (per ``||V_h||``) on ``check`` random tokens."""
     if check <= 0:
