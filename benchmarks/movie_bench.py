@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-from attnflow.movie import render_movie
-from attnflow.simulate import Trajectory
-from attnflow.tokens import uniform
+from attnflow.core.tokens import uniform
+from attnflow.io.trajectory import Trajectory
+from attnflow.viz.movie import render_movie
 
 
 def synthetic_trajectory(n: int, saved: int, d: int = 3, H: int = 2, seed: int = 0) -> Trajectory:
@@ -28,8 +28,18 @@ def synthetic_trajectory(n: int, saved: int, d: int = 3, H: int = 2, seed: int =
     t = np.linspace(0, 10, saved)
     A = np.broadcast_to(np.eye(d), (saved, H, d, d)).copy()
     diag = {k: np.zeros(saved) for k in ("energy", "slope", "metric_speed", "clusters", "order_parameter")}
-    return Trajectory(t=t, x=x, A=A, V=None, diagnostics=diag, token_weights=np.full(n, 1 / n),
-                      head_weights=np.full(H, 1 / H), model="gf", method="rk4", dt=0.01)
+    return Trajectory(
+        t=t,
+        x=x,
+        A=A,
+        V=None,
+        diagnostics=diag,
+        token_weights=np.full(n, 1 / n),
+        head_weights=np.full(H, 1 / H),
+        model="gf",
+        method="rk4",
+        dt=0.01,
+    )
 
 
 def main() -> None:
@@ -46,8 +56,10 @@ def main() -> None:
     start = time.perf_counter()
     render_movie(traj, args.out, frames=args.frames, trails=args.trails, rotate=args.rotate, resolution=(w, h))
     wall = time.perf_counter() - start
-    print(f"{args.frames} frames, {args.tokens} tokens, trails={args.trails}, {args.resolution}: "
-          f"{wall:.1f} s ({args.frames / wall:.1f} frames/s) -> {args.out}")
+    print(
+        f"{args.frames} frames, {args.tokens} tokens, trails={args.trails}, {args.resolution}: "
+        f"{wall:.1f} s ({args.frames / wall:.1f} frames/s) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.integrate import trapezoid  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.integrate import trapezoid
 
-import attnflow  # noqa: E402
-from attnflow import tokens  # noqa: E402
-from attnflow.heads import goe_heads  # noqa: E402
+import attnflow
+from attnflow import tokens
+from attnflow.core.heads import goe_heads
 
 out = sys.argv[1] if len(sys.argv) > 1 else "energy_dissipation.png"
 x0 = tokens.uniform(64, 3, seed=1)
@@ -28,7 +28,9 @@ F, slope = traj.diagnostics["energy"], traj.diagnostics["slope"]
 drop = F[0] - F[-1]
 dissipated = trapezoid(slope**2, traj.t)
 print(f"largest energy increase between saved steps: {np.max(np.diff(F)):.2e} (should be <= 0)")
-print(f"F(0) - F(T) = {drop:.6f};  int_0^T |dF|^2 dt = {dissipated:.6f};  relative gap {abs(drop - dissipated) / drop:.1e}")
+print(
+    f"F(0) - F(T) = {drop:.6f};  int_0^T |dF|^2 dt = {dissipated:.6f};  relative gap {abs(drop - dissipated) / drop:.1e}"
+)
 
 fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
 ax[0].plot(traj.t, F)

@@ -27,7 +27,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     folder = save_tiny(a.family, a.out, seed=a.seed, tokenizer=True, hidden=a.hidden, layers=a.layers, heads=a.heads)
-    print(f"saved a tiny {a.family} (d={a.hidden}, L={a.layers}, H={a.heads}, seed {a.seed}) with its tokenizer to {folder}")
+    print(
+        f"saved a tiny {a.family} (d={a.hidden}, L={a.layers}, H={a.heads}, seed {a.seed}) with its tokenizer to {folder}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import numpy as np
 
 import attnflow
 from attnflow import tokens
-from attnflow.heads import identity_heads
-from attnflow.weights import OrnsteinUhlenbeck
+from attnflow.core.heads import identity_heads
+from attnflow.weights.processes import OrnsteinUhlenbeck
 
 out = sys.argv[1] if len(sys.argv) > 1 else "runs/quickstart"
 

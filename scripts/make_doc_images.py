@@ -35,9 +35,18 @@ def report_screenshot(run: Path, out: Path) -> None:
     page = attnflow.write_report(run, max_frames=60)
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium")
-    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1080", f"--user-data-dir={tempfile.mkdtemp()}"]:
+    for flag in [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-unsafe-swiftshader",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1080",
+        f"--user-data-dir={tempfile.mkdtemp()}",
+    ]:
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
     try:
@@ -46,7 +55,8 @@ def report_screenshot(run: Path, out: Path) -> None:
         driver.execute_script(
             "const gd = document.getElementById('attnflow-report');"
             "const s = gd.layout.sliders[0].steps; const name = s[Math.floor(s.length * 0.16)].args[0][0];"
-            "Plotly.animate(gd, [name], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}});")
+            "Plotly.animate(gd, [name], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}});"
+        )
         time.sleep(3)
         driver.execute_script("window.scrollTo(0, 0)")
         png = driver.get_screenshot_as_png()
@@ -78,13 +88,17 @@ def main() -> None:
     IMG.mkdir(parents=True, exist_ok=True)
     report_screenshot(runs / "ou", IMG / "report.png")
     movie_still(runs / "ou", IMG / "movie_still.png")
-    for name, src in [("gallery_ou_snapshots.png", runs / "ou" / "figures" / "snapshots.png"),
-                      ("gallery_ou_diagnostics.png", runs / "ou" / "figures" / "diagnostics.png"),
-                      ("gallery_layers_d16.png", runs / "layers_d16" / "figures" / "snapshots.png")]:
+    for name, src in [
+        ("gallery_ou_snapshots.png", runs / "ou" / "figures" / "snapshots.png"),
+        ("gallery_ou_diagnostics.png", runs / "ou" / "figures" / "diagnostics.png"),
+        ("gallery_layers_d16.png", runs / "layers_d16" / "figures" / "snapshots.png"),
+    ]:
         shutil.copy(src, IMG / name)
         _shrink(IMG / name, 1000)
-    subprocess.run([sys.executable, str(ROOT / "examples" / "energy_dissipation.py"),
-                    str(IMG / "gallery_energy_dissipation.png")], check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "energy_dissipation.py"), str(IMG / "gallery_energy_dissipation.png")],
+        check=True,
+    )
     for p in sorted(IMG.glob("*.png")):
         print(f"{p.relative_to(ROOT)}  {p.stat().st_size / 1e3:.0f} kB")
 

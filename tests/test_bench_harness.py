@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from attnflow import tokens, velocity
-from attnflow.bench import bench_size, markdown, reference_field
-from attnflow.heads import goe_heads
+from attnflow.bench.harness import bench_size, markdown, reference_field
+from attnflow.core.heads import goe_heads
 
 
 def test_reference_field_is_the_mha_velocity():
@@ -23,6 +23,11 @@ def test_bench_rows_report_small_errors_and_markdown():
     assert names[0] == "numpy reference" and names[1] == "dense (flash)" and names[2].startswith("fast")
     assert rows[1].rel_error < 1e-5  # float32 dense kernel
     assert rows[2].rel_error < 1e-6  # fast summation at tol 1e-6
-    md = markdown({"machine": {"exp_per_s": 1e9, "threads": torch.get_num_threads(), "torch": "x"}, "beta": 4.0,
-                   "rows": [r.__dict__ for r in rows]})
+    md = markdown(
+        {
+            "machine": {"exp_per_s": 1e9, "threads": torch.get_num_threads(), "torch": "x"},
+            "beta": 4.0,
+            "rows": [r.__dict__ for r in rows],
+        }
+    )
     assert md.count("\n| 300, 3, 2 |") == 3

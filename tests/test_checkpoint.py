@@ -15,10 +15,10 @@ import torch
 from typer.testing import CliRunner
 
 from attnflow import load, simulate
-from attnflow.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint, save_checkpoint
-from attnflow.cli import app
+from attnflow.cli.main import app
 from attnflow.config import apply_overrides, build, load_config, preset_config
-from attnflow.io import is_complete
+from attnflow.io.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint, save_checkpoint
+from attnflow.io.store import is_complete
 
 torch.set_num_threads(1)  # bit-for-bit comparisons across processes need the same reduction order
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -29,8 +29,15 @@ class Interrupt(Exception):
 
 
 def small_cfg(method="rk4", process="ou", dtype="float64", **extra):
-    over = ["tokens.n=24", "heads.count=3", "integration.t_end=1.0", "integration.dt=0.02",
-            f"integration.method={method}", "integration.save_every=3", f"dtype={dtype}"]
+    over = [
+        "tokens.n=24",
+        "heads.count=3",
+        "integration.t_end=1.0",
+        "integration.dt=0.02",
+        f"integration.method={method}",
+        "integration.save_every=3",
+        f"dtype={dtype}",
+    ]
     cfg = apply_overrides(preset_config("ou"), over)
     if process != "ou":
         data = cfg.model_dump(mode="json")
@@ -53,12 +60,15 @@ def assert_same(a, b):
         assert np.array_equal(a.steps[k], b.steps[k]), k
 
 
-@pytest.mark.parametrize("method,process,dtype,stop_at", [
-    ("rk4", "ou", "float64", 23),      # stochastic weights: the generator state must travel
-    ("euler", "ou", "float64", 31),
-    ("heun", "oscillating", "float64", 17),
-    ("rk4", "ou", "float32", 29),      # float32 also resumes exactly (and its drift monitor too)
-])
+@pytest.mark.parametrize(
+    "method,process,dtype,stop_at",
+    [
+        ("rk4", "ou", "float64", 23),  # stochastic weights: the generator state must travel
+        ("euler", "ou", "float64", 31),
+        ("heun", "oscillating", "float64", 17),
+        ("rk4", "ou", "float32", 29),  # float32 also resumes exactly (and its drift monitor too)
+    ],
+)
 def test_resume_is_bit_for_bit(tmp_path, method, process, dtype, stop_at):
     cfg = small_cfg(method, process, dtype)
     x0, proc, kw = build(cfg)
@@ -111,7 +121,7 @@ def test_resume_refuses_a_different_run(tmp_path):
 
 def test_incomplete_folder_is_never_mistaken_for_a_finished_one(tmp_path):
     cfg = small_cfg()
-    from attnflow.runner import run_to_folder
+    from attnflow.runs.runner import run_to_folder
 
     out = tmp_path / "run"
 

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 import attnflow as af
-from attnflow.cli import app
+from attnflow.cli.main import app
 from attnflow.config import PRESETS, ConfigError, parse_config, preset_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -115,7 +115,18 @@ def test_preset_run_with_overrides(tmp_path):
     out = tmp_path / "osc"
     r = runner.invoke(
         app,
-        ["run", "--preset", "oscillating", "--out", str(out), "--no-figures", "--set", "tokens.n=16", "--set", "integration.t_end=0.4"],
+        [
+            "run",
+            "--preset",
+            "oscillating",
+            "--out",
+            str(out),
+            "--no-figures",
+            "--set",
+            "tokens.n=16",
+            "--set",
+            "integration.t_end=0.4",
+        ],
     )
     assert r.exit_code == 0, r.output
     traj = af.load(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from attnflow.cli import app
+from attnflow.cli.main import app
 
 runner = CliRunner()
 
@@ -19,8 +19,23 @@ def test_report_command_writes_report_html(run_dir3):
 
 def test_movie_command_writes_a_movie(run_dir3, tmp_path):
     out = tmp_path / "m.mp4"
-    res = runner.invoke(app, ["movie", str(run_dir3), "--out", str(out), "--frames", "4", "--resolution", "160x120",
-                              "--trails", "2", "--rotate", "30"])
+    res = runner.invoke(
+        app,
+        [
+            "movie",
+            str(run_dir3),
+            "--out",
+            str(out),
+            "--frames",
+            "4",
+            "--resolution",
+            "160x120",
+            "--trails",
+            "2",
+            "--rotate",
+            "30",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert out.stat().st_size > 1000
     res = runner.invoke(app, ["movie", str(run_dir3), "--out", str(out)])

@@ -9,9 +9,9 @@ import torch
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-import attnflow.diagnostics as diag
+import attnflow.analysis.diagnostics as diag
 from attnflow import tokens
-from attnflow.diagnostics import count_clusters, pairwise_inner
+from attnflow.analysis.diagnostics import count_clusters, pairwise_inner
 
 SMALL = 64  # block= below N sends every call through the large-N paths
 
@@ -154,7 +154,11 @@ def test_duplicates_identical_and_antipodal_points():
 def test_kdtree_min_inner_matches_dense(d):
     rng = np.random.default_rng(10 + d)
     r = math.sqrt(2e-3)
-    for x in (torch.as_tensor(_unit(rng.standard_normal((4000, d)))), _clusters(rng, 4000, d, 5, 0.3 * r), _clusters(rng, 4000, d, 2, 0.0)):
+    for x in (
+        torch.as_tensor(_unit(rng.standard_normal((4000, d)))),
+        _clusters(rng, 4000, d, 5, 0.3 * r),
+        _clusters(rng, 4000, d, 2, 0.0),
+    ):
         assert abs(pairwise_inner(x, block=SMALL)[0] - _dense_min(x)) <= 4e-16
 
 

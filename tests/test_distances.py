@@ -8,7 +8,7 @@ import torch
 from scipy.optimize import linear_sum_assignment, linprog
 
 from attnflow import tokens, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds
-from attnflow.heads import goe_heads
+from attnflow.core.heads import goe_heads
 
 torch.set_num_threads(1)
 

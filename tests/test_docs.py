@@ -16,8 +16,14 @@ pytest.importorskip("mkdocstrings", reason="the docs extra: pip install -e '.[do
 
 def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NO_MKDOCS_2_WARNING": "1"}
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     site = tmp_path / "site"
     # the API reference is generated from the docstrings
@@ -29,7 +35,7 @@ def test_mkdocs_build_strict(tmp_path):
 
 
 def test_every_cli_command_and_example_is_documented():
-    from attnflow.cli import app
+    from attnflow.cli.main import app
 
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     assert {"run", "show", "plot", "report", "movie"} <= commands

@@ -8,12 +8,12 @@ import torch
 from typer.testing import CliRunner
 
 from attnflow import edi_budget, energy, load, simulate, tokens
-from attnflow.cli import app
-from attnflow.edi import StepRecorder
-from attnflow.heads import goe_heads, identity_heads
-from attnflow.integrators import INTEGRATORS
-from attnflow.simulate import TimeField
-from attnflow.weights import Constant, Oscillating, OrnsteinUhlenbeck
+from attnflow.analysis.edi import StepRecorder
+from attnflow.cli.main import app
+from attnflow.core.heads import goe_heads, identity_heads
+from attnflow.schemes.integrators import INTEGRATORS
+from attnflow.solve.simulate import TimeField
+from attnflow.weights.processes import Constant, OrnsteinUhlenbeck, Oscillating
 
 torch.set_num_threads(1)
 
@@ -64,8 +64,14 @@ def test_budget_terms_against_independent_values():
 
 def test_weight_derivative_term_matches_finite_differences():
     P = PROCESSES["oscillating"]
-    f = TimeField("gf", P.sampler(), torch.full((12,), 1 / 12, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64),
-                  torch.float64, "cpu")
+    f = TimeField(
+        "gf",
+        P.sampler(),
+        torch.full((12,), 1 / 12, dtype=torch.float64),
+        torch.full((2,), 0.5, dtype=torch.float64),
+        torch.float64,
+        "cpu",
+    )
     rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
     x = torch.from_numpy(X0)
     t, h = 0.7, 1e-5
@@ -79,14 +85,20 @@ def test_weight_derivative_term_matches_finite_differences():
 def test_recorder_reuses_the_end_of_each_step(monkeypatch):
     # rk4 visits 4 stages; the first is the previous step's end, which also gives F(mu_{k+1}): so a
     # step costs 4 kernel passes (it cost 5-6 when the energies were separate calls).
-    import attnflow.edi as edi
+    import attnflow.analysis.edi as edi
 
     calls = []
     real = edi.head_stats
     monkeypatch.setattr(edi, "head_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
     P = PROCESSES["oscillating"]
-    f = TimeField("gf", P.sampler(), torch.full((12,), 1 / 12, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64),
-                  torch.float64, "cpu")
+    f = TimeField(
+        "gf",
+        P.sampler(),
+        torch.full((12,), 1 / 12, dtype=torch.float64),
+        torch.full((2,), 0.5, dtype=torch.float64),
+        torch.float64,
+        "cpu",
+    )
     rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
     x = torch.from_numpy(X0)
     for k in range(5):
@@ -100,7 +112,7 @@ def test_recorder_reuses_the_end_of_each_step(monkeypatch):
 
 def test_increment_rule_for_weights_without_derivative():
     P = PROCESSES["oscillating"]
-    from attnflow.weights import FromCallable
+    from attnflow.weights.processes import FromCallable
 
     Q = FromCallable(P.A_at)  # same weights, no derivative: exact increments instead of quadrature
     b = residual(Q, "rk4", 0.05)
@@ -141,9 +153,22 @@ def test_oscillating_preset_budget_and_its_order(tmp_path):
     res = []
     for dt in (0.02, 0.01):
         out = tmp_path / f"osc{dt}"
-        r = CliRunner().invoke(app, ["run", "--preset", "oscillating", "--out", str(out), "--no-figures",
-                                     "--set", "tokens.n=64", "--set", f"integration.dt={dt}"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "--preset",
+                "oscillating",
+                "--out",
+                str(out),
+                "--no-figures",
+                "--set",
+                "tokens.n=64",
+                "--set",
+                f"integration.dt={dt}",
+            ],
+        )
         assert r.exit_code == 0, r.output
         res.append(edi_budget(load(out)))
     assert res[0].relative_residual < 1e-3
-    assert 2 ** 3.5 < abs(res[0].total_residual / res[1].total_residual) < 2 ** 4.6
+    assert 2**3.5 < abs(res[0].total_residual / res[1].total_residual) < 2**4.6

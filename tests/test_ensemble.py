@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from attnflow import simulate, tokens
-from attnflow.ensemble import simulate_ensemble
-from attnflow.heads import goe_heads, identity_heads
-from attnflow.weights import OrnsteinUhlenbeck
+from attnflow.core.heads import goe_heads, identity_heads
+from attnflow.solve.ensemble import simulate_ensemble
+from attnflow.weights.processes import OrnsteinUhlenbeck
 
 
 def test_members_equal_single_runs_over_betas():
@@ -21,7 +21,9 @@ def test_members_equal_single_runs_over_betas():
         assert np.abs(ens.x[:, b] - single.x).max() < 1e-12
         assert np.allclose(ens.diagnostics["order_parameter"][:, b], single.diagnostics["order_parameter"], rtol=1e-12)
         assert np.allclose(ens.diagnostics["log_abs_energy"][:, b], single.diagnostics["log_abs_energy"], rtol=1e-12)
-        assert np.allclose(ens.diagnostics["mean_inner"][:, b], single.diagnostics["mean_inner"], rtol=1e-10, atol=1e-13)
+        assert np.allclose(
+            ens.diagnostics["mean_inner"][:, b], single.diagnostics["mean_inner"], rtol=1e-10, atol=1e-13
+        )
 
 
 def test_members_equal_single_runs_over_seeds_with_ou_weights():

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnflow.config import apply_overrides, load_config, run_config
+from attnflow.config import apply_overrides, load_config
+from attnflow.runs import run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -19,8 +20,9 @@ EXAMPLES = ROOT / "examples"
 
 def _run(script: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    res = subprocess.run([sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
 

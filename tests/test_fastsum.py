@@ -8,8 +8,10 @@ import torch
 from numpy.polynomial import chebyshev
 
 from attnflow import simulate, tokens
-from attnflow.backends import AUTO_FAST_TOL, choose_fast, head_stats
-from attnflow.fastsum import (
+from attnflow.core.heads import Heads, gaussian_heads, goe_heads, identity_heads
+from attnflow.kernels.dense import attention_stats_reference
+from attnflow.kernels.dispatch import AUTO_FAST_TOL, choose_fast, head_stats
+from attnflow.kernels.fastsum import (
     chebyshev_tail_bound,
     fast_attention_stats,
     features,
@@ -17,8 +19,6 @@ from attnflow.fastsum import (
     plan,
     power_coefficients,
 )
-from attnflow.heads import Heads, gaussian_heads, goe_heads, identity_heads
-from attnflow.kernels import attention_stats_reference
 
 
 def _rel_errors(out, logZ, out_ref, lz_ref, V):
@@ -37,7 +37,9 @@ def test_fast_summation_within_tolerance_of_reference(d, beta, tol):
     V = rng.standard_normal((H, d, d))
     a = rng.uniform(0.5, 2.0, N)
     a /= a.sum()
-    res = fast_attention_stats(torch.as_tensor(x), torch.as_tensor(A), torch.as_tensor(V), torch.as_tensor(a), tol=tol, check=N)
+    res = fast_attention_stats(
+        torch.as_tensor(x), torch.as_tensor(A), torch.as_tensor(V), torch.as_tensor(a), tol=tol, check=N
+    )
     out_ref, lz_ref = attention_stats_reference(x, A, V, a)
     z_err, o_err = _rel_errors(res.out, res.logZ, out_ref, lz_ref, V)
     assert max(z_err, o_err) <= tol
@@ -65,7 +67,9 @@ def test_power_coefficients_are_the_chebyshev_series():
 
     cheb = 2 * iv(np.arange(P + 1), beta)
     cheb[0] /= 2
-    assert np.allclose(np.polynomial.polynomial.polyval(beta * t, power_coefficients(beta, P)), chebyshev.chebval(t, cheb), rtol=1e-13)
+    assert np.allclose(
+        np.polynomial.polynomial.polyval(beta * t, power_coefficients(beta, P)), chebyshev.chebval(t, cheb), rtol=1e-13
+    )
 
 
 def test_bilinear_form_reproduces_polynomial_of_x_A_y():
@@ -148,7 +152,14 @@ def test_bilinear_form_in_other_dimensions(d, P):
     H = 3
     A = torch.as_tensor(gaussian_heads(H, d, 1.5, seed=d))
     fp = plan(A, 1e-3)
-    fp = type(fp)(P, fp.beta, fp.tol, fp.kernel_error, fp.relative_bound, math.comb(P + d - 1, d - 1) + math.comb(P + d - 2, d - 1))
+    fp = type(fp)(
+        P,
+        fp.beta,
+        fp.tol,
+        fp.kernel_error,
+        fp.relative_bound,
+        math.comb(P + d - 1, d - 1) + math.comb(P + d - 2, d - 1),
+    )
     CP, CQ = kernel_coefficients(A, fp)  # torch in, torch out
     assert isinstance(CP, torch.Tensor)
     np.testing.assert_array_equal(CP.numpy(), kernel_coefficients(A.numpy(), fp)[0])
@@ -156,7 +167,9 @@ def test_bilinear_form_in_other_dimensions(d, P):
     y = torch.as_tensor(tokens.uniform(5, d, seed=2))
     fx, fy = features(x, P), features(y, P)
     M = CP.shape[-1]
-    bil = torch.einsum("im,hmn,jn->hij", fx[:, :M], CP, fy[:, :M]) + torch.einsum("im,hmn,jn->hij", fx[:, M:], CQ, fy[:, M:])
+    bil = torch.einsum("im,hmn,jn->hij", fx[:, :M], CP, fy[:, :M]) + torch.einsum(
+        "im,hmn,jn->hij", fx[:, M:], CQ, fy[:, M:]
+    )
     s = torch.einsum("id,hde,je->hij", x, A, y).numpy()
     direct = np.polynomial.polynomial.polyval(s, power_coefficients(fp.beta, P))
     assert np.abs(bil.numpy() - direct).max() < 1e-12 * np.abs(direct).max()
@@ -175,7 +188,9 @@ def test_extra_values_come_from_the_same_pass():
         out, lz = head_stats(x, heads, a, backend=backend, extra_values=E, tol=1e-11)
         assert out.shape == (H, N, 2 * d)
         assert float((out[..., :d] - torch.as_tensor(ref_V)).abs().max()) < tol * 2.0
-        assert float((out[..., d:] - torch.as_tensor(ref_E)).abs().max()) < tol * float(torch.linalg.matrix_norm(E, ord=2).max())
+        assert float((out[..., d:] - torch.as_tensor(ref_E)).abs().max()) < tol * float(
+            torch.linalg.matrix_norm(E, ord=2).max()
+        )
         assert float((lz - torch.as_tensor(lz_ref)).abs().max()) < tol
 
 
@@ -196,8 +211,8 @@ def test_key_moments_are_recomputed_after_an_in_place_change():
 
 
 def test_kernel_options_hold_for_every_call_of_a_run(monkeypatch):
-    import attnflow.backends as backends
-    import attnflow.fastsum as fs
+    import attnflow.kernels.dispatch as backends
+    import attnflow.kernels.fastsum as fs
 
     tols = []
     real = fs.fast_attention_stats
@@ -218,7 +233,7 @@ def test_kernel_options_hold_for_every_call_of_a_run(monkeypatch):
 
 
 def test_auto_warns_when_a_large_cloud_falls_back_to_dense(monkeypatch):
-    import attnflow.backends as backends
+    import attnflow.kernels.dispatch as backends
 
     monkeypatch.setattr(backends, "SLOW_DENSE_TOKENS", 100)
     x = torch.as_tensor(tokens.uniform(5000, 3, seed=0))
@@ -234,8 +249,13 @@ def test_cuda_fast_summation_matches_reference():
     x = tokens.uniform(N, d, seed=11)
     A = goe_heads(H, d, 3.0, seed=12)
     a = np.full(N, 1.0 / N)
-    res = fast_attention_stats(torch.as_tensor(x, device="cuda"), torch.as_tensor(A, device="cuda"),
-                               torch.as_tensor(A, device="cuda"), torch.as_tensor(a, device="cuda"), tol=1e-10)
+    res = fast_attention_stats(
+        torch.as_tensor(x, device="cuda"),
+        torch.as_tensor(A, device="cuda"),
+        torch.as_tensor(A, device="cuda"),
+        torch.as_tensor(a, device="cuda"),
+        tol=1e-10,
+    )
     assert res.logZ.device.type == "cuda"
     out_ref, lz_ref = attention_stats_reference(x, A, A, a)
     z_err, o_err = _rel_errors(res.out.cpu(), res.logZ.cpu(), out_ref, lz_ref, A)
@@ -252,7 +272,9 @@ def test_threads_do_not_share_the_feature_buffers():
         A = torch.as_tensor(goe_heads(2, 3, 1.0 + seed, seed=seed))
         jobs.append((x, A, torch.full((3000,), 1 / 3000, dtype=torch.float64)))
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda j: [fast_attention_stats(*j[:2], j[1], j[2], tol=1e-10).logZ for _ in range(8)], jobs))
+        results = list(
+            pool.map(lambda j: [fast_attention_stats(*j[:2], j[1], j[2], tol=1e-10).logZ for _ in range(8)], jobs)
+        )
     for (x, A, a), lz in zip(jobs, results):
         # the fused dense kernel as reference (itself checked against numpy above; numpy is slow at this N)
         _, ref = head_stats(x, Heads.from_matrices(A), a, backend="flash")
@@ -260,7 +282,7 @@ def test_threads_do_not_share_the_feature_buffers():
 
 
 def test_monomial_features_are_the_monomials():
-    from attnflow.fastsum import _monomials, monomial_features
+    from attnflow.kernels.fastsum import _monomials, monomial_features
 
     x = torch.as_tensor(tokens.uniform(6, 3, seed=0))
     for degree in (0, 1, 4):

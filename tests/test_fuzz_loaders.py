@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from attnflow.cli import app
+from attnflow.cli.main import app
 from attnflow.config import ConfigError, RunConfig, apply_overrides, load_config, parse_config, preset_config
-from attnflow.tokens import from_file
-from attnflow.validation import load_weight_file
+from attnflow.config.validation import load_weight_file
+from attnflow.core.tokens import from_file
 
 torch.set_num_threads(1)
 runner = CliRunner()
@@ -61,13 +61,13 @@ def weight_files(tmp_path):
 
 
 BAD_CONFIGS = [
-    ("tokens: {n: 6, dd: 3}\n", ["tokens.dd", "Extra inputs"]),                       # unknown key
-    ("tokens: {n: six}\n", ["tokens.n", "'six'"]),                                      # wrong type
-    ("integration: {dt: -0.1}\n", ["integration.dt", "-0.1"]),                          # negative step
-    ("integration: {t_end: 1, dt: 0.3}\n", ["t_end = 1", "dt = 0.3"]),                  # not whole steps
-    ("model: gf\nheads: {preset: gaussian}\n", ["gf", "'gaussian'", "symmetric"]),      # gf needs symmetric A
+    ("tokens: {n: 6, dd: 3}\n", ["tokens.dd", "Extra inputs"]),  # unknown key
+    ("tokens: {n: six}\n", ["tokens.n", "'six'"]),  # wrong type
+    ("integration: {dt: -0.1}\n", ["integration.dt", "-0.1"]),  # negative step
+    ("integration: {t_end: 1, dt: 0.3}\n", ["t_end = 1", "dt = 0.3"]),  # not whole steps
+    ("model: gf\nheads: {preset: gaussian}\n", ["gf", "'gaussian'", "symmetric"]),  # gf needs symmetric A
     ("model: gf\nheads: {value: identity}\n", ["V = A", "'identity'"]),
-    ("tokens: {n: 2, masses: [0.7, 0.7]}\n", ["tokens.masses", "1.4"]),                # masses do not sum to 1
+    ("tokens: {n: 2, masses: [0.7, 0.7]}\n", ["tokens.masses", "1.4"]),  # masses do not sum to 1
     ("heads: {count: 2, masses: [0.5, -0.5]}\n", ["heads.masses", "-0.5"]),
     ("tokens: {n: 2, masses: [1.0]}\n", ["tokens.masses", "1 entries", "tokens.n = 2"]),
     ("weights: {process: brownian}\n", ["'brownian'"]),
@@ -91,17 +91,23 @@ def test_binary_config_file(tmp_path):
     assert_clean_error(res, out, "not a text (UTF-8) file")
 
 
-@pytest.mark.parametrize("stem,model,needles", [
-    ("nonsym", "gf", ["symmetric A_h", "head 1", "max |A - A^T|"]),
-    ("d4", "mha", ["d = 4", "tokens.d = 3"]),
-    ("three", "mha", ["3 heads", "heads.count = 2"]),
-    ("nan", "mha", ["NaN or inf", "head 1"]),
-    ("noA", "mha", ["no array 'A'", "'B'"]),
-    ("vdiff", "gf", ["V = A"]),
-    ("text", "mha", ["could not read weight file"]),
-])
+@pytest.mark.parametrize(
+    "stem,model,needles",
+    [
+        ("nonsym", "gf", ["symmetric A_h", "head 1", "max |A - A^T|"]),
+        ("d4", "mha", ["d = 4", "tokens.d = 3"]),
+        ("three", "mha", ["3 heads", "heads.count = 2"]),
+        ("nan", "mha", ["NaN or inf", "head 1"]),
+        ("noA", "mha", ["no array 'A'", "'B'"]),
+        ("vdiff", "gf", ["V = A"]),
+        ("text", "mha", ["could not read weight file"]),
+    ],
+)
 def test_bad_weight_file(tmp_path, weight_files, stem, model, needles):
-    text = TINY + f"model: {model}\nheads: {{count: 2, preset: file, path: {weight_files[stem]}}}\nweights: {{process: constant}}\n"
+    text = (
+        TINY
+        + f"model: {model}\nheads: {{count: 2, preset: file, path: {weight_files[stem]}}}\nweights: {{process: constant}}\n"
+    )
     res, out = run_cli(tmp_path, text)
     assert_clean_error(res, out, "heads.path", *needles)
 
@@ -111,7 +117,9 @@ def test_good_weight_file_runs_with_its_matrices(tmp_path):
     np.save(tmp_path / "w.npy", A)
     out = tmp_path / "run"
     cfg = tmp_path / "w.yaml"
-    cfg.write_text(TINY + f"heads: {{count: 2, preset: file, path: {tmp_path / 'w.npy'}}}\nweights: {{process: constant}}\n")
+    cfg.write_text(
+        TINY + f"heads: {{count: 2, preset: file, path: {tmp_path / 'w.npy'}}}\nweights: {{process: constant}}\n"
+    )
     res = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--no-figures"])
     assert res.exit_code == 0, res.output
     from attnflow import load
@@ -119,13 +127,16 @@ def test_good_weight_file_runs_with_its_matrices(tmp_path):
     assert np.array_equal(load(out).A[-1], A)
 
 
-@pytest.mark.parametrize("content,suffix,needles", [
-    (np.full((6, 3), np.nan), ".npy", ["row 0", "NaN"]),
-    (np.zeros((6, 3)), ".npy", ["row 0", "zero vector"]),
-    (np.ones((6, 3, 1)), ".npy", ["shape (N, d)"]),
-    (np.eye(4)[[0, 1, 2, 3, 0, 1]], ".npy", ["shape (6, 4)", "n=6, d=3"]),
-    (None, ".txt", ["must end in .npy or .csv"]),
-])
+@pytest.mark.parametrize(
+    "content,suffix,needles",
+    [
+        (np.full((6, 3), np.nan), ".npy", ["row 0", "NaN"]),
+        (np.zeros((6, 3)), ".npy", ["row 0", "zero vector"]),
+        (np.ones((6, 3, 1)), ".npy", ["shape (N, d)"]),
+        (np.eye(4)[[0, 1, 2, 3, 0, 1]], ".npy", ["shape (6, 4)", "n=6, d=3"]),
+        (None, ".txt", ["must end in .npy or .csv"]),
+    ],
+)
 def test_bad_token_file(tmp_path, content, suffix, needles):
     p = tmp_path / f"tok{suffix}"
     if content is None:
@@ -148,15 +159,18 @@ def test_off_sphere_tokens_are_normalised_with_a_warning(tmp_path):
         from_file(p, normalise=False)
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["--preset", "nope", "--out", "OUT"], ["unknown preset 'nope'"]),
-    (["--preset", "ou", "--out", "OUT", "--set", "integration.dt=abc"], ["integration.dt", "'abc'"]),
-    (["--preset", "ou", "--out", "OUT", "--set", "tokens.n.x=1"], ["'n' is not a section"]),
-    (["--preset", "ou", "--out", "OUT", "--set", "novalue"], ["key.subkey=value"]),
-    (["--preset", "ou"], ["--out DIR"]),
-    (["--resume", "OUT"], ["no such run folder"]),
-    (["--resume", "OUT", "--preset", "ou"], ["drop CONFIG"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--preset", "nope", "--out", "OUT"], ["unknown preset 'nope'"]),
+        (["--preset", "ou", "--out", "OUT", "--set", "integration.dt=abc"], ["integration.dt", "'abc'"]),
+        (["--preset", "ou", "--out", "OUT", "--set", "tokens.n.x=1"], ["'n' is not a section"]),
+        (["--preset", "ou", "--out", "OUT", "--set", "novalue"], ["key.subkey=value"]),
+        (["--preset", "ou"], ["--out DIR"]),
+        (["--resume", "OUT"], ["no such run folder"]),
+        (["--resume", "OUT", "--preset", "ou"], ["drop CONFIG"]),
+    ],
+)
 def test_bad_command_line(tmp_path, args, needles):
     out = tmp_path / "out"
     res = runner.invoke(app, ["run", *[str(out) if a == "OUT" else a for a in args]])
@@ -175,7 +189,10 @@ def test_debug_flag_shows_the_traceback(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 FIELDS = {
-    "name": None, "model": None, "seed": None, "dtype": None,
+    "name": None,
+    "model": None,
+    "seed": None,
+    "dtype": None,
     "tokens": ["n", "d", "init", "angle", "components", "kappa", "inner_product", "path", "masses"],
     "heads": ["count", "preset", "beta", "value", "masses", "path"],
     "weights": ["process", "rate", "sigma", "init_spread", "symmetric", "amplitude", "omega", "phase", "layers"],
@@ -183,10 +200,33 @@ FIELDS = {
     "diagnostics": ["cluster_eps"],
 }
 junk = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(string.printable, max_size=12), st.lists(st.floats(-2, 2), max_size=4),
-    st.sampled_from(["gf", "mha", "usa", "ou", "constant", "layers", "oscillating", "rk4", "euler", "file",
-                     "goe", "identity", "gaussian", "float32", "random", "A", "-A"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(string.printable, max_size=12),
+    st.lists(st.floats(-2, 2), max_size=4),
+    st.sampled_from(
+        [
+            "gf",
+            "mha",
+            "usa",
+            "ou",
+            "constant",
+            "layers",
+            "oscillating",
+            "rk4",
+            "euler",
+            "file",
+            "goe",
+            "identity",
+            "gaussian",
+            "float32",
+            "random",
+            "A",
+            "-A",
+        ]
+    ),
 )
 
 
@@ -218,7 +258,11 @@ def test_fuzz_parse_config(data):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode) | mutated_configs().map(lambda d: yaml.safe_dump(d).encode()))
+@given(
+    st.binary(max_size=300)
+    | st.text(max_size=300).map(str.encode)
+    | mutated_configs().map(lambda d: yaml.safe_dump(d).encode())
+)
 def test_fuzz_load_config_file(tmp_path, raw):
     p = tmp_path / "fuzz.yaml"
     p.write_bytes(raw)
@@ -239,7 +283,9 @@ def test_fuzz_overrides(data, overrides):
 
 
 arrays = st.one_of(
-    st.integers(0, 3).flatmap(lambda nd: st.lists(st.integers(0, 5), min_size=nd, max_size=nd)).flatmap(
+    st.integers(0, 3)
+    .flatmap(lambda nd: st.lists(st.integers(0, 5), min_size=nd, max_size=nd))
+    .flatmap(
         lambda shape: st.builds(
             lambda vals: np.resize(np.array(vals, dtype=np.float64), shape),
             st.lists(st.sampled_from([0.0, 1.0, -1.0, 2.5, np.nan, np.inf, 1e-300, 1e300]), min_size=1, max_size=8),
@@ -276,7 +322,11 @@ def test_fuzz_token_and_weight_files(tmp_path, arr, suffix, corrupt):
     except ConfigError as e:
         assert str(e).startswith("heads.path:")
     else:
-        assert A.ndim == 3 and np.isfinite(A).all() and np.allclose(A, A.transpose(0, 2, 1), atol=1e-9 * max(1, np.abs(A).max()))
+        assert (
+            A.ndim == 3
+            and np.isfinite(A).all()
+            and np.allclose(A, A.transpose(0, 2, 1), atol=1e-9 * max(1, np.abs(A).max()))
+        )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -289,7 +339,11 @@ def test_fuzz_cli_never_shows_a_traceback(tmp_path, data):
         data["tokens"]["n"] = 8
     if isinstance(data.get("tokens"), dict) and isinstance(data["tokens"].get("d"), int) and data["tokens"]["d"] > 6:
         data["tokens"]["d"] = 6
-    if isinstance(data.get("heads"), dict) and isinstance(data["heads"].get("count"), int) and data["heads"]["count"] > 4:
+    if (
+        isinstance(data.get("heads"), dict)
+        and isinstance(data["heads"].get("count"), int)
+        and data["heads"]["count"] > 4
+    ):
         data["heads"]["count"] = 4
     if isinstance(data.get("weights"), dict) and isinstance(data["weights"].get("layers"), int):
         data["weights"]["layers"] = min(data["weights"]["layers"], 3)
@@ -321,12 +375,34 @@ def mutated_sweeps(draw):
     import copy
 
     data = copy.deepcopy(QUICK_SWEEP)
-    junk = st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8),
-                     st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=6), st.integers(), max_size=2))
+    junk = st.one_of(
+        st.none(),
+        st.integers(-5, 5),
+        st.floats(allow_nan=True),
+        st.text(max_size=8),
+        st.lists(st.integers(-3, 3), max_size=3),
+        st.dictionaries(st.text(max_size=6), st.integers(), max_size=2),
+    )
     for _ in range(draw(st.integers(1, 3))):
         where = draw(st.sampled_from(["top", "set", "grid", "product", "drop"]))
-        key = draw(st.sampled_from(["name", "base", "set", "grid", "seeds", "zip", "tokens.n", "heads.beta",
-                                    "heads.count", "weights.rate", "nope", "integration.dt"]))
+        key = draw(
+            st.sampled_from(
+                [
+                    "name",
+                    "base",
+                    "set",
+                    "grid",
+                    "seeds",
+                    "zip",
+                    "tokens.n",
+                    "heads.beta",
+                    "heads.count",
+                    "weights.rate",
+                    "nope",
+                    "integration.dt",
+                ]
+            )
+        )
         if where == "drop":
             data.pop(draw(st.sampled_from(sorted(data))), None)
         elif where == "top":
@@ -344,7 +420,7 @@ def mutated_sweeps(draw):
 @given(mutated_sweeps().map(lambda d: yaml.safe_dump(d).encode()) | st.binary(max_size=200))
 def test_fuzz_sweep_files(tmp_path, raw):
     """Loading and expanding a malformed sweep file either works or raises one ConfigError."""
-    from attnflow.sweep_spec import load_sweep, sweep_points
+    from attnflow.sweep.spec import load_sweep, sweep_points
 
     f = tmp_path / "sweep.yaml"
     f.write_bytes(raw)
@@ -358,14 +434,17 @@ def test_fuzz_sweep_files(tmp_path, raw):
     assert len(points) >= 1
 
 
-@pytest.mark.parametrize("text,needles", [
-    (b"\xff\xfe\x00 not text", ["UTF-8"]),
-    (b"base: ou\ngrid: {product: {heads.beta: [1.0, x]}}\n", ["heads.beta"]),
-    (b"base: ou\ngrid: {product: {heads.nope: [1, 2]}}\n", ["heads.nope"]),
-    (b"base: nowhere\n", ["nowhere"]),
-    (b"base: ou\nseeds: -1\n", ["seeds"]),
-    (b"grid: [1, 2\n", ["YAML"]),
-])
+@pytest.mark.parametrize(
+    "text,needles",
+    [
+        (b"\xff\xfe\x00 not text", ["UTF-8"]),
+        (b"base: ou\ngrid: {product: {heads.beta: [1.0, x]}}\n", ["heads.beta"]),
+        (b"base: ou\ngrid: {product: {heads.nope: [1, 2]}}\n", ["heads.nope"]),
+        (b"base: nowhere\n", ["nowhere"]),
+        (b"base: ou\nseeds: -1\n", ["seeds"]),
+        (b"grid: [1, 2\n", ["YAML"]),
+    ],
+)
 def test_bad_sweep_file_is_one_clean_paragraph(tmp_path, text, needles):
     f = tmp_path / "bad.yaml"
     f.write_bytes(text)

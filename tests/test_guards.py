@@ -10,9 +10,11 @@ import torch
 from typer.testing import CliRunner
 
 from attnflow import simulate, tokens
-from attnflow.checkpoint import CHECKPOINT, load_checkpoint
-from attnflow.cli import app
-from attnflow.guards import (
+from attnflow.cli.main import app
+from attnflow.core.heads import Heads, goe_heads, identity_heads
+from attnflow.io.checkpoint import CHECKPOINT, load_checkpoint
+from attnflow.io.store import is_complete
+from attnflow.solve.guards import (
     STABLE_DT_L,
     NumericalInstability,
     PrecisionWarning,
@@ -21,9 +23,7 @@ from attnflow.guards import (
     step_warning,
     suggested_step,
 )
-from attnflow.heads import Heads, goe_heads, identity_heads
-from attnflow.io import is_complete
-from attnflow.weights import FromCallable
+from attnflow.weights.processes import FromCallable
 
 torch.set_num_threads(1)
 
@@ -81,7 +81,9 @@ def _energy_monotone(A, dt, method, n_steps=120):
     return bool(np.all(np.diff(E) <= 1e-12 * np.abs(E).max()))
 
 
-@pytest.mark.parametrize("kind,beta,method", [("identity", 16, "euler"), ("identity", 16, "rk4"), ("goe", 16, "euler"), ("goe", 16, "rk4")])
+@pytest.mark.parametrize(
+    "kind,beta,method", [("identity", 16, "euler"), ("identity", 16, "rk4"), ("goe", 16, "euler"), ("goe", 16, "rk4")]
+)
 def test_stability_estimate_separates_stable_from_unstable_steps(kind, beta, method):
     """Below the warning threshold the gf energy decreases at every step; at 3x it does not."""
     A = identity_heads(2, 3, beta) if kind == "identity" else goe_heads(2, 3, beta, 1)

@@ -13,9 +13,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from attnflow import velocity  # noqa: E402
-from attnflow.hf import HFImportError, extract, load_heads, load_model, verify, verify_model  # noqa: E402
-from attnflow.hf.tiny import FAMILIES, save_tiny  # noqa: E402
+from attnflow import velocity
+from attnflow.hf import HFImportError, extract, load_heads, load_model, verify, verify_model
+from attnflow.hf.tiny import FAMILIES, save_tiny
 
 TOL = 1e-4
 EXPECT = {  # family: (causal, norm, pre_norm, rope, kv_heads)
@@ -101,7 +101,9 @@ def test_a_name_that_is_not_on_disk_is_refused_without_download():
 def test_unsupported_model_type_is_refused(tmp_path):
     import transformers as tf
 
-    tf.GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64).save_pretrained(tmp_path)
+    tf.GPTNeoXConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64
+    ).save_pretrained(tmp_path)
     with pytest.raises(HFImportError, match="not supported"):
         load_heads(tmp_path)
 

@@ -11,15 +11,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from attnflow import Heads, load, simulate  # noqa: E402
-from attnflow.cli import app  # noqa: E402
-from attnflow.hf import extract, load_model  # noqa: E402
-from attnflow.hf.flow import load_comparison, real_positions, run_prompt  # noqa: E402
-from attnflow.hf.sphere import nearest_gradient_flow_heads, on_sphere, to_gradient_flow  # noqa: E402
-from attnflow.hf.tiny import save_tiny  # noqa: E402
-from attnflow.weights import Layers  # noqa: E402
+from attnflow import Heads, load, simulate
+from attnflow.cli.main import app
+from attnflow.hf import extract, load_model
+from attnflow.hf.flow import load_comparison, real_positions, run_prompt
+from attnflow.hf.sphere import nearest_gradient_flow_heads, on_sphere, to_gradient_flow
+from attnflow.hf.tiny import save_tiny
+from attnflow.weights.processes import Layers
 
 runner = CliRunner()
 
@@ -74,7 +74,7 @@ def test_nearest_gradient_flow_head_is_the_symmetrised_average():
     M = (A + V) / 2
     S = (M + M.transpose(0, 2, 1)) / 2
     np.testing.assert_allclose(S_heads.A.numpy(), S, atol=1e-14)
-    obj = lambda T: np.sum((A - T) ** 2) + np.sum((V - T) ** 2)  # noqa: E731
+    obj = lambda T: np.sum((A - T) ** 2) + np.sum((V - T) ** 2)
     np.testing.assert_allclose(dist, np.sqrt(obj(S) / (np.sum(A**2) + np.sum(V**2))), rtol=1e-12)
     for _ in range(20):  # every other symmetric matrix is farther
         E = g.standard_normal((3, 5, 5))
@@ -110,8 +110,20 @@ def test_cli_verify_prints_a_table_and_fails_on_a_mismatch(ckpt, monkeypatch):
 
 def test_cli_run_writes_a_run_folder_with_the_comparison(ckpt, tmp_path):
     out = tmp_path / "run"
-    res = runner.invoke(app, ["hf", "run", str(ckpt["gpt2"]), "--text", "the cat sat on the mat", "--out", str(out),
-                              "--steps-per-layer", "4"])
+    res = runner.invoke(
+        app,
+        [
+            "hf",
+            "run",
+            str(ckpt["gpt2"]),
+            "--text",
+            "the cat sat on the mat",
+            "--out",
+            str(out),
+            "--steps-per-layer",
+            "4",
+        ],
+    )
     assert res.exit_code == 0, res.output
     traj = load(out)
     assert traj.x.shape == (3, 6, 32) and traj.model == "mha"

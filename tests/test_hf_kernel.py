@@ -7,15 +7,20 @@ import torch
 import torch.nn.functional as F
 
 from attnflow import Heads, velocity
-from attnflow.fields import field_stats
-from attnflow.heads import rotary
-from attnflow.kernels import attention_stats
+from attnflow.core.heads import rotary
+from attnflow.dynamics.fields import field_stats
+from attnflow.kernels.dense import attention_stats
 
 
 def _random_heads(H=3, r=4, d=6, seed=0, **extra):
     g = torch.Generator().manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
-    return Heads(K=rnd(H, r, d), Q=rnd(H, r, d), V=rnd(H, d, d), **{k: rnd(*v) if isinstance(v, tuple) else v for k, v in extra.items()})
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    return Heads(
+        K=rnd(H, r, d),
+        Q=rnd(H, r, d),
+        V=rnd(H, d, d),
+        **{k: rnd(*v) if isinstance(v, tuple) else v for k, v in extra.items()},
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -56,7 +61,10 @@ def test_rotary_matches_transformers_and_only_relative_positions_matter():
     r, N = 8, 7
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, r, 2, dtype=torch.float64) / r))
     g = torch.Generator().manual_seed(3)
-    q, k = torch.randn(1, 2, N, r, generator=g, dtype=torch.float64), torch.randn(1, 2, N, r, generator=g, dtype=torch.float64)
+    q, k = (
+        torch.randn(1, 2, N, r, generator=g, dtype=torch.float64),
+        torch.randn(1, 2, N, r, generator=g, dtype=torch.float64),
+    )
     ang = torch.arange(N, dtype=torch.float64)[:, None] * inv_freq[None]
     emb = torch.cat((ang, ang), -1)[None]
     q_ref, k_ref = apply_rotary_pos_emb(q, k, emb.cos(), emb.sin())
@@ -85,7 +93,7 @@ def test_plain_heads_keep_their_old_behaviour_and_gf_rejects_extras():
 
 
 def test_numpy_reference_has_the_same_causal_mask_and_key_bias():
-    from attnflow.kernels import attention_stats_reference
+    from attnflow.kernels.dense import attention_stats_reference
 
     rng = np.random.default_rng(5)
     H, N, d = 2, 6, 3

@@ -25,7 +25,9 @@ def test_moment_generating_function_and_stein_identity_by_monte_carlo():
     closed = (LAW.mean[0] + LAW.c**2 * (xy + xy.T) / 2) @ y * Ek
     assert np.all(np.abs(Aky.mean(0) - closed) < 4 * Aky.std(0) / np.sqrt(len(k)))
     Z = LAW.partition(X)
-    assert Z[0] == pytest.approx(np.mean([np.exp(x @ LAW.mean[0] @ X[j] + LAW.c**2 * (1 + (x @ X[j]) ** 2) / 4) for j in range(10)]))
+    assert Z[0] == pytest.approx(
+        np.mean([np.exp(x @ LAW.mean[0] @ X[j] + LAW.c**2 * (1 + (x @ X[j]) ** 2) / 4) for j in range(10)])
+    )
 
 
 def test_velocity_is_minus_mobility_times_gradient_by_finite_differences():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnflow import energy, jko_step, mobility, simulate, tokens
-from attnflow.heads import goe_heads, identity_heads
-from attnflow.jko import geodesic_distance_sq
+from attnflow.core.geometry import geodesic_distance_sq
+from attnflow.core.heads import goe_heads, identity_heads
 
 torch.set_num_threads(1)
 

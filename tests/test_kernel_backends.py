@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from attnflow import tokens
-from attnflow.heads import Heads, gaussian_heads
-from attnflow.kernels import attention_stats, attention_stats_reference, resolve_backend
+from attnflow.core.heads import Heads, gaussian_heads
+from attnflow.kernels.dense import attention_stats, attention_stats_reference, resolve_backend
 
 
 def _case(N=40, d=3, H=3, beta=3.0, seed=0, uniform=False):
@@ -100,5 +100,7 @@ def test_cuda_flash_matches_reference():
     heads = Heads.from_matrices(A, V).to(dtype=torch.float32, device="cuda")
     xt = torch.as_tensor(x, dtype=torch.float32, device="cuda")
     q, k = heads.factors(xt)
-    out, lz = attention_stats(q, k, heads.value_features(xt), torch.log(torch.as_tensor(a, dtype=torch.float32, device="cuda")))
+    out, lz = attention_stats(
+        q, k, heads.value_features(xt), torch.log(torch.as_tensor(a, dtype=torch.float32, device="cuda"))
+    )
     assert _rel(out.cpu(), out_ref) < 1e-4 and _rel(lz.cpu(), lz_ref) < 1e-4

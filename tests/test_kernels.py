@@ -4,8 +4,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnflow.heads import Heads
-from attnflow.kernels import attention_stats, attention_stats_reference
+from attnflow.core.heads import Heads
+from attnflow.kernels.dense import attention_stats, attention_stats_reference
 from conftest import random_masses, random_tokens
 
 

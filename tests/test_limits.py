@@ -8,8 +8,8 @@ import torch
 from scipy.integrate import quad
 
 from attnflow import GaussianOU, simulate, slope, stationarity, tokens, weight_path_length
-from attnflow.heads import identity_heads
-from attnflow.weights import Oscillating, OrnsteinUhlenbeck
+from attnflow.core.heads import identity_heads
+from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
 
 torch.set_num_threads(1)
 
@@ -32,7 +32,7 @@ def test_ou_law_length_is_finite_with_closed_form():
     traj = simulate(X0, P, t_end=1.0, dt=0.05, save_every=1)
     L = weight_path_length(traj, P)
     assert L.law_total == pytest.approx(0.7 / np.sqrt(4.0) * np.sqrt(6.0), rel=1e-6)
-    c = lambda t: 0.7 * np.sqrt((1 - np.exp(-4.0 * t)) / 4.0)  # noqa: E731
+    c = lambda t: 0.7 * np.sqrt((1 - np.exp(-4.0 * t)) / 4.0)
     assert L.law[-1] == pytest.approx(c(1.0) * np.sqrt(6.0), rel=1e-6)
     # the sampled path is rough: its discrete length grows as the save step shrinks
     fine = weight_path_length(simulate(X0, P, t_end=1.0, dt=0.0125, save_every=1), P)
@@ -40,11 +40,17 @@ def test_ou_law_length_is_finite_with_closed_form():
 
 
 def test_path_length_from_config_and_constant():
-    from attnflow.config import preset_config, run_config
+    from attnflow.config import preset_config
+    from attnflow.runs import run_config
 
     cfg = preset_config("autonomous").model_copy(deep=True)
-    cfg = cfg.model_validate({**cfg.model_dump(), "tokens": {"n": 8, "d": 3},
-                              "integration": {"t_end": 0.2, "dt": 0.05, "method": "rk4", "save_every": 1}})
+    cfg = cfg.model_validate(
+        {
+            **cfg.model_dump(),
+            "tokens": {"n": 8, "d": 3},
+            "integration": {"t_end": 0.2, "dt": 0.05, "method": "rk4", "save_every": 1},
+        }
+    )
     L = weight_path_length(run_config(cfg))
     assert L.process == "Constant" and L.total == 0.0 and L.law_total == 0.0
 

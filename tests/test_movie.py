@@ -8,9 +8,9 @@ import pytest
 from matplotlib.colors import to_rgb
 from PIL import Image
 
-from attnflow.movie import MovieSettings, camera, parse_resolution, render_movie
-from attnflow.simulate import Trajectory
-from attnflow.views import PALETTE
+from attnflow.io.trajectory import Trajectory
+from attnflow.viz.movie import MovieSettings, camera, parse_resolution, render_movie
+from attnflow.viz.views import PALETTE
 
 
 def _read_mp4(path) -> tuple[dict, np.ndarray]:
@@ -25,8 +25,18 @@ def _traj(x: np.ndarray, t: np.ndarray | None = None) -> Trajectory:
     S, N, d = x.shape
     t = np.linspace(0, 1, S) if t is None else t
     zeros = {k: np.zeros(S) for k in ("energy", "slope", "metric_speed", "clusters", "order_parameter")}
-    return Trajectory(t=t, x=x, A=np.broadcast_to(np.eye(d), (S, 1, d, d)).copy(), V=None, diagnostics=zeros,
-                      token_weights=np.full(N, 1 / N), head_weights=np.ones(1), model="gf", method="euler", dt=0.1)
+    return Trajectory(
+        t=t,
+        x=x,
+        A=np.broadcast_to(np.eye(d), (S, 1, d, d)).copy(),
+        V=None,
+        diagnostics=zeros,
+        token_weights=np.full(N, 1 / N),
+        head_weights=np.ones(1),
+        model="gf",
+        method="euler",
+        dt=0.1,
+    )
 
 
 def test_camera_is_a_rotation_with_matplotlibs_angles():
@@ -71,7 +81,7 @@ def test_frames_interpolate_rotate_and_trail(tmp_path):
     assert (np.abs(a[-1].astype(int) - b[-1].astype(int)).sum(-1) > 60).sum() > 50  # turned camera
     _, c = _read_mp4(render_movie(traj, tmp_path / "c.mp4", frames=6, resolution=(160, 120), trails=3))
     assert np.abs(a[0].astype(int) - c[0].astype(int)).max() < 40  # nothing to trail yet
-    inked = lambda f: (f.astype(int).sum(-1) < 600).sum()  # noqa: E731
+    inked = lambda f: (f.astype(int).sum(-1) < 600).sum()
     assert inked(c[-1]) > inked(a[-1]) + 20  # trails add ink behind the tokens
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.stats import special_ortho_group
 
 from attnflow import simulate
-from attnflow.guards import StabilityWarning
+from attnflow.solve.guards import StabilityWarning
 
 torch.set_num_threads(1)
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -33,7 +33,10 @@ def setups(draw, symmetric=False):
     a = rng.uniform(0.2, 1.0, n)
     w = rng.uniform(0.2, 1.0, H)
     return {
-        "x0": x0, "A": A, "a": a / a.sum(), "w": w / w.sum(),
+        "x0": x0,
+        "A": A,
+        "a": a / a.sum(),
+        "w": w / w.sum(),
         "model": "gf" if symmetric else draw(st.sampled_from(["mha", "usa"])),
         "method": draw(st.sampled_from(["euler", "heun", "rk4"])),
         "seed": seed,
@@ -47,8 +50,15 @@ def run(s, x0=None, A=None, a=None, w=None, n_steps=8):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StabilityWarning)
         return simulate(
-            s["x0"] if x0 is None else x0, A, model=s["model"], t_end=n_steps * dt, dt=dt, method=s["method"],
-            save_every=1, token_weights=s["a"] if a is None else a, head_weights=s["w"] if w is None else w,
+            s["x0"] if x0 is None else x0,
+            A,
+            model=s["model"],
+            t_end=n_steps * dt,
+            dt=dt,
+            method=s["method"],
+            save_every=1,
+            token_weights=s["a"] if a is None else a,
+            head_weights=s["w"] if w is None else w,
         )
 
 

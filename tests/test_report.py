@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from scipy.sparse.csgraph import connected_components
 
-from attnflow.report import REPORT, frame_indices, report_figure, write_report
-from attnflow.views import cluster_labels, head_norms, interpolate_tokens, pca_basis, view3d
-
+from attnflow.viz.report import REPORT, frame_indices, report_figure, write_report
+from attnflow.viz.views import cluster_labels, head_norms, interpolate_tokens, pca_basis, view3d
 from conftest import small_trajectory
 
 
@@ -124,16 +123,18 @@ def test_scene_axes_are_fixed_over_all_frames():
 
 
 def test_cluster_labels_of_a_large_cloud_use_the_grid_and_agree_with_dense(monkeypatch):
-    import attnflow.views as views
+    import attnflow.viz.views as views
     from attnflow import tokens
 
     rng = np.random.default_rng(3)
     # a mix: tight clusters, looser clusters with spread near the threshold, and scattered tokens
-    x = np.concatenate([
-        tokens.vmf_mixture(900, 3, k=4, kappa=4e5, seed=1),
-        tokens.vmf_mixture(600, 3, k=3, kappa=2e3, seed=2),
-        tokens.uniform(300, 3, seed=3),
-    ])[rng.permutation(1800)]
+    x = np.concatenate(
+        [
+            tokens.vmf_mixture(900, 3, k=4, kappa=4e5, seed=1),
+            tokens.vmf_mixture(600, 3, k=3, kappa=2e3, seed=2),
+            tokens.uniform(300, 3, seed=3),
+        ]
+    )[rng.permutation(1800)]
     dense = cluster_labels(x)  # 1800 <= GRAM_BLOCK_TOKENS: the one-matrix path
     monkeypatch.setattr(views, "GRAM_BLOCK_TOKENS", 100)
     grid = cluster_labels(x)
@@ -142,7 +143,7 @@ def test_cluster_labels_of_a_large_cloud_use_the_grid_and_agree_with_dense(monke
 
 
 def test_report_draws_a_subset_of_a_large_cloud_with_whole_cloud_clusters(traj3):
-    from attnflow.report import token_subset
+    from attnflow.viz.report import token_subset
 
     fig = report_figure(traj3, max_frames=4, max_tokens=10)
     shown = token_subset(traj3.N, 10)

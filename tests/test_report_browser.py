@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attnflow.report import write_report
+from attnflow.viz.report import write_report
 
 selenium = pytest.importorskip("selenium", reason="selenium is part of the dev extra: pip install -e '.[dev]'")
 from selenium import webdriver  # noqa: E402
@@ -23,10 +23,17 @@ from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # WebGL on a machine without a GPU: Chromium's software renderer, opted into explicitly.
-    "--enable-unsafe-swiftshader", "--window-size=1400,1300",
+    "--enable-unsafe-swiftshader",
+    "--window-size=1400,1300",
 ]
 
 
@@ -81,8 +88,11 @@ def test_report_in_headless_chromium(browser, run_dir3, traj3):
     page = write_report(run_dir3, max_frames=20)
     browser.get(page.resolve().as_uri())
     # rendered: plotly has laid out the figure and the 3D scene has its WebGL canvas
-    assert _wait(lambda: browser.execute_script(
-        "const gd = document.getElementById('attnflow-report'); return !!(gd && gd._fullLayout && gd._fullLayout.scene)"))
+    assert _wait(
+        lambda: browser.execute_script(
+            "const gd = document.getElementById('attnflow-report'); return !!(gd && gd._fullLayout && gd._fullLayout.scene)"
+        )
+    )
     canvas = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#attnflow-report .gl-container canvas"))
     assert canvas, "no WebGL canvas for the sphere"
     scene = canvas[0]
@@ -99,8 +109,9 @@ def test_report_in_headless_chromium(browser, run_dir3, traj3):
     grip = browser.find_element(By.CSS_SELECTOR, ".slider-grip-rect")
     rail = browser.find_element(By.CSS_SELECTOR, ".slider-rail-rect")
     ActionChains(browser).drag_and_drop_by_offset(grip, int(rail.size["width"]) + 20, 0).perform()
-    active = lambda: browser.execute_script(  # noqa: E731
-        "return document.getElementById('attnflow-report')._fullLayout.sliders[0].active")
+    active = lambda: browser.execute_script(
+        "return document.getElementById('attnflow-report')._fullLayout.sliders[0].active"
+    )
     n_steps = browser.execute_script("return document.getElementById('attnflow-report').layout.sliders[0].steps.length")
     assert _wait(lambda: active() == n_steps - 1), f"slider at step {active()}, expected {n_steps - 1}"
     time.sleep(1.0)
@@ -112,7 +123,8 @@ def test_report_in_headless_chromium(browser, run_dir3, traj3):
 
     # Play runs the animation from the start
     browser.execute_script(
-        "Plotly.animate('attnflow-report', ['0'], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}})")
+        "Plotly.animate('attnflow-report', ['0'], {mode: 'immediate', frame: {duration: 0, redraw: true}, transition: {duration: 0}})"
+    )
     assert _wait(lambda: active() == 0)
     play = [b for b in browser.find_elements(By.CSS_SELECTOR, ".updatemenu-button") if "Play" in b.text][0]
     play.click()
@@ -128,8 +140,10 @@ def test_report_in_headless_chromium(browser, run_dir3, traj3):
 def test_the_checks_catch_a_broken_page(browser, tmp_path):
     """The detectors above do fail: a script error is logged as SEVERE, a blank canvas has no tokens."""
     page = tmp_path / "broken.html"
-    page.write_text("<!DOCTYPE html><html><body><canvas id='c' width='400' height='400'></canvas>"
-                    "<script>undefinedFunction();</script></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><body><canvas id='c' width='400' height='400'></canvas>"
+        "<script>undefinedFunction();</script></body></html>"
+    )
     browser.get_log("browser")  # drop what earlier pages logged
     browser.get(page.as_uri())
     errors = _wait(lambda: [e for e in browser.get_log("browser") if e["level"] == "SEVERE"], timeout=5)

@@ -7,9 +7,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnflow.cli import app
+from attnflow.cli.main import app
+from attnflow.dynamics.lipschitz import lipschitz_bound
 from attnflow.experiments.report import README_BEGIN, README_END
-from attnflow.stability import lipschitz_bound
 from conftest import random_sym, random_tokens
 
 
@@ -19,11 +19,13 @@ def test_lipschitz_bound_dominates_the_jacobian(rng, model):
     import attnflow as af
 
     N, d, H = 12, 3, 3
-    for trial in range(5):
+    for _ in range(5):
         A = random_sym(rng, H, d, 0.8) if model == "gf" else rng.standard_normal((H, d, d)) * 0.5
         V = None if model == "gf" else rng.standard_normal((H, d, d)) * 0.5
         x = torch.from_numpy(random_tokens(rng, N, d))
-        f = lambda y: af.velocity(y.reshape(N, d), torch.from_numpy(A), None if V is None else torch.from_numpy(V), model=model).reshape(-1)  # noqa: E731
+        f = lambda y, A=A, V=V: af.velocity(
+            y.reshape(N, d), torch.from_numpy(A), None if V is None else torch.from_numpy(V), model=model
+        ).reshape(-1)
         J = torch.autograd.functional.jacobian(f, x.reshape(-1)).numpy()
         # Uniform masses: ||.||_a is a multiple of the Euclidean norm, so the operator norms agree.
         assert np.linalg.norm(J, 2) <= lipschitz_bound(A, V, model=model)

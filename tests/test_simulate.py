@@ -9,8 +9,8 @@ import xarray as xr
 from scipy.integrate import solve_ivp
 
 import attnflow as af
-from attnflow.integrators import INTEGRATORS
-from attnflow.weights import Constant, Oscillating, OrnsteinUhlenbeck
+from attnflow.schemes.integrators import INTEGRATORS
+from attnflow.weights.processes import Constant, OrnsteinUhlenbeck, Oscillating
 from conftest import random_sym, random_tokens
 
 
@@ -35,7 +35,10 @@ def test_measured_orders(rng, case):
     N, d, H, t_end = 6, 3, 2, 1.0
     x0 = random_tokens(rng, N, d)
     if case == "gf-oscillating":
-        process, model = Oscillating(random_sym(rng, H, d) + np.eye(d), random_sym(rng, H, d), [1.3, 2.1], [0.2, 1.0]), "gf"
+        process, model = (
+            Oscillating(random_sym(rng, H, d) + np.eye(d), random_sym(rng, H, d), [1.3, 2.1], [0.2, 1.0]),
+            "gf",
+        )
     else:
         process, model = Constant(rng.standard_normal((H, d, d)), rng.standard_normal((H, d, d))), "mha"
     ref = _reference(x0, process, model, t_end)
@@ -82,7 +85,9 @@ def test_diagnostics_values(rng):
     traj = af.simulate(x0, np.eye(3)[None], model="gf", t_end=0.1, dt=0.05)
     d = traj.diagnostics
     assert d["clusters"][0] == 2 and d["order_parameter"][0] == pytest.approx(0.0, abs=1e-15)
-    assert d["min_inner"][0] == pytest.approx(-1.0) and d["mean_inner"][0] == pytest.approx((12 * 1 + 18 * -1) / 30)  # ordered pairs i != j
+    assert d["min_inner"][0] == pytest.approx(-1.0) and d["mean_inner"][0] == pytest.approx(
+        (12 * 1 + 18 * -1) / 30
+    )  # ordered pairs i != j
     # The state is stationary: slope 0, and F = -1/2 (1/2 e + 1/2 e^{-1}).
     assert d["slope"][0] < 1e-14 and np.abs(traj.x[-1] - x0).max() < 1e-14
     assert d["energy"][0] == pytest.approx(-0.25 * (np.e + np.exp(-1)), rel=1e-13)
@@ -131,12 +136,12 @@ def test_save_load_roundtrip_and_xarray(rng, tmp_path):
 
 def test_save_is_atomic(rng, tmp_path, monkeypatch):
     traj = af.simulate(random_tokens(rng, 5, 3), np.eye(3)[None], t_end=0.1, dt=0.05)
-    import attnflow.plotting
+    import attnflow.viz.plotting
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(attnflow.plotting, "plot_run", boom)
+    monkeypatch.setattr(attnflow.viz.plotting, "plot_run", boom)
     with pytest.raises(RuntimeError):
         traj.save(tmp_path / "run")
     assert list(tmp_path.iterdir()) == []  # neither the folder nor a temporary is left behind

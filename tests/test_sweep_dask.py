@@ -19,9 +19,9 @@ distributed = pytest.importorskip("distributed")
 pd = pytest.importorskip("pandas")
 
 import attnflow  # noqa: E402
-from attnflow.cli import app  # noqa: E402
-from attnflow.sweep import run_sweep  # noqa: E402
-from attnflow.sweep_table import POINTS, load_sweep_results  # noqa: E402
+from attnflow.cli.main import app  # noqa: E402
+from attnflow.sweep.runner import run_sweep  # noqa: E402
+from attnflow.sweep.table import POINTS, load_sweep_results  # noqa: E402
 
 # 12 points of ~0.05 s each (on an idle core), batches of 2: long enough to kill a worker in the middle.
 SWEEP = {
@@ -136,17 +136,34 @@ def test_scheduler_option_sends_the_sweep_to_a_separately_started_cluster(killed
     try:
         procs.append(
             subprocess.Popen(
-                dask_cli + ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
-                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                dask_cli
+                + ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(sched_file)],
+                env=_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         )
         _wait_for(sched_file, procs[0])
         address = yaml.safe_load(sched_file.read_text())["address"]
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--nworkers", "1",
-                 "--no-dashboard", "--no-nanny", "--host", "127.0.0.1"],
-                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--no-dashboard",
+                    "--no-nanny",
+                    "--host",
+                    "127.0.0.1",
+                ],
+                env=_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         )
         with distributed.Client(address, timeout="30s") as c:
@@ -170,7 +187,10 @@ def test_scheduler_option_sends_the_sweep_to_a_separately_started_cluster(killed
     drop = ["wall_s"]
     pd.testing.assert_frame_equal(local.drop(columns=drop), remote.drop(columns=drop), check_exact=False, rtol=1e-12)
     pd.testing.assert_frame_equal(
-        load_sweep_results(killed_run[0], timeseries=True), load_sweep_results(out, timeseries=True), check_exact=False, rtol=1e-12
+        load_sweep_results(killed_run[0], timeseries=True),
+        load_sweep_results(out, timeseries=True),
+        check_exact=False,
+        rtol=1e-12,
     )
 
 

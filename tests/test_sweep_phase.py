@@ -7,11 +7,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from attnflow.cli import app
+from attnflow.cli.main import app
 from attnflow.config import ConfigError
-from attnflow.phase import _edges, phase_diagram
-from attnflow.sweep_spec import parse_sweep, sweep_points
-from attnflow.sweep_table import POINTS, SPEC, assemble, write_record
+from attnflow.sweep.phase import _edges, phase_diagram
+from attnflow.sweep.spec import parse_sweep, sweep_points
+from attnflow.sweep.table import POINTS, SPEC, assemble, write_record
 
 T = [0.0, 1.0, 2.0]
 
@@ -36,7 +36,14 @@ def sweep_dir(tmp_path):
         b, c = p.params["heads.beta"], p.params["heads.count"]
         write_record(
             tmp_path,
-            {"point": p.id, "status": "ok", "t": T, "diagnostics": _fake(b, c, p.seed), "config": p.config, "wall_s": 0.1},
+            {
+                "point": p.id,
+                "status": "ok",
+                "t": T,
+                "diagnostics": _fake(b, c, p.seed),
+                "config": p.config,
+                "wall_s": 0.1,
+            },
         )
     assemble(tmp_path, points)
     return tmp_path
@@ -86,7 +93,9 @@ def test_cell_edges_bracket_the_centres():
 
 
 def test_cli_writes_the_figure_and_exits_2_on_mistakes(sweep_dir):
-    r = CliRunner().invoke(app, ["sweep-plot", str(sweep_dir), "--x", "beta", "--y", "t", "--where", "heads.count=1", "--log-x"])
+    r = CliRunner().invoke(
+        app, ["sweep-plot", str(sweep_dir), "--x", "beta", "--y", "t", "--where", "heads.count=1", "--log-x"]
+    )
     assert r.exit_code == 0, r.output
     png = sweep_dir / "figures" / "phase_beta_t_clusters.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from attnflow.cli import app
+from attnflow.cli.main import app
 from attnflow.config import ConfigError
-from attnflow.sweep_spec import load_sweep, parse_sweep, point_id, sweep_points
+from attnflow.sweep.spec import load_sweep, parse_sweep, point_id, sweep_points
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,9 @@ def test_duplicate_points_are_rejected():
 def test_base_from_file_relative_to_the_sweep_file_and_inline(tmp_path):
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "base.yaml").write_text(yaml.safe_dump({"model": "gf", "tokens": {"n": 5, "d": 4}}))
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": "cfg/base.yaml", "grid": {"product": {"heads.beta": [2.0]}}}))
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump({"base": "cfg/base.yaml", "grid": {"product": {"heads.beta": [2.0]}}})
+    )
     spec, root = load_sweep(tmp_path / "s.yaml")
     (p,) = sweep_points(spec, root)
     assert (p.config["tokens"]["n"], p.config["tokens"]["d"], p.config["heads"]["beta"]) == (5, 4, 2.0)
@@ -125,5 +127,7 @@ def test_cli_rejects_a_bad_sweep_file_with_exit_2(tmp_path):
     assert r.exit_code == 2 and "does not exist" in r.output
     ok = tmp_path / "ok.yaml"
     ok.write_text(yaml.safe_dump({"grid": {"product": {"heads.beta": [1.0]}}}))
-    r = CliRunner().invoke(app, ["sweep", str(ok), "--out", str(tmp_path / "o"), "--scheduler", "tcp://x:1", "--workers", "2"])
+    r = CliRunner().invoke(
+        app, ["sweep", str(ok), "--out", str(tmp_path / "o"), "--scheduler", "tcp://x:1", "--workers", "2"]
+    )
     assert r.exit_code == 2 and "--workers" in r.output

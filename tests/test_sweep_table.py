@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from attnflow.config import parse_config, run_config
-from attnflow.sweep import batch_size, run_batch, run_point
-from attnflow.sweep_spec import parse_sweep, sweep_points
-from attnflow.sweep_table import (
+from attnflow.config import parse_config
+from attnflow.runs import run_config
+from attnflow.sweep.runner import batch_size, run_batch, run_point
+from attnflow.sweep.spec import parse_sweep, sweep_points
+from attnflow.sweep.table import (
     POINTS,
     assemble,
     finished_ids,
@@ -22,7 +23,13 @@ from attnflow.sweep_table import (
 
 TINY = {
     "base": "ou",
-    "set": {"tokens.n": 8, "heads.count": 2, "integration.t_end": 1.0, "integration.dt": 0.05, "integration.save_every": 2},
+    "set": {
+        "tokens.n": 8,
+        "heads.count": 2,
+        "integration.t_end": 1.0,
+        "integration.dt": 0.05,
+        "integration.save_every": 2,
+    },
 }
 
 
@@ -46,7 +53,9 @@ def test_time_to_cluster_is_when_the_count_settles():
 def test_record_matches_a_direct_simulation_and_is_written_atomically(tmp_path):
     (p,) = sweep_points(parse_sweep({**TINY, "seeds": [3]}))
     (tmp_path / POINTS).mkdir()
-    rec = run_point({"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config}, str(tmp_path))
+    rec = run_point(
+        {"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config}, str(tmp_path)
+    )
     assert rec["status"] == "ok" and rec["error"] is None
     assert finished_ids(tmp_path) == {p.id}
     assert [f.name for f in (tmp_path / POINTS).iterdir()] == [f"{p.id}.json"]  # no temp file left behind
@@ -67,11 +76,18 @@ def test_record_matches_a_direct_simulation_and_is_written_atomically(tmp_path):
 
 def test_a_failing_point_is_recorded_with_its_error_and_the_batch_goes_on(tmp_path):
     spec = parse_sweep(
-        {**TINY, "set": {**TINY["set"], "tokens.path": "no_such_tokens.npy"}, "grid": {"product": {"tokens.init": ["file", "uniform"]}}}
+        {
+            **TINY,
+            "set": {**TINY["set"], "tokens.path": "no_such_tokens.npy"},
+            "grid": {"product": {"tokens.init": ["file", "uniform"]}},
+        }
     )
     pts = sweep_points(spec)
     (tmp_path / POINTS).mkdir()
-    recs = run_batch([{"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config} for p in pts], str(tmp_path))
+    recs = run_batch(
+        [{"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config} for p in pts],
+        str(tmp_path),
+    )
     assert [r["status"] for r in recs] == ["failed", "ok"]
     assert "no_such_tokens.npy" in recs[0]["error"]
     table, ts = assemble(tmp_path, pts)
@@ -111,7 +127,9 @@ def test_keep_trajectories_writes_a_loadable_run_folder(tmp_path):
 
     (p,) = sweep_points(parse_sweep({**TINY, "keep_trajectories": True}))
     (tmp_path / POINTS).mkdir()
-    rec = run_point({"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config}, str(tmp_path), True)
+    rec = run_point(
+        {"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config}, str(tmp_path), True
+    )
     traj = load(tmp_path / rec["trajectory"])
     np.testing.assert_allclose(traj.diagnostics["energy"], rec["diagnostics"]["energy"], rtol=0, atol=0)
     assert traj.config == p.config

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.weights import Constant, FromCallable, Layers, Oscillating, OrnsteinUhlenbeck, Sampled, as_process
+from attnflow.weights.processes import (
+    Constant,
+    FromCallable,
+    Layers,
+    OrnsteinUhlenbeck,
+    Oscillating,
+    Sampled,
+    as_process,
+)
 from conftest import random_sym
 
 

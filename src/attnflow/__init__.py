@@ -1,45 +1,76 @@
 """attnflow: transformers as time-dependent Wasserstein gradient flows of tokens on the sphere.
 
-The public API (see ``../shared/MODEL.md`` for the mathematics):
+The mathematics is written out in ``docs/model.md``. The package is a pipeline, one subpackage a
+stage, each importing only the ones below it (``pyproject.toml``, ``[tool.importlinter]``)::
+
+    core -> weights -> config -> kernels -> dynamics -> schemes -> analysis -> io -> solve
+         -> viz -> runs -> sweep -> experiments | hf | bench -> cli
+
+The public API, re-exported here and loaded on first use (``import attnflow`` itself is cheap):
 
 * fields: :func:`velocity`, :func:`energy`, :func:`log_energy`, :func:`mobility`,
   :func:`log_mobility`, :func:`slope`, :func:`log_slope`, :func:`metric_speed`; heads :class:`Heads`;
 * weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.tokens`;
-* :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder.
-* gradient-flow toolkit (``docs/gradient-flow.md``): :func:`edi_budget`, :func:`jko_step`,
-  :func:`wasserstein_sphere`, :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`,
-  :func:`weight_path_length`, :func:`stationarity`, infinite heads :class:`GaussianHeads`,
-  :class:`GaussianStatic`, :class:`GaussianOU`.
+* :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder;
+* gradient-flow toolkit: :func:`edi_budget`, :func:`jko_step`, :func:`wasserstein_sphere`,
+  :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`, :func:`weight_path_length`,
+  :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from .fields import energy, log_energy, log_mobility, log_slope, metric_speed, mobility, slope, velocity  # noqa: E402
-from .heads import Heads  # noqa: E402
-from .integrators import INTEGRATORS  # noqa: E402
-from .simulate import Trajectory, simulate  # noqa: E402
-from .io import load  # noqa: E402
-from . import tokens, weights  # noqa: E402
-from .edi import EDIBudget, edi_budget  # noqa: E402
-from .jko import JKOResult, jko_step  # noqa: E402
-from .distances import DistanceResult, wasserstein_sphere, weighted_wasserstein, weighted_wasserstein_bounds  # noqa: E402
-from .limits import PathLength, Stationarity, stationarity, weight_path_length  # noqa: E402
-from .infinite import GaussianHeads, GaussianOU, GaussianStatic  # noqa: E402
-from . import hf  # noqa: E402
-from .hf import load_heads, to_gradient_flow  # noqa: E402
-from .sweep_spec import SweepSpec, load_sweep, sweep_points  # noqa: E402
-from .sweep import SweepReport, run_sweep  # noqa: E402
-from .sweep_table import load_sweep_results  # noqa: E402
-from .phase import PhaseDiagram, phase_diagram, plot_phase_diagram  # noqa: E402
-from .checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint  # noqa: E402
-from .guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate  # noqa: E402
-from .runner import folder_status, resume_folder, run_to_folder  # noqa: E402
-from .backends import BACKENDS  # noqa: E402
-from .ensemble import Ensemble, simulate_ensemble  # noqa: E402
-from .fastsum import FastSumResult, fast_attention_stats  # noqa: E402
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from attnflow._compat import install_module_aliases
+from attnflow._version import __version__
+
+#: Public name -> the module that defines it (imported when the name is first used).
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ["velocity", "energy", "log_energy", "mobility", "log_mobility", "slope", "log_slope", "metric_speed"],
+        "attnflow.dynamics.fields",
+    ),
+    "Heads": "attnflow.core.heads",
+    "INTEGRATORS": "attnflow.schemes.integrators",
+    "simulate": "attnflow.solve.simulate",
+    "Trajectory": "attnflow.io.trajectory",
+    "load": "attnflow.io.trajectory",
+    "edi_budget": "attnflow.analysis.edi",
+    "EDIBudget": "attnflow.analysis.edi",
+    "jko_step": "attnflow.schemes.jko",
+    "JKOResult": "attnflow.schemes.jko",
+    **dict.fromkeys(
+        ["wasserstein_sphere", "weighted_wasserstein_bounds", "weighted_wasserstein", "DistanceResult"],
+        "attnflow.analysis.distances",
+    ),
+    **dict.fromkeys(["weight_path_length", "PathLength", "stationarity", "Stationarity"], "attnflow.analysis.limits"),
+    **dict.fromkeys(["GaussianHeads", "GaussianStatic", "GaussianOU"], "attnflow.dynamics.infinite"),
+    **dict.fromkeys(["load_heads", "to_gradient_flow"], "attnflow.hf"),
+    **dict.fromkeys(["SweepSpec", "load_sweep", "sweep_points"], "attnflow.sweep.spec"),
+    **dict.fromkeys(["SweepReport", "run_sweep"], "attnflow.sweep.runner"),
+    "load_sweep_results": "attnflow.sweep.table",
+    **dict.fromkeys(["PhaseDiagram", "phase_diagram", "plot_phase_diagram"], "attnflow.sweep.phase"),
+    **dict.fromkeys(["Checkpoint", "Checkpointer", "load_checkpoint", "save_checkpoint"], "attnflow.io.checkpoint"),
+    **dict.fromkeys(
+        ["NumericalInstability", "PrecisionWarning", "StabilityWarning", "stability_estimate"], "attnflow.solve.guards"
+    ),
+    **dict.fromkeys(["run_to_folder", "resume_folder", "folder_status"], "attnflow.runs.runner"),
+    "write_report": "attnflow.viz.report",
+    "render_movie": "attnflow.viz.movie",
+    "BACKENDS": "attnflow.kernels.dispatch",
+    **dict.fromkeys(["Ensemble", "simulate_ensemble"], "attnflow.solve.ensemble"),
+    **dict.fromkeys(["FastSumResult", "fast_attention_stats"], "attnflow.kernels.fastsum"),
+}
+
+#: Public submodules reachable as attributes (``af.weights``, ``af.tokens``, ``af.hf``).
+_SUBMODULES: dict[str, str] = {"tokens": "attnflow.core.tokens", "weights": "attnflow.weights", "hf": "attnflow.hf"}
 
 __all__ = [
     "__version__",
+    "tokens",
+    "weights",
+    "hf",
     "velocity",
     "energy",
     "log_energy",
@@ -53,8 +84,6 @@ __all__ = [
     "simulate",
     "Trajectory",
     "load",
-    "tokens",
-    "weights",
     "edi_budget",
     "EDIBudget",
     "jko_step",
@@ -70,7 +99,6 @@ __all__ = [
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
-    "hf",
     "load_heads",
     "to_gradient_flow",
     "SweepSpec",
@@ -102,15 +130,61 @@ __all__ = [
     "fast_attention_stats",
 ]
 
+install_module_aliases()
 
-def __getattr__(name: str):
-    # plotly / matplotlib + ffmpeg load only when the report or the movie is asked for
-    if name == "write_report":
-        from .report import write_report
 
-        return write_report
-    if name == "render_movie":
-        from .movie import render_movie
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        value: Any = importlib.import_module(_SUBMODULES[name])
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return render_movie
-    raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from attnflow import hf, weights
+    from attnflow.analysis.distances import (
+        DistanceResult,
+        wasserstein_sphere,
+        weighted_wasserstein,
+        weighted_wasserstein_bounds,
+    )
+    from attnflow.analysis.edi import EDIBudget, edi_budget
+    from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
+    from attnflow.core import tokens
+    from attnflow.core.heads import Heads
+    from attnflow.dynamics.fields import (
+        energy,
+        log_energy,
+        log_mobility,
+        log_slope,
+        metric_speed,
+        mobility,
+        slope,
+        velocity,
+    )
+    from attnflow.dynamics.infinite import GaussianHeads, GaussianOU, GaussianStatic
+    from attnflow.hf import load_heads, to_gradient_flow
+    from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
+    from attnflow.io.trajectory import Trajectory, load
+    from attnflow.kernels.dispatch import BACKENDS
+    from attnflow.kernels.fastsum import FastSumResult, fast_attention_stats
+    from attnflow.runs.runner import folder_status, resume_folder, run_to_folder
+    from attnflow.schemes.integrators import INTEGRATORS
+    from attnflow.schemes.jko import JKOResult, jko_step
+    from attnflow.solve.ensemble import Ensemble, simulate_ensemble
+    from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate
+    from attnflow.solve.simulate import simulate
+    from attnflow.sweep.phase import PhaseDiagram, phase_diagram, plot_phase_diagram
+    from attnflow.sweep.runner import SweepReport, run_sweep
+    from attnflow.sweep.spec import SweepSpec, load_sweep, sweep_points
+    from attnflow.sweep.table import load_sweep_results
+    from attnflow.viz.movie import render_movie
+    from attnflow.viz.report import write_report

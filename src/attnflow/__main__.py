@@ -1,3 +1,3 @@
-from .cli import entrypoint
+from attnflow.cli import entrypoint
 
 entrypoint()

@@ -19,10 +19,13 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
-import yaml  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+import yaml
+
+from attnflow._version import __version__
+from attnflow.io.store import atomic_folder, git_commit, write_dataset
 
 
 @dataclass
@@ -69,9 +72,6 @@ def to_jsonable(obj: Any) -> Any:
 
 def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: bool) -> Path:
     """Write ``result`` as the run folder ``out`` (atomically, replacing an older one)."""
-    from .. import __version__
-    from ..io import atomic_folder, git_commit, write_dataset
-
     out = Path(out)
     with atomic_folder(out, overwrite=True) as tmp:
         figdir = tmp / "figures"

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from ..edi import edi_budget
-from .common import ExperimentResult, Prediction, fmt
-from .runs import run
+from attnflow.analysis.edi import edi_budget
+from attnflow.experiments.common import ExperimentResult, Prediction, fmt
+from attnflow.experiments.runs import run
 
 PROCESSES = {
     "constant": {"process": "constant"},
@@ -66,7 +66,10 @@ def experiment_edi(quick: bool, seed: int) -> ExperimentResult:
                 f"residual < 1e-3 at dt={dts[1]} and measured order within 0.5 of {expect}"
                 if expect > 1
                 else f"residual < 1e-2 at dt={dts[1]} and measured order >= 0.7 (OU paths are Hoelder-1/2)",
-                bool(rel[i, 1] < (1e-3 if expect > 1 else 1e-2) and (abs(p_meas - expect) < 0.5 if expect > 1 else p_meas >= 0.7)),
+                bool(
+                    rel[i, 1] < (1e-3 if expect > 1 else 1e-2)
+                    and (abs(p_meas - expect) < 0.5 if expect > 1 else p_meas >= 0.7)
+                ),
             )
         )
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
@@ -88,9 +91,7 @@ def experiment_edi(quick: bool, seed: int) -> ExperimentResult:
     ax[1].legend(fontsize=7)
     ax[1].grid(alpha=0.3)
     fig.tight_layout()
-    ds = xr.Dataset(
-        {"relative_residual": (("process", "dt"), rel)}, coords={"process": list(PROCESSES), "dt": dts}
-    )
+    ds = xr.Dataset({"relative_residual": (("process", "dt"), rel)}, coords={"process": list(PROCESSES), "dt": dts})
     res = ExperimentResult("edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds)
     res.seconds = time.perf_counter() - start
     return res

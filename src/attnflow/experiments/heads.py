@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from .common import ExperimentResult, Prediction, fmt, loglog_fit
-from .runs import late_mean, run
+from attnflow.experiments.common import ExperimentResult, Prediction, fmt, loglog_fit
+from attnflow.experiments.runs import late_mean, run
 
 
 def config(H: int, seed: int, quick: bool) -> dict:

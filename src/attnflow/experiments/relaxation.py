@@ -14,13 +14,13 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..distances import wasserstein_sphere
-from ..infinite import GaussianOU
-from ..io import trajectory_to_dataset
-from ..limits import stationarity, weight_path_length
-from ..plotting import snapshot_indices
-from .common import ExperimentResult, Prediction, fmt
-from .runs import early_mean, late_mean, run
+from attnflow.analysis.distances import wasserstein_sphere
+from attnflow.analysis.limits import stationarity, weight_path_length
+from attnflow.dynamics.infinite import GaussianOU
+from attnflow.experiments.common import ExperimentResult, Prediction, fmt
+from attnflow.experiments.runs import early_mean, late_mean, run
+from attnflow.io.store import trajectory_to_dataset
+from attnflow.viz.plotting import snapshot_indices
 
 
 def configs(quick: bool, seed: int) -> dict[str, dict]:
@@ -168,7 +168,9 @@ def experiment_oscillating(quick: bool, seed: int) -> ExperimentResult:
     start = time.perf_counter()
     cfgs, trajs, rcs = _simulate_pair(quick, seed)
     osc = trajs["oscillating"]
-    ratio = {k: late_mean(t.t, t.diagnostics["slope"]) / early_mean(t.t, t.diagnostics["slope"]) for k, t in trajs.items()}
+    ratio = {
+        k: late_mean(t.t, t.diagnostics["slope"]) / early_mean(t.t, t.diagnostics["slope"]) for k, t in trajs.items()
+    }
     period = 2 * np.pi / rcs["oscillating"].weights.omega
     settle = {k: _settling(t, period) for k, t in trajs.items()}
     paths = {k: weight_path_length(t) for k, t in trajs.items()}

@@ -8,9 +8,14 @@ import os
 import re
 from pathlib import Path
 
-from .common import ExperimentResult
+from attnflow.experiments.common import ExperimentResult
 
-KEY_FIGURES = [("oscillating", "snapshots"), ("heads", "heads"), ("edi", "edi"), ("stability-weights", "stability_weights")]
+KEY_FIGURES = [
+    ("oscillating", "snapshots"),
+    ("heads", "heads"),
+    ("edi", "edi"),
+    ("stability-weights", "stability_weights"),
+]
 README_BEGIN = "<!-- reproduce:begin (written by attnflow reproduce all --readme README.md; do not edit by hand) -->"
 README_END = "<!-- reproduce:end -->"
 
@@ -24,8 +29,10 @@ def _rows(results: list[ExperimentResult]):
 def markdown_table(results: list[ExperimentResult]) -> str:
     lines = ["| experiment | prediction (MODEL.md) | measured | criterion | |", "|---|---|---|---|---|"]
     for r, p in _rows(results):
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines.append(f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {'PASS' if p.passed else '**FAIL**'} |")
+        esc = lambda s: s.replace("|", "\\|")
+        lines.append(
+            f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {'PASS' if p.passed else '**FAIL**'} |"
+        )
     return "\n".join(lines)
 
 
@@ -62,10 +69,10 @@ def write_report(results: list[ExperimentResult], out: Path, *, quick: bool, see
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;font-size:14px}}.pass{{color:#070;font-weight:bold}}
 .fail{{color:#b00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
-<h1>attnflow reproduce all{' --quick' if quick else ''}</h1><p>Seed {seed}, {html.escape(created)}, {total:.0f} s in all.
+<h1>attnflow reproduce all{" --quick" if quick else ""}</h1><p>Seed {seed}, {html.escape(created)}, {total:.0f} s in all.
 <b>{n_pass}/{n_all} predictions PASS.</b></p>
 <table><tr><th>experiment</th><th>prediction</th><th>measured</th><th>criterion</th><th></th></tr>{rows}</table>
-{''.join(figs)}</body></html>"""
+{"".join(figs)}</body></html>"""
     (out / "report.html").write_text(page)
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import RunConfig, build, parse_config
-from ..simulate import Trajectory, simulate
+from attnflow.config import RunConfig, build, parse_config
+from attnflow.io.trajectory import Trajectory
+from attnflow.solve.simulate import simulate
 
 
 def merge(base: dict[str, Any], **sections: Any) -> dict[str, Any]:
@@ -22,7 +23,9 @@ def merge(base: dict[str, Any], **sections: Any) -> dict[str, Any]:
     return out
 
 
-def run(cfg: dict[str, Any], *, save_every: int | None = None, x0: np.ndarray | None = None) -> tuple[RunConfig, Trajectory]:
+def run(
+    cfg: dict[str, Any], *, save_every: int | None = None, x0: np.ndarray | None = None
+) -> tuple[RunConfig, Trajectory]:
     """Validate ``cfg`` and simulate it (optionally from given tokens, e.g. a perturbed cloud)."""
     rc = parse_config(cfg, f"experiment config {cfg.get('name', '')!r}")
     tokens, process, kwargs = build(rc)

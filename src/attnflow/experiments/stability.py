@@ -8,14 +8,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from ..config import build, parse_config
-from ..distances import wasserstein_sphere
-from ..simulate import simulate
-from ..stability import gronwall_exponent, lipschitz_bound
-from ..weights import OrnsteinUhlenbeck
-from ..heads import goe_heads
-from .common import ExperimentResult, Prediction, fmt, loglog_fit
-from .runs import run
+from attnflow.analysis.distances import wasserstein_sphere
+from attnflow.config import build, parse_config
+from attnflow.core.heads import goe_heads
+from attnflow.dynamics.lipschitz import gronwall_exponent, lipschitz_bound
+from attnflow.experiments.common import ExperimentResult, Prediction, fmt, loglog_fit
+from attnflow.experiments.runs import run
+from attnflow.solve.simulate import simulate
+from attnflow.weights.processes import OrnsteinUhlenbeck
 
 
 def base_config(seed: int, quick: bool) -> dict:
@@ -133,9 +133,7 @@ def experiment_stability_weights(quick: bool, seed: int) -> ExperimentResult:
                 bool(mono and rates[kind]["dF"] >= 0.5 and rates[kind]["w2"] >= 0.5),
             )
         )
-    ds = xr.Dataset(
-        {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}, coords={"eps": epss}
-    )
+    ds = xr.Dataset({f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}, coords={"eps": epss})
     res = ExperimentResult(
         "stability-weights",
         {"eps": epss, **{k: {**v, "rates": rates[k]} for k, v in table.items()}},

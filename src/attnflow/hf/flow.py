@@ -18,10 +18,11 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..diagnostics import count_clusters
-from ..simulate import Trajectory, simulate
-from .importer import HFLayers, blocks, extract, load_model, norm_modules
-from .sphere import on_sphere
+from attnflow.analysis.diagnostics import count_clusters
+from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
+from attnflow.hf.sphere import on_sphere
+from attnflow.io.trajectory import Trajectory
+from attnflow.solve.simulate import simulate
 
 #: Bin edges of the pairwise inner-product histograms.
 HIST_EDGES = np.linspace(-1.0, 1.0, 41)
@@ -140,7 +141,9 @@ def run_prompt(
         raise ValueError(f"steps per layer must be a positive integer; got {steps_per_layer}")
     model = load_model(path_or_name, local_files_only=local_files_only)
     if model.config.model_type == "vit":
-        raise ValueError("'hf run' follows the tokens of a text prompt; a ViT has no token ids (use 'hf verify' for it)")
+        raise ValueError(
+            "'hf run' follows the tokens of a text prompt; a ViT has no token ids (use 'hf verify' for it)"
+        )
     tokens: list[str] = []
     if text is not None:
         ids, tokens = _tokenize(path_or_name, text, local_files_only)
@@ -160,17 +163,37 @@ def run_prompt(
     L = layers.L
     config = {
         "name": f"hf-{layers.meta.model_type}",
-        "hf": {**layers.meta.as_dict(), "input_ids": ids, "steps_per_layer": int(steps_per_layer),
-               "radius": r.tolist() if use_radius else None},
+        "hf": {
+            **layers.meta.as_dict(),
+            "input_ids": ids,
+            "steps_per_layer": int(steps_per_layer),
+            "radius": r.tolist() if use_radius else None,
+        },
         "weights": {"process": "hf_layers"},
         "model": "mha",
     }
     traj = simulate(
-        X[0], flow, model="mha", t_end=float(L), dt=1.0 / steps_per_layer, method=method,
-        save_every=int(steps_per_layer), cluster_eps=cluster_eps, dtype=torch.float64, progress=progress, config=config,
+        X[0],
+        flow,
+        model="mha",
+        t_end=float(L),
+        dt=1.0 / steps_per_layer,
+        method=method,
+        save_every=int(steps_per_layer),
+        cluster_eps=cluster_eps,
+        dtype=torch.float64,
+        progress=progress,
+        config=config,
     )
-    cmp = Comparison(real=X, sim=traj.x, ids=np.array(ids), radius=r if use_radius else np.ones(L),
-                     cluster_eps=cluster_eps, tokens=tokens, meta=layers.meta.as_dict())
+    cmp = Comparison(
+        real=X,
+        sim=traj.x,
+        ids=np.array(ids),
+        radius=r if use_radius else np.ones(L),
+        cluster_eps=cluster_eps,
+        tokens=tokens,
+        meta=layers.meta.as_dict(),
+    )
     return traj, cmp
 
 
@@ -189,21 +212,6 @@ def _tokenize(path_or_name: str, text: str, local_files_only: bool) -> tuple[lis
 
 
 COMPARISON = "hf_comparison.zarr"
-
-
-def save_hf_run(traj: Trajectory, cmp: Comparison, path: str | Path, *, overwrite: bool = False, figures: bool = True) -> Path:
-    """A normal run folder plus ``hf_comparison.zarr`` and ``figures/hf_comparison.png``, written atomically."""
-    from ..io import FIGURES, save_run, write_dataset
-
-    def extra(folder: Path) -> None:
-        write_dataset(cmp.to_xarray(), folder / COMPARISON)
-        if figures:
-            from .plot import plot_comparison
-
-            (folder / FIGURES).mkdir(exist_ok=True)
-            plot_comparison(cmp, folder / FIGURES / "hf_comparison.png")
-
-    return save_run(traj, path, overwrite=overwrite, figures=figures, extra=extra)
 
 
 def load_comparison(path: str | Path) -> xr.Dataset:

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from ..heads import Heads
-from ..weights import Layers
+from attnflow.core.heads import Heads
+from attnflow.weights.processes import Layers
 
 #: model_type -> family; the families whose layout :func:`load_heads` knows.
 SUPPORTED: dict[str, str] = {
@@ -116,6 +116,7 @@ class HFLayers(Layers):
 # Loading.
 # ---------------------------------------------------------------------------------------------
 
+
 def _require_transformers():
     try:
         import transformers  # noqa: F401
@@ -169,6 +170,7 @@ def load_heads(path_or_name: str | os.PathLike, *, local_files_only: bool = True
 # ---------------------------------------------------------------------------------------------
 # Reading the modules.
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class LayerModules:

@@ -7,11 +7,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from ..plotting import pca_basis, snapshot_indices  # noqa: E402
-from .flow import HIST_EDGES, Comparison  # noqa: E402
+from attnflow.hf.flow import HIST_EDGES, Comparison
+from attnflow.viz.plotting import pca_basis, snapshot_indices
 
 
 def plot_comparison(cmp: Comparison, path: str | Path, count: int = 4) -> Path:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..heads import Heads
-from ..weights import Layers
-from .importer import HFLayers, Norm
+from attnflow.core.heads import Heads
+from attnflow.hf.importer import HFLayers, Norm
+from attnflow.weights.processes import Layers
 
 
 def norm_map(norm: Norm, d: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -91,7 +91,7 @@ def nearest_gradient_flow_heads(heads: Heads) -> tuple[Heads, float, float, floa
     A, V = heads.A.to(torch.float64), heads.values.to(torch.float64)
     M = 0.5 * (A + V)
     S = 0.5 * (M + M.transpose(1, 2))
-    fro = lambda t: float(torch.linalg.vector_norm(t))  # noqa: E731
+    fro = lambda t: float(torch.linalg.vector_norm(t))
     total = math.hypot(fro(A), fro(V))
     dist = math.hypot(fro(A - S), fro(V - S)) / total if total > 0 else 0.0
     asym = fro(A - 0.5 * (A + A.transpose(1, 2))) / fro(A) if fro(A) > 0 else 0.0
@@ -105,9 +105,16 @@ def to_gradient_flow(layers: Layers) -> GradientFlowProjection:
     out, dist, asym, gap = [], [], [], []
     dropped: set[str] = set()
     for h in layers.layers:
-        dropped |= {n for n, on in [("query/key biases", h.bias_q is not None or h.bias_k is not None),
-                                    ("value bias", h.bias_v is not None), ("causal mask", h.causal),
-                                    ("rotary embeddings", h.rope is not None)] if on}
+        dropped |= {
+            n
+            for n, on in [
+                ("query/key biases", h.bias_q is not None or h.bias_k is not None),
+                ("value bias", h.bias_v is not None),
+                ("causal mask", h.causal),
+                ("rotary embeddings", h.rope is not None),
+            ]
+            if on
+        }
         S, d_, a_, g_ = nearest_gradient_flow_heads(h)
         out.append(S)
         dist.append(d_)

@@ -22,7 +22,13 @@ def tiny_config(family: str, *, hidden: int = 32, layers: int = 2, heads: int = 
     common = dict(num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, vocab_size=vocab)
     if family == "gpt2":
         return tf.GPT2Config(
-            n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=vocab, n_positions=128, bos_token_id=0, eos_token_id=0
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=heads,
+            vocab_size=vocab,
+            n_positions=128,
+            bos_token_id=0,
+            eos_token_id=0,
         )
     if family == "bert":
         return tf.BertConfig(**common, intermediate_size=2 * hidden, max_position_embeddings=128)
@@ -30,16 +36,27 @@ def tiny_config(family: str, *, hidden: int = 32, layers: int = 2, heads: int = 
         return tf.RobertaConfig(**common, intermediate_size=2 * hidden, max_position_embeddings=130, pad_token_id=1)
     if family == "vit":
         return tf.ViTConfig(
-            hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-            intermediate_size=2 * hidden, image_size=16, patch_size=4, num_channels=3,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=2 * hidden,
+            image_size=16,
+            patch_size=4,
+            num_channels=3,
         )
     kv = max(1, heads // 2)  # grouped-query attention: two query heads per key/value head
     if family == "llama":
-        return tf.LlamaConfig(**common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128)
+        return tf.LlamaConfig(
+            **common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128
+        )
     if family == "qwen2":
-        return tf.Qwen2Config(**common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128)
+        return tf.Qwen2Config(
+            **common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128
+        )
     if family == "mistral":
-        return tf.MistralConfig(**common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128)
+        return tf.MistralConfig(
+            **common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128
+        )
     raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
 
 

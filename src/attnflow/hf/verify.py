@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fields import velocity
-from .importer import HFLayers, blocks, extract, layer_modules, load_model
+from attnflow.dynamics.fields import velocity
+from attnflow.hf.importer import HFLayers, blocks, extract, layer_modules, load_model
 
 
 @dataclass(frozen=True)

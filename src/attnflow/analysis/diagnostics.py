@@ -1,0 +1,408 @@
+"""Diagnostics of a token cloud at one time: energy, slope, speed, mobility, clustering."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import FieldStats, _log_abs_energy, _log_slope, field_stats
+
+DIAGNOSTICS: dict[str, str] = {
+    "energy": "interaction energy F(mu, t)",
+    "log_abs_energy": "log |F(mu, t)| (finite at any beta)",
+    "slope": "metric slope |dF|(mu, t)",
+    "metric_speed": "metric speed ||v||_mu of the simulated field",
+    "mobility_min": "min_i b(x_i)",
+    "mobility_max": "max_i b(x_i)",
+    "order_parameter": "|sum_i a_i x_i|",
+    "clusters": "connected components of the graph <x_i, x_j> > 1 - eps",
+    "min_inner": "min_{i != j} <x_i, x_j>",
+    "mean_inner": "mean_{i < j} <x_i, x_j>",
+}
+
+
+def order_parameter(x: torch.Tensor, a: torch.Tensor) -> float:
+    """``|sum_i a_i x_i|``: 1 for a single point mass, near 0 for a spread-out cloud."""
+    return float(torch.linalg.vector_norm((a[:, None] * x).sum(0)))
+
+
+#: Above this many tokens the Gram-matrix diagnostics leave the one-matrix path (``block=`` overrides).
+GRAM_BLOCK_TOKENS = 4096
+#: Most entries of one Gram block formed by the blocked fallbacks: ``rows = GRAM_BLOCK_ENTRIES // N``.
+GRAM_BLOCK_ENTRIES = 2**22
+#: Largest number of graph edges collected for the sparse cluster count (beyond: label propagation).
+GRAM_EDGE_BUDGET = 20_000_000
+#: Largest dimension for the grid cluster count and the KD-tree minimum (beyond: blocked Gram).
+CLUSTER_GRID_MAX_DIM = 5  # d = 5 with spread clusters already takes ~10 s at N = 1e5
+KDTREE_MAX_DIM = 8
+#: Cell pairs with at most this many point pairs are checked all at once (vectorised); larger ones
+#: one by one with a KD-tree and an early exit.
+_SMALL_PAIR_WORK = 4096
+#: Point pairs evaluated per vectorised chunk (memory: a few arrays of this length).
+_PAIR_CHUNK = 1 << 21
+
+
+def _rows_per_block(n: int, block: int) -> int:
+    """Rows of a memory-bounded Gram block ``rows x n`` (at most ``GRAM_BLOCK_ENTRIES`` entries)."""
+    return max(1, min(block, GRAM_BLOCK_ENTRIES // max(n, 1)))
+
+
+def _as_numpy(x: torch.Tensor) -> np.ndarray | None:
+    """``x`` as a NumPy array of its own dtype (float32/float64), else None (no fast path)."""
+    if x.dtype not in (torch.float32, torch.float64):
+        return None
+    xn = x.detach().cpu().numpy()
+    return xn if np.isfinite(xn).all() else None
+
+
+def _gram_tolerance(xn: np.ndarray) -> float:
+    """Bound on ``|computed <p, q> - (1 - |p - q|^2 / 2)|`` for any two rows, and ``1 - eps`` cast.
+
+    ``<p, q> = (|p|^2 + |q|^2 - |p - q|^2) / 2`` exactly; the norms are off 1 by at most ``delta`` and
+    a dot product of length ``d`` in the array's precision rounds by at most ``d`` units (plus one for
+    the threshold, compared in that precision as torch does). Doubled for safety.
+    """
+    d = xn.shape[1]
+    x64 = xn.astype(np.float64, copy=False)
+    delta = float(np.abs(np.einsum("ij,ij->i", x64, x64) - 1.0).max())
+    return 2.0 * delta + 2.0 * (d + 2) * float(np.finfo(xn.dtype).eps) + 1e-15
+
+
+def count_clusters(x: torch.Tensor, eps: float = 1e-3, *, block: int | None = None) -> int:
+    """Number of connected components of the graph with edges ``<x_i, x_j> > 1 - eps``.
+
+    ``N <= block`` (default :data:`GRAM_BLOCK_TOKENS`): one ``N x N`` Gram matrix. Larger ``N`` with
+    ``d <= CLUSTER_GRID_MAX_DIM`` (unit vectors, float32/64): an exact grid method (see
+    :func:`_count_clusters_grid`), about ``O(N log N)`` plus the cell pairs it must check; it never
+    lists the edges of a dense cluster. Otherwise (large ``d``, or points too far off the sphere for
+    the grid's guarantees): Gram blocks of at most ``GRAM_BLOCK_ENTRIES`` entries, ``O(N^2 d)``.
+    All paths give the dense count (edges decided by the inner product, up to its rounding).
+    """
+    n, d = x.shape
+    block = GRAM_BLOCK_TOKENS if block is None else block
+    if n <= block:
+        G = (x @ x.T > 1.0 - eps).cpu().numpy()
+        ncomp, _ = connected_components(csr_matrix(G), directed=False)
+        return int(ncomp)
+    if d <= CLUSTER_GRID_MAX_DIM:
+        xn = _as_numpy(x)
+        k = None if xn is None else _count_clusters_grid(xn, eps)
+        if k is not None:
+            return k
+    return _count_clusters_blocked(x, eps, _rows_per_block(n, block))
+
+
+def _count_clusters_blocked(x: torch.Tensor, eps: float, rows_per_block: int) -> int:
+    """Cluster count from Gram blocks ``rows_per_block x N``: ``O(N^2 d)`` per sweep, any ``d``."""
+    n = x.shape[0]
+    # Sparse graphs (spread-out clouds): collect the edges block by block while they stay few.
+    rows, cols, edges = [], [], 0
+    for s in range(0, n, rows_per_block):
+        i, j = torch.nonzero(x[s : s + rows_per_block] @ x.T > 1.0 - eps, as_tuple=True)
+        edges += int(i.numel())
+        if edges > GRAM_EDGE_BUDGET:
+            break
+        rows.append((i + s).cpu().numpy())
+        cols.append(j.cpu().numpy())
+    else:
+        r, c = np.concatenate(rows), np.concatenate(cols)
+        ncomp, _ = connected_components(csr_matrix((np.ones(len(r), dtype=bool), (r, c)), shape=(n, n)), directed=False)
+        return int(ncomp)
+    # Dense graphs (clustered clouds): min-label propagation over row blocks; each sweep gives every
+    # token the smallest label among its neighbours, a few sweeps when clusters are cliques.
+    labels = torch.arange(n, device=x.device)
+    while True:
+        new = labels.clone()
+        for s in range(0, n, rows_per_block):
+            adj = x[s : s + rows_per_block] @ x.T > 1.0 - eps
+            cand = torch.where(adj, labels[None, :], n).amin(dim=1)
+            new[s : s + rows_per_block] = torch.minimum(new[s : s + rows_per_block], cand)
+        new = new[new]  # pointer jumping: follow labels to their own labels
+        if torch.equal(new, labels):
+            return int(torch.unique(labels).numel())
+        labels = new
+
+
+def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Component labels after adding edges ``a[k] -- b[k]`` (cells) to components ``labels``."""
+    if len(a) == 0:
+        return labels
+    m = int(labels.max()) + 1
+    G = csr_matrix((np.ones(len(a), dtype=bool), (labels[a], labels[b])), shape=(m, m))
+    _, lab = connected_components(G, directed=False)
+    return lab[labels]
+
+
+def _count_clusters_grid(xn: np.ndarray, eps: float) -> int | None:
+    """Exact component count on a grid (:func:`component_labels_grid`), or None when it does not apply."""
+    labels = component_labels_grid(xn, eps)
+    return None if labels is None else (int(labels.max()) + 1 if len(labels) else 0)
+
+
+def component_labels_grid(xn: np.ndarray, eps: float) -> np.ndarray | None:
+    """Component label ``(N,)`` (``0..k-1``) of every point in the graph ``<x_i, x_j> > 1 - eps``,
+    exact, on a grid; None when its guarantees fail (the caller falls back to Gram blocks).
+
+    Cells are cubes of side ``s`` with ``d s^2 / 2`` below ``eps`` by more than the rounding bound of
+    :func:`_gram_tolerance`, so every two points of a cell are an edge: a cell is a clique and the
+    graph's components are those of the cell graph (cells joined when some cross pair is an edge).
+    Pairs at distance ``>= r_hi`` are never edges, so only cells whose boxes are within ``r_hi`` are
+    candidates. Each candidate pair is decided by actual inner products: first the two cells' points
+    nearest their centres (joins a dense region at once), then, in rounds of growing box gap and
+    only for pairs still in different components, all cross pairs (small cells, vectorised) or a
+    KD-tree nearest-neighbour search with early exit (large cells). Cost ``O(N log N)`` plus the
+    cross pairs of small cells that remain unjoined; the edges of a dense cluster are never listed.
+    """
+    n, d = xn.shape
+    tol = _gram_tolerance(xn)
+    if not tol < 0.25 * eps:
+        return None  # eps at the rounding level, or points off the sphere: cells could not be cliques
+    s = math.sqrt(2.0 * (eps - tol) / d) * (1.0 - 1e-9)
+    r_hi = math.sqrt(2.0 * (eps + tol)) * (1.0 + 1e-9) + 1e-12
+    if s < 1e-6:
+        return None  # the cell index rounding (~1e-16) would eat the safety factor
+    x64 = xn.astype(np.float64, copy=False)
+    thr = xn.dtype.type(1.0 - eps)  # torch compares a float32 Gram with the threshold in float32
+
+    k = np.floor(x64 / s).astype(np.int64)
+    kmin = k.min(0)
+    k -= kmin
+    span = k.max(0) + 1
+    if float(np.prod(span.astype(np.float64))) >= 2.0**62:
+        return None
+    cell_of = np.ravel_multi_index(tuple(k.T), tuple(int(v) for v in span))
+    order = np.argsort(cell_of, kind="stable")
+    cell_sorted = cell_of[order]
+    first = np.flatnonzero(np.r_[True, cell_sorted[1:] != cell_sorted[:-1]])
+    start = np.r_[first, n]
+    counts = np.diff(start)
+    M = len(first)
+    cell = np.repeat(np.arange(M), counts)  # cell of each sorted point
+    xs, xs64, ks = xn[order], x64[order], k[order]
+    cc = ks[first]  # integer coordinates of the cells
+
+    def edge(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,ij->i", xs[i], xs[j]) > thr
+
+    # Candidate cell pairs: box gap (in cells) g with g^2 s^2 <= r_hi^2; their centres are then within
+    # g + sqrt(d) cells, which a KD-tree on the cell coordinates lists.
+    lim = (r_hi / s) ** 2 * (1.0 + 1e-9)
+    ab = cKDTree(cc.astype(np.float64)).query_pairs(math.sqrt(lim) + math.sqrt(d) + 1e-6, output_type="ndarray")
+    a, b = ab[:, 0].astype(np.int64), ab[:, 1].astype(np.int64)
+    gap2 = (np.maximum(np.abs(cc[a] - cc[b]) - 1, 0) ** 2).sum(1)
+    keep = gap2 <= lim
+    a, b, gap2 = a[keep], b[keep], gap2[keep]
+
+    # Representatives: each cell's point nearest its centre. Joining their pairs first settles
+    # dense regions (neighbouring cells' centres are within r) without looking at other points.
+    off = ((xs64 - (ks + 0.5) * s) ** 2).sum(1)
+    rep = np.lexsort((off, cell))[first]
+    hit = edge(rep[a], rep[b])
+    labels = _merge(np.arange(M), a[hit], b[hit])
+    a, b, gap2 = a[~hit], b[~hit], gap2[~hit]
+
+    lo = (cc + kmin) * s  # lower corner of each cell's box
+    for level in np.unique(gap2):  # rounds of growing gap: near pairs join most components first
+        sel = (gap2 == level) & (labels[a] != labels[b])
+        pa, pb = a[sel], b[sel]
+        work = counts[pa] * counts[pb]
+        small = work <= _SMALL_PAIR_WORK
+        # Small cells: all cross pairs at once, in chunks, dropping pairs joined by earlier chunks.
+        sa, sb = pa[small], pb[small]
+        while len(sa):
+            apart = labels[sa] != labels[sb]
+            sa, sb = sa[apart], sb[apart]
+            if not len(sa):
+                break
+            w = counts[sa] * counts[sb]
+            m = max(1, int(np.searchsorted(np.cumsum(w), _PAIR_CHUNK, side="right")))
+            ca, cb, w = sa[:m], sb[:m], w[:m]
+            sa, sb = sa[m:], sb[m:]
+            pid = np.repeat(np.arange(len(ca)), w)
+            t = np.arange(int(w.sum())) - np.repeat(np.cumsum(w) - w, w)
+            mb = counts[cb][pid]
+            e = edge(start[ca][pid] + t // mb, start[cb][pid] + t % mb)
+            found = np.bincount(pid[e], minlength=len(ca)) > 0
+            labels = _merge(labels, ca[found], cb[found])
+        # Large cells: one pair at a time, skipped once its cells share a component (union-find).
+        parent: dict[int, int] = {}
+        ja, jb = [], []
+        for c1, c2 in zip(pa[~small].tolist(), pb[~small].tolist()):
+            r1, r2 = _find(parent, int(labels[c1])), _find(parent, int(labels[c2]))
+            if r1 != r2 and _cells_joined(xs, xs64, start, lo, s, r_hi, thr, c1, c2):
+                parent[r1] = r2
+                ja.append(c1)
+                jb.append(c2)
+        labels = _merge(labels, np.array(ja, dtype=np.int64), np.array(jb, dtype=np.int64))
+    point_labels = np.empty(n, dtype=np.int64)
+    point_labels[order] = labels[cell]
+    return point_labels
+
+
+def _find(parent: dict[int, int], v: int) -> int:
+    while parent.get(v, v) != v:
+        v = parent[v]
+    return v
+
+
+def _cells_joined(xs, xs64, start, lo, s, r_hi, thr, c1: int, c2: int) -> bool:
+    """Whether some ``p`` in cell ``c1`` and ``q`` in cell ``c2`` have ``<p, q> > thr``."""
+    rad = r_hi * (1.0 + 1e-9) + 1e-12
+
+    def near(c: int, other: int) -> np.ndarray:
+        # Points of c within rad of the other cell's box: only they can have a partner there.
+        p = xs64[start[c] : start[c + 1]]
+        g = np.maximum(lo[other] - p, 0.0) + np.maximum(p - (lo[other] + s), 0.0)
+        return start[c] + np.flatnonzero((g * g).sum(1) <= rad * rad)
+
+    i, j = near(c1, c2), near(c2, c1)
+    if len(i) == 0 or len(j) == 0:
+        return False
+    if len(i) * len(j) <= 1 << 16:
+        return bool((xs[i] @ xs[j].T > thr).any())
+    if len(i) > len(j):
+        i, j = j, i
+    tree = cKDTree(xs64[j])
+    dist, nn = tree.query(xs64[i], k=1, distance_upper_bound=rad)
+    ok = np.isfinite(dist)
+    if not ok.any():
+        return False
+    if bool((np.einsum("ij,ij->i", xs[i[ok]], xs[j[nn[ok]]]) > thr).any()):
+        return True
+    # The nearest partners all fail, so every partner within rad lies in the thin band where distance
+    # and rounded inner product may disagree: check those exactly (few).
+    for p, lst in zip(i[ok], tree.query_ball_point(xs64[i[ok]], rad)):
+        if lst and bool((xs[j[lst]] @ xs[p] > thr).any()):
+            return True
+    return False
+
+
+def pairwise_inner(x: torch.Tensor, *, block: int | None = None) -> tuple[float, float]:
+    """``(min_{i != j} <x_i, x_j>, mean_{i < j} <x_i, x_j>)``.
+
+    The mean is closed form: ``(|sum_i x_i|^2 - sum_i |x_i|^2) / (N (N - 1))``, ``O(N d)``. The
+    minimum: ``N <= block`` (default :data:`GRAM_BLOCK_TOKENS`): one Gram matrix. Larger ``N`` with
+    ``d <= KDTREE_MAX_DIM`` (float32/64): the point farthest from ``x_i`` is the nearest to ``-x_i``,
+    one KD-tree query per token, ``O(N log N)`` (see :func:`_min_inner_kdtree`). Otherwise Gram
+    blocks of at most ``GRAM_BLOCK_ENTRIES`` entries, ``O(N^2 d)``.
+    """
+    n, d = x.shape
+    if n < 2:
+        return 1.0, 1.0
+    block = GRAM_BLOCK_TOKENS if block is None else block
+    if n > block:
+        mn = None
+        if d <= KDTREE_MAX_DIM:
+            xn = _as_numpy(x)
+            mn = None if xn is None else _min_inner_kdtree(xn)
+        if mn is None:
+            mn, rows = math.inf, _rows_per_block(n, block)
+            for s in range(0, n, rows):
+                G = x[s : s + rows] @ x.T
+                r = torch.arange(G.shape[0], device=x.device)
+                G[r, r + s] = math.inf
+                mn = min(mn, float(G.min()))
+        tot = x.sum(0)
+        return mn, (float(tot @ tot) - float((x * x).sum())) / (n * (n - 1))
+    G = x @ x.T
+    off = ~torch.eye(n, dtype=torch.bool, device=x.device)
+    s = float(G.sum() - G.diagonal().sum())
+    return float(G[off].min()), s / (n * (n - 1))
+
+
+#: The KD-tree minimum re-checks pairs near its candidate for at most this many tokens, and at most
+#: this many pairs in all; more means many near-ties (a cloud collapsed onto antipodal points).
+_MIN_VERIFY_TOKENS = 64
+_MIN_VERIFY_PAIRS = 1_000_000
+
+
+def _min_inner_kdtree(xn: np.ndarray) -> float | None:
+    """``min_{i != j} <x_i, x_j>`` with a KD-tree, or None when its check would be too large.
+
+    For unit vectors ``|-x_i - x_j|^2 = 2 + 2 <x_i, x_j>``, so the nearest neighbour of ``-x_i``
+    among the distinct points minimises ``<x_i, .>``; its inner product (computed from the pair,
+    like the Gram entry) is a candidate ``m``. Rounding and norms off 1 can make distance and
+    computed inner product disagree near ties, so every pair whose distance allows an inner product
+    ``<= m`` (a ball of radius ``sqrt(2 + 2 m + 2 tol)``, a handful of pairs) is re-computed; when
+    there are very many (near-ties at the rounding level) ``m`` is kept, within ``2 tol`` (a few
+    units in the last place) of the Gram minimum. Identical tokens contribute ``<x_i, x_i>``
+    (``i != j``, same vector); they are merged first (``np.unique``), which also keeps the queries
+    of a cloud collapsed onto a few points cheap.
+    """
+    u, cnt = np.unique(xn, axis=0, return_counts=True)
+    dup = u[cnt > 1]
+    mn = float(np.einsum("ij,ij->i", dup, dup).min()) if len(dup) else math.inf
+    if len(u) < 2:
+        return mn
+    u64 = u.astype(np.float64)
+    # Sliding-midpoint splits, uncompacted boxes: the balanced, compacted default is up to 100x slower
+    # for queries far from the data (every -x_i here) when the cloud is a few tight clusters.
+    tree = cKDTree(u64, balanced_tree=False, compact_nodes=False)
+    dist, idx = tree.query(-u64, k=2)
+    me = np.arange(len(u))
+    # idx[:, 0] == i only when every point equals x_i (distance 2 from -x_i), then take the second.
+    j = np.where(idx[:, 0] != me, idx[:, 0], idx[:, 1])
+    dj = np.where(idx[:, 0] != me, dist[:, 0], dist[:, 1])
+    m = float(np.einsum("ij,ij->i", u, u[j]).min())
+    tol = _gram_tolerance(u)
+    r2 = (2.0 + 2.0 * m + 2.0 * tol) * (1.0 + 1e-12) + 1e-15
+    cand = np.flatnonzero(dj * dj <= r2)
+    r = math.sqrt(max(r2, 0.0))
+    if len(cand) > _MIN_VERIFY_TOKENS or (
+        int(tree.query_ball_point(-u64[cand], r, return_length=True).sum()) > _MIN_VERIFY_PAIRS
+    ):
+        # Many pairs within the rounding bound of m: all of them are the minimum to rounding (|error|
+        # <= 2 tol) when the tokens are unit vectors; off the sphere the blocked Gram path decides.
+        return min(m, mn) if tol < 1e-12 else None
+    for i, lst in zip(cand, tree.query_ball_point(-u64[cand], r)):
+        lst = [v for v in lst if v != i]
+        if lst:
+            m = min(m, float((u[lst] @ u[i]).min()))
+    return min(m, mn)
+
+
+def _safe_exp(v: float) -> float:
+    return math.exp(v) if v < 709.0 else math.inf
+
+
+def state_diagnostics(
+    x: torch.Tensor,
+    heads: Heads,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    cluster_eps: float = 1e-3,
+) -> dict[str, float]:
+    """All of :data:`DIAGNOSTICS` for tokens ``x``, heads at the current time and field ``v``.
+
+    ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
+    heads they are the same formulas, reported for comparison).
+    """
+    st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w)
+    log_abs_F = float(_log_abs_energy(st, a))
+    log_b = -st.log_S
+    speed2 = float((a * (v * v).sum(-1) * torch.exp(st.log_S)).sum())
+    mn, mean = pairwise_inner(x)
+    return {
+        "energy": -_safe_exp(log_abs_F),
+        "log_abs_energy": log_abs_F,
+        "slope": _safe_exp(float(_log_slope(x, st, a))),
+        "metric_speed": math.sqrt(speed2) if math.isfinite(speed2) else math.inf,
+        "mobility_min": _safe_exp(float(log_b.min())),
+        "mobility_max": _safe_exp(float(log_b.max())),
+        "order_parameter": order_parameter(x, a),
+        "clusters": float(count_clusters(x, cluster_eps)),
+        "min_inner": mn,
+        "mean_inner": mean,
+    }
+
+
+def as_numpy_table(rows: list[dict[str, float]]) -> dict[str, np.ndarray]:
+    return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in DIAGNOSTICS}

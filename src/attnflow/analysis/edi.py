@@ -1,0 +1,239 @@
+"""The energy-dissipation identity (EDI) of MODEL.md, step by step along a ``gf`` trajectory.
+
+Over each step ``[t_k, t_{k+1}]`` the budget compares
+
+* the energy change ``F(mu_{k+1}, t_{k+1}) - F(mu_k, t_k)``,
+* the weights' contribution ``int dF/dr (mu_r, r) dr``,
+* the dissipation ``1/2 int |mu'|^2 + 1/2 int |dF|^2``,
+
+and the residual ``energy change + dissipation - weights' contribution`` (zero for the exact flow).
+
+Quadrature. :class:`StepRecorder` sits between the integrator and the field and evaluates the
+integrands ``|mu'|^2 = ||v||_mu^2``, ``|dF|^2`` and ``dF/dt = -1/2 sum_h w_h sum_ij a_i a_j
+(x_i^T dA_h/dt x_j) k_h(x_i, x_j)`` at every stage ``(t_s, Y_s)`` the scheme visits, and sums them
+with the scheme's own weights ``b_s``. That is the same Runge-Kutta method applied to the ODE
+augmented by ``D' = |dF|^2``, ``W' = dF/dt``, so (the retraction being a projection onto the
+invariant sphere) the residual is a global error of an order-``p`` method: ``O(dt^p)`` for
+``euler`` (1), ``heun`` (2), ``rk4`` (4). Schemes without stages (``jko``) use the De Giorgi form
+of a minimising movement: ``1/2 int |mu'|^2 ~ sum_i a_i d(x_i, y_i)^2 / (2 tau b_k(x_i))`` (the cost
+the movement paid) and ``1/2 int |dF|^2 ~ tau/2 |dF|^2(mu_{k+1}, t_k)``; weights by the trapezoid
+rule; first order.
+
+Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays, callables without
+``derivative=``) contribute their exact increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this
+carries the Ito correction). That splits each step into "weights move" and "tokens move with the
+weights frozen", a first-order splitting: the residual is then ``O(dt)`` whatever the scheme. An OU path
+is only Hoelder-1/2 in ``t``, so within a step the field sees weights that move by
+``O(dt^{1/2})``: the residual of each step is ``O(dt^{3/2})`` with a mean of ``O(dt^2)``, and the
+summed residual is ``O(dt)`` (root mean square) for every scheme. Order 1 is what is achievable
+there without sub-stepping the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnflow.core.geometry import geodesic_distance_sq, project_tangent
+from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import FieldStats, _log_abs_energy, field_stats, state_energy
+from attnflow.kernels.dispatch import head_stats
+from attnflow.schemes.integrators import Integrator, get_integrator
+
+#: Per-step series stored in a trajectory (dataset dimension ``step``, length = number of steps).
+STEP_SERIES: dict[str, str] = {
+    "step_time": "t_{k+1}, the end of step k",
+    "step_energy_change": "F(mu_{k+1}, t_{k+1}) - F(mu_k, t_k)",
+    "step_weight_work": "int_{t_k}^{t_{k+1}} dF/dr (mu_r, r) dr (quadrature or exact increment)",
+    "step_speed_action": "1/2 int_{t_k}^{t_{k+1}} |mu'|^2",
+    "step_slope_action": "1/2 int_{t_k}^{t_{k+1}} |dF|^2",
+}
+
+
+class StepRecorder:
+    """A :class:`~attnflow.integrators.Field` wrapper that records the EDI integrands at each stage.
+
+    ``derivative(t) -> dA/dt`` (``(H, d, d)`` or ``None``) selects the weights rule: quadrature of
+    ``dF/dt`` when it returns a matrix, exact increments otherwise.
+    """
+
+    def __init__(self, field, derivative, integrator: Integrator):
+        self.field, self.derivative, self.integrator = field, derivative, integrator
+        self.model, self.a, self.w = field.model, field.a, field.w
+        self.rule = "quadrature" if derivative(0.0) is not None else "increment"
+        self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
+        self._stages: list[tuple[float, float, float]] = []
+        self.rows: list[tuple[float, float, float, float, float]] = []
+        # The evaluation at the end of the last step, (t, x, result): it gives F(mu_{k+1}, t_{k+1}) and
+        # is the first stage of the next step, so each step costs one kernel pass fewer.
+        self._end: tuple[float, torch.Tensor, tuple] | None = None
+
+    def heads_at(self, t: float) -> Heads:
+        return self.field.heads_at(t)
+
+    def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float, float]:
+        """``v_t(x)``, the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` and ``F(mu, t)`` from one kernel pass."""
+        end = self._end
+        if end is not None and end[0] == t and end[1] is x:
+            return end[2]
+        return self._evaluate_with(self.heads_at(t), t, x)
+
+    def _evaluate_with(
+        self, heads: Heads, t: float, x: torch.Tensor
+    ) -> tuple[torch.Tensor, float, float, float, float]:
+        d = x.shape[-1]
+        dA = self.derivative(t) if self.rule == "quadrature" else None
+        out, logZ = head_stats(x, heads, self.a, extra_values=dA)
+        st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
+        v = project_tangent(x, st.mixed_output(self.model))
+        S = torch.exp(st.log_S)
+        speed2 = float((self.a * S * (v * v).sum(-1)).sum())
+        # |dF|^2 = sum_i a_i b |g|^2 = sum_i a_i S |P_x u_gf|^2; for model gf that is v itself.
+        g = v if self.model == "gf" else project_tangent(x, st.mixed_output("gf"))
+        slope2 = float((self.a * S * (g * g).sum(-1)).sum())
+        dFdt = 0.0
+        if dA is not None:
+            c = st.head_mix("gf")  # w_h Z_h / S
+            xAx = (out[..., d:] * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
+            dFdt = float(-0.5 * (self.a * S * (c * xAx).sum(0)).sum())
+        F = -float(torch.exp(_log_abs_energy(st, self.a)))
+        return v, speed2, slope2, dFdt, F
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        v, speed2, slope2, dFdt, _ = self._evaluate(t, x)
+        self._stages.append((speed2, slope2, dFdt))
+        return v
+
+    def step(self, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+        """One step of the integrator from ``(t, x)``, recording the step's budget row."""
+        heads0 = self.heads_at(t)
+        start = self._evaluate(t, x)
+        self._end = (t, x, start)
+        F0 = start[4]
+        self._stages = []
+        y = self.integrator.step(self, t, x, dt)
+        end = self._evaluate(t + dt, y)
+        stages, b = self._stages, self.integrator.weights
+        if b and len(stages) == len(b):
+            speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
+            slope = dt * sum(bs * s[1] for bs, s in zip(b, stages))
+        else:
+            # A minimising movement: the De Giorgi form of the budget, d(mu_k, mu_{k+1})^2 / tau for
+            # int |mu'|^2 (the cost the step paid, mobility frozen at mu_k) and tau |dF|^2(mu_{k+1}, t_k).
+            b0 = torch.exp(-field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False).log_S)
+            speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
+            slope = dt * self._evaluate_with(heads0, t, y)[2]
+            stages, b = [start[1:4], end[1:4]], (0.5, 0.5)
+        self._end = (t + dt, y, end)
+        F1 = end[4]
+        if self.rule == "quadrature":
+            work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
+        else:
+            work = F1 - state_energy(y, heads0, self.a, self.w)
+        self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
+        return y
+
+    def series(self) -> dict[str, np.ndarray]:
+        cols = np.array(self.rows, dtype=np.float64).reshape(-1, len(STEP_SERIES))
+        return {name: cols[:, i] for i, name in enumerate(STEP_SERIES)}
+
+    def info(self) -> dict[str, str]:
+        return {"weights_rule": self.rule, "quadrature": self.quadrature}
+
+
+@dataclass(frozen=True)
+class EDIBudget:
+    """The discrete energy-dissipation budget of a trajectory, per step and cumulated.
+
+    Per-step arrays have length ``n`` (steps); cumulative ones length ``n + 1`` at times ``t``
+    (starting at 0). ``residual = energy_change + dissipation - weights``.
+    """
+
+    t: np.ndarray
+    energy: np.ndarray  # F(mu_k, t_k), (n+1,)
+    energy_change: np.ndarray
+    weights: np.ndarray
+    speed_action: np.ndarray  # 1/2 int |mu'|^2
+    slope_action: np.ndarray  # 1/2 int |dF|^2
+    dissipation: np.ndarray
+    residual: np.ndarray
+    method: str
+    order: int
+    dt: float
+    weights_rule: str
+    quadrature: str
+
+    @staticmethod
+    def _cum(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(a)])
+
+    @property
+    def cumulative(self) -> dict[str, np.ndarray]:
+        """Each term summed from ``t_0`` to ``t_k``, shape ``(n + 1,)``."""
+        names = ("energy_change", "weights", "speed_action", "slope_action", "dissipation", "residual")
+        return {k: self._cum(getattr(self, k)) for k in names}
+
+    @property
+    def total_dissipation(self) -> float:
+        return float(self.dissipation.sum())
+
+    @property
+    def total_residual(self) -> float:
+        """``F(mu_T, T) - F(mu_0, 0) + dissipation - weights`` over the whole run."""
+        return float(self.residual.sum())
+
+    @property
+    def relative_residual(self) -> float:
+        """``|total residual| / total dissipation``: the number the acceptance bar is stated in."""
+        return abs(self.total_residual) / self.total_dissipation
+
+    @property
+    def max_relative_residual(self) -> float:
+        """``max_k |cumulated residual up to t_k| / total dissipation``."""
+        return float(np.abs(self.cumulative["residual"]).max()) / self.total_dissipation
+
+
+def edi_budget(trajectory) -> EDIBudget:
+    """The discrete EDI of a ``gf`` :class:`~attnflow.simulate.Trajectory` (simulated or loaded).
+
+    Needs the per-step series that :func:`attnflow.simulate` records for model ``gf`` (see
+    :data:`STEP_SERIES`); the quadrature and its order are described in :mod:`attnflow.edi`.
+    """
+    steps = getattr(trajectory, "steps", None) or {}
+    if trajectory.model != "gf":
+        raise ValueError(
+            f"the energy-dissipation identity holds for model 'gf' only; this trajectory is model {trajectory.model!r}"
+        )
+    if "step_energy_change" not in steps:
+        raise ValueError(
+            "this trajectory has no per-step budget series (simulate(..., record_steps=True) records them; runs made "
+            "before attnflow 0.1 with model 'gf' lack them): re-run it to get its energy-dissipation budget"
+        )
+    info = getattr(trajectory, "steps_info", None) or {}
+    s = {k: np.asarray(v, dtype=np.float64) for k, v in steps.items()}
+    dE, W = s["step_energy_change"], s["step_weight_work"]
+    sp, sl = s["step_speed_action"], s["step_slope_action"]
+    D = sp + sl
+    t = np.concatenate([[float(trajectory.t[0])], s["step_time"]])
+    E0 = float(trajectory.diagnostics["energy"][0]) if "energy" in trajectory.diagnostics else 0.0
+    try:
+        order = get_integrator(trajectory.method).order
+    except ValueError:
+        order = -1
+    return EDIBudget(
+        t=t,
+        energy=E0 + np.concatenate([[0.0], np.cumsum(dE)]),
+        energy_change=dE,
+        weights=W,
+        speed_action=sp,
+        slope_action=sl,
+        dissipation=D,
+        residual=dE + D - W,
+        method=trajectory.method,
+        order=order,
+        dt=float(trajectory.dt),
+        weights_rule=str(info.get("weights_rule", "?")),
+        quadrature=str(info.get("quadrature", "?")),
+    )

@@ -1,0 +1,50 @@
+"""``attnflow bench``: time the attention field's backends side by side and write JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attnflow.cli.app import UserError, app, console, guarded
+
+
+@app.command()
+@guarded
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="Small sizes only (about a minute)."),
+    json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
+    markdown_file: Optional[Path] = typer.Option(None, "--markdown", help="Also write the table as Markdown."),
+) -> None:
+    """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation.
+
+    Examples:
+
+      attnflow bench --quick
+
+      attnflow bench --json bench.json --markdown bench.md
+    """
+    from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
+
+    for path in (json_file, markdown_file):
+        if path is not None and not path.parent.exists():
+            raise UserError(f"the folder of {str(path)!r} does not exist; create it or choose another path.")
+    result = run_benchmarks(quick=quick, progress=lambda s: console.print(f"measuring {s} ..."))
+    table = Table(
+        title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
+    )
+    for h in HEADER:
+        table.add_column(h, justify="left" if h in ("backend", "dtype") else "right")
+    for row in table_rows(result):
+        table.add_row(*row)
+    Console(width=max(Console().width, 170)).print(table)
+    if json_file is not None:
+        json_file.write_text(json.dumps(result, indent=2))
+        console.print(f"wrote {json_file}")
+    if markdown_file is not None:
+        markdown_file.write_text(markdown(result))
+        console.print(f"wrote {markdown_file}")

@@ -1,0 +1,188 @@
+"""``attnflow hf ...``: import a Hugging Face checkpoint on disk, check it, run its token flow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attnflow.cli.app import UserError, app, console, guarded, progress_bar
+
+hf = typer.Typer(
+    help=(
+        "Real transformers: the heads of a Hugging Face checkpoint on disk (never downloaded).\n\n"
+        "Examples:\n\n"
+        "  attnflow hf verify models/tiny-gpt2\n\n"
+        '  attnflow hf run models/tiny-gpt2 --text "the cat sat on the mat" --out runs/gpt2\n\n'
+        "  attnflow hf gf models/tiny-gpt2"
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(hf, name="hf")
+
+
+def _quiet_transformers() -> None:
+    try:
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+    except ImportError:  # reported properly by the importer
+        pass
+
+
+def _parse_ids(ids: str) -> list[int]:
+    try:
+        return [int(s) for s in ids.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise UserError(f"--ids must be comma-separated integers like 5,17,3; got {ids!r}") from None
+
+
+@hf.command()
+@guarded
+def verify(
+    path: str = typer.Argument(
+        ..., help="Folder of a model saved with save_pretrained (or a name in the local HF cache)."
+    ),
+    tokens: int = typer.Option(12, "--tokens", help="Length of the random token sequence fed to the model."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random input."),
+    tol: float = typer.Option(1e-4, "--tol", help="Largest accepted relative error per layer."),
+) -> None:
+    """Check, layer by layer, that our field (no sphere projection) on the layer-normed hidden
+    states reproduces the module's own attention output in float32. Exit code 1 if a layer does not.
+
+    Example:
+
+      attnflow hf verify models/tiny-gpt2
+    """
+    _quiet_transformers()
+    from attnflow.hf import extract, load_model, verify_model
+
+    if tokens < 1:
+        raise UserError(f"--tokens must be positive; got {tokens}")
+    model = load_model(path)
+    layers = extract(model, source=path)
+    checks = verify_model(model, layers, n_tokens=tokens, seed=seed)
+    m = layers.meta
+    table = Table(title=f"{m.architecture} ({m.model_type}) at {path}: attention output, ours vs module (float32)")
+    for col in ("layer", "max |attn|", "max rel. error", "status"):
+        table.add_column(col, justify="right")
+    for c in checks:
+        table.add_row(str(c.layer), f"{c.max_abs:.4g}", f"{c.rel_error:.2e}", "ok" if c.ok(tol) else "[red]MISMATCH[/]")
+    Console().print(table)
+    Console().print(
+        f"L={m.layers}, H={m.heads} (kv {m.kv_heads}), head dim {m.head_dim}, d={m.hidden}, "
+        f"{'causal' if m.causal else 'bidirectional'}, {m.norm} norm ({'pre' if m.pre_norm else 'post'}), "
+        f"rotary {'yes' if m.rope else 'no'}, {checks[0].tokens if checks else 0} tokens, tolerance {tol:g}"
+    )
+    bad = [c.layer for c in checks if not c.ok(tol)]
+    if bad:
+        console.print(f"[bold red]mismatch[/] in layer(s) {bad}: relative error above {tol:g}")
+        raise typer.Exit(1)
+
+
+@hf.command("run")
+@guarded
+def run_(
+    path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (must not exist unless --force)."),
+    text: Optional[str] = typer.Option(None, "--text", help="Prompt text (needs the tokenizer saved with the model)."),
+    ids: Optional[str] = typer.Option(None, "--ids", help="Prompt token ids, comma-separated (no tokenizer needed)."),
+    steps_per_layer: int = typer.Option(8, "--steps-per-layer", help="Integrator steps per layer (one unit of time)."),
+    method: str = typer.Option(
+        "euler", "--method", help="euler (default; its stages never see the next layer early), heun or rk4."
+    ),
+    cluster_eps: float = typer.Option(1e-3, "--cluster-eps", help="Tokens with <x_i, x_j> > 1 - eps share a cluster."),
+    radius: bool = typer.Option(True, "--radius/--no-radius", help="Divide values by the real residual stream's size."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Write figures into the run folder."),
+) -> None:
+    """Run the token flow of a prompt through the model's layers (one unit of time each) and save
+    it as a run folder with the real model's positions and the comparison next to it.
+
+    Examples:
+
+      attnflow hf run models/tiny-gpt2 --text "the cat sat on the mat" --out runs/gpt2
+
+      attnflow hf run models/tiny-gpt2 --ids 5,17,3,9 --out runs/gpt2-ids --steps-per-layer 16
+    """
+    _quiet_transformers()
+    from attnflow.hf.flow import run_prompt
+    from attnflow.hf.folder import save_hf_run
+
+    if (text is None) == (ids is None):
+        raise UserError('give the prompt as --text "..." or as --ids 1,2,3, not both or neither.')
+    if out.exists() and not force:
+        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+    with progress_bar("hf flow") as bar:
+        task = bar.add_task("hf flow", total=None)
+        traj, cmp = run_prompt(
+            path,
+            _parse_ids(ids) if ids is not None else None,
+            text=text,
+            steps_per_layer=steps_per_layer,
+            method=method,
+            cluster_eps=cluster_eps,
+            use_radius=radius,
+            progress=lambda k, n: bar.update(task, completed=k, total=n),
+        )
+    save_hf_run(traj, cmp, out, overwrite=force, figures=figures)
+    ds = cmp.to_xarray()
+    table = Table(title=f"{cmp.meta['architecture']}: flow vs model, {len(cmp.ids)} tokens")
+    for col in (
+        "layer",
+        "mean cosine",
+        "min cosine",
+        "clusters model",
+        "clusters flow",
+        "mean <x_i,x_j> model",
+        "flow",
+    ):
+        table.add_column(col, justify="right")
+    for l in range(cmp.real.shape[0]):
+        table.add_row(
+            str(l),
+            f"{float(ds.cosine_mean[l]):.4f}",
+            f"{float(ds.cosine[l].min()):.4f}",
+            str(int(ds.clusters_real[l])),
+            str(int(ds.clusters_sim[l])),
+            f"{_mean_inner(cmp.real[l]):.4f}",
+            f"{_mean_inner(cmp.sim[l]):.4f}",
+        )
+    Console().print(table)
+    console.print(f"wrote {out} (run folder + hf_comparison.zarr{', figures/hf_comparison.png' if figures else ''})")
+
+
+def _mean_inner(x) -> float:
+    n = x.shape[0]
+    G = x @ x.T
+    return float((G.sum() - G.trace()) / (n * (n - 1)))
+
+
+@hf.command("gf")
+@guarded
+def gf(path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained.")) -> None:
+    """How far each layer is from a gradient flow: distance of its heads to the nearest
+    gf-admissible heads (symmetric A, V = A), on the sphere (norms folded in).
+
+    Example:
+
+      attnflow hf gf models/tiny-gpt2
+    """
+    _quiet_transformers()
+    from attnflow.hf import load_heads
+    from attnflow.hf.sphere import on_sphere, to_gradient_flow
+
+    layers = load_heads(path)
+    proj = to_gradient_flow(on_sphere(layers))
+    table = Table(title=f"{layers.meta.architecture}: distance to the gradient-flow class (relative, Frobenius)")
+    for col in ("layer", "distance", "asymmetry |A - sym A|/|A|", "value gap |V - A|/(|V|+|A|)"):
+        table.add_column(col, justify="right")
+    for l in range(layers.L):
+        table.add_row(str(l), f"{proj.distance[l]:.4f}", f"{proj.asymmetry[l]:.4f}", f"{proj.value_gap[l]:.4f}")
+    Console().print(table)
+    if proj.dropped:
+        Console().print(f"not representable in a gradient flow, dropped: {', '.join(proj.dropped)}")

@@ -1,0 +1,106 @@
+"""``attnflow report`` and ``attnflow movie``: look at a run in the browser or as a video."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnflow.cli.app import UserError, app, console, guarded
+
+
+def _complete_run(run_dir: Path) -> None:
+    from attnflow.io.store import is_complete
+
+    if not run_dir.is_dir():
+        raise UserError(f"no run folder at {str(run_dir)!r}; make one with 'attnflow run --preset ou --out {run_dir}'.")
+    if not is_complete(run_dir):
+        raise UserError(
+            f"{str(run_dir)!r} is not a complete run folder (no finished provenance.json): the run did not finish."
+        )
+
+
+@app.command()
+@guarded
+def report(
+    run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default RUN/report.html)."),
+    max_frames: int = typer.Option(200, "--max-frames", min=2, help="Most saved times on the slider (evenly spread)."),
+    max_tokens: int = typer.Option(
+        10_000,
+        "--max-tokens",
+        min=1,
+        help="Most tokens drawn in the 3-D view (a fixed random subset; clusters use all).",
+    ),
+) -> None:
+    """Write an interactive, self-contained HTML report (opens offline in any browser).
+
+    The page shows the tokens on the sphere (PCA view for d > 3) coloured by cluster, with a time slider and a play button; energy, slope, metric speed, clusters and order parameter with the current time marked; the weights' path ||A_h(t)||_F; the config and the provenance.
+
+    Examples:
+
+      attnflow report runs/ou
+
+      attnflow report runs/ou --out ou.html --max-frames 50
+    """
+    from attnflow.viz.report import write_report
+
+    _complete_run(run_dir)
+    path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
+    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+
+
+@app.command()
+@guarded
+def movie(
+    run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Movie file: .mp4 (H.264) or .gif."),
+    frames: Optional[int] = typer.Option(
+        None, "--frames", min=1, help="Number of frames (default: one per saved time; more frames interpolate)."
+    ),
+    fps: int = typer.Option(30, "--fps", min=1, help="Frames per second."),
+    resolution: str = typer.Option("1280x720", "--resolution", help="WIDTHxHEIGHT in pixels, both even."),
+    trails: int = typer.Option(
+        0, "--trails", min=0, help="Show each token's positions in the previous N frames, fading."
+    ),
+    rotate: float = typer.Option(
+        0.0, "--rotate", help="Degrees the camera turns about the vertical axis over the movie (360: one turn)."
+    ),
+    elevation: float = typer.Option(20.0, "--elevation", help="Camera elevation in degrees."),
+    point_size: float = typer.Option(6.0, "--point-size", min=0.1, help="Token marker area in points^2."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing movie file."),
+) -> None:
+    """Render the token flow to an .mp4 or .gif (frames go straight into ffmpeg; no image files).
+
+    Tokens are coloured by cluster; tokens on the far side of the sphere are drawn faded; d > 3 is shown in PCA coordinates.
+
+    Examples:
+
+      attnflow movie runs/ou --out ou.mp4
+
+      attnflow movie runs/ou --out ou.mp4 --frames 600 --fps 60 --trails 10 --rotate 360
+
+      attnflow movie runs/ou --out ou.gif --resolution 480x360 --fps 15
+    """
+    from attnflow.cli.app import progress_bar
+    from attnflow.viz.movie import MovieSettings, parse_resolution, render_movie
+
+    _complete_run(run_dir)
+    if out.suffix.lower() not in (".mp4", ".gif"):
+        raise UserError(f"--out must end in .mp4 or .gif; got {str(out)!r}.")
+    if out.exists() and not force:
+        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+    settings = MovieSettings(
+        frames=frames,
+        fps=fps,
+        resolution=parse_resolution(resolution),
+        trails=trails,
+        rotate=rotate,
+        elevation=elevation,
+        point_size=point_size,
+    )
+    with progress_bar("movie") as bar:
+        task = bar.add_task("movie", total=frames)
+        path = render_movie(run_dir, out, settings, progress=lambda k, n: bar.update(task, completed=k, total=n))
+    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")

@@ -1,0 +1,281 @@
+"""The run config schema (pydantic), the embedded presets, parsing and ``--set`` overrides.
+
+A config is the whole recipe of a run; ``attnflow run`` saves it verbatim beside the results.
+Seeds: one ``seed`` is split with ``numpy.random.SeedSequence`` into independent streams for the
+initial tokens, the head matrices and the weight noise.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+
+from attnflow.config.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokensConfig(_Strict):
+    n: PositiveInt = 256
+    d: Annotated[int, Field(ge=2)] = 3
+    init: Literal["uniform", "cap", "vmf", "equiangular", "file"] = "uniform"
+    angle: Annotated[float, Field(gt=0, le=np.pi)] = np.pi / 2
+    components: PositiveInt = 3
+    kappa: PositiveFloat = 20.0
+    inner_product: float | None = None
+    path: str | None = None
+    masses: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TokensConfig:
+        if self.init == "file" and not self.path:
+            raise ValueError("init 'file' needs tokens.path (a .npy or .csv file)")
+        if self.masses is not None:
+            if len(self.masses) != self.n:
+                raise ValueError(f"tokens.masses has {len(self.masses)} entries but tokens.n = {self.n}")
+            if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
+                raise ValueError(
+                    f"tokens.masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g}, smallest "
+                    f"{min(self.masses):.6g})"
+                )
+        return self
+
+
+class HeadsConfig(_Strict):
+    count: PositiveInt = 8
+    preset: Literal["identity", "gaussian", "goe", "file"] = "identity"
+    beta: float = 4.0
+    path: str | None = None  # the weight file of preset 'file' (see attnflow.validation)
+    value: Literal["A", "-A", "identity"] = "A"
+    masses: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> HeadsConfig:
+        if self.masses is not None:
+            if len(self.masses) != self.count:
+                raise ValueError(f"heads.masses has {len(self.masses)} entries but heads.count = {self.count}")
+            if any(m <= 0 for m in self.masses) or abs(sum(self.masses) - 1) > 1e-6:
+                raise ValueError(
+                    f"heads.masses must be positive and sum to 1 (they sum to {sum(self.masses):.6g}, smallest "
+                    f"{min(self.masses):.6g})"
+                )
+        if self.preset == "file" and not self.path:
+            raise ValueError("heads.preset 'file' needs heads.path (a .npy or .npz weight file)")
+        return self
+
+
+class ConstantWeights(_Strict):
+    process: Literal["constant"] = "constant"
+
+
+class OUWeights(_Strict):
+    """OU around the preset heads ``Abar``; ``A0 = Abar + init_spread * GOE`` per head."""
+
+    process: Literal["ou"] = "ou"
+    rate: Annotated[float, Field(ge=0)] = 1.0
+    sigma: Annotated[float, Field(ge=0)] = 1.0
+    init_spread: Annotated[float, Field(ge=0)] = 2.0
+    symmetric: bool = True
+
+
+class OscillatingWeights(_Strict):
+    """``A_h(t) = Abar_h + C_h sin(omega t + phi_h)`` with ``C_h = amplitude Abar_h`` (``shape: mean``;
+    ``amplitude > 1`` makes the interaction repulsive at times) or ``C_h = amplitude beta G_h`` with
+    ``G_h`` a seeded GOE matrix (``shape: goe``; the eigen-directions keep turning)."""
+
+    process: Literal["oscillating"] = "oscillating"
+    amplitude: float = 2.0
+    omega: PositiveFloat = 1.0
+    phase: Literal["random", "zero"] | float = "random"
+    shape: Literal["mean", "goe"] = "mean"
+
+
+class LayersWeights(_Strict):
+    """``layers`` blocks over ``[0, t_end]``, each an independent draw of the head preset."""
+
+    process: Literal["layers"] = "layers"
+    layers: PositiveInt = 6
+
+
+WeightsConfig = Annotated[
+    Union[ConstantWeights, OUWeights, OscillatingWeights, LayersWeights], Field(discriminator="process")
+]
+
+
+class IntegrationConfig(_Strict):
+    t_end: PositiveFloat = 10.0
+    dt: PositiveFloat = 0.02
+    method: Literal["euler", "heun", "rk4", "jko"] = "rk4"
+    save_every: PositiveInt = 10
+
+    @model_validator(mode="after")
+    def _check(self) -> IntegrationConfig:
+        n = round(self.t_end / self.dt)
+        if n < 1 or abs(n * self.dt - self.t_end) > 1e-9 * self.t_end:
+            raise ValueError(f"t_end = {self.t_end} must be a whole number of steps dt = {self.dt}")
+        return self
+
+
+class KernelConfig(_Strict):
+    """Which attention kernel evaluates the field (:mod:`attnflow.backends`) and how exactly.
+
+    ``backend``: ``auto`` (fused dense kernel, fast summation when ``d <= 4``, many tokens and it pays),
+    ``flash``, ``stream`` or ``fast``. ``tolerance``: the fast summation's proved relative error
+    (``null``: 1e-10 in float64, 1e-7 in float32).
+    """
+
+    backend: Literal["auto", "flash", "stream", "fast"] = "auto"
+    tolerance: Annotated[float, Field(gt=0, lt=1)] | None = None
+
+
+class DiagnosticsConfig(_Strict):
+    cluster_eps: Annotated[float, Field(gt=0, lt=2)] = 1e-3
+
+
+class RunConfig(_Strict):
+    """A whole run: model, tokens, heads, weight process, integration, diagnostics, seed."""
+
+    name: str = "run"
+    model: Literal["mha", "gf", "usa"] = "gf"
+    seed: Annotated[int, Field(ge=0)] = 0
+    dtype: Literal["float64", "float32"] = "float64"
+    tokens: TokensConfig = TokensConfig()
+    heads: HeadsConfig = HeadsConfig()
+    weights: WeightsConfig = OUWeights()
+    integration: IntegrationConfig = IntegrationConfig()
+    kernel: KernelConfig = KernelConfig()
+    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.model == "gf":
+            if self.heads.preset == "gaussian":
+                raise ValueError(
+                    "model 'gf' needs symmetric heads, but heads.preset 'gaussian' is not symmetric; "
+                    "use 'identity' or 'goe', or model 'mha'"
+                )
+            if self.heads.value != "A":
+                raise ValueError(
+                    f"model 'gf' needs V = A, but heads.value is {self.heads.value!r}; use 'A' or model 'mha'"
+                )
+            if isinstance(self.weights, OUWeights) and not self.weights.symmetric:
+                raise ValueError("model 'gf' needs symmetric OU noise (weights.symmetric: true)")
+        if self.kernel.backend == "fast" and self.tokens.d > 4:
+            raise ValueError(
+                f"kernel.backend 'fast' (fast summation) covers d <= 4, but tokens.d = {self.tokens.d}; use 'auto'"
+            )
+        if (
+            self.tokens.init == "equiangular"
+            and self.tokens.inner_product is None
+            and self.tokens.n > self.tokens.d + 1
+        ):
+            raise ValueError(
+                f"a regular simplex of {self.tokens.n} tokens needs d >= {self.tokens.n - 1}; got d = {self.tokens.d}"
+            )
+        return self
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "ou": {
+        "name": "ou",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "identity", "beta": 4.0},
+        "weights": {"process": "ou", "rate": 1.0, "sigma": 1.0, "init_spread": 2.0},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+    "oscillating": {
+        "name": "oscillating",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "identity", "beta": 4.0},
+        "weights": {"process": "oscillating", "amplitude": 2.0, "omega": 1.0, "phase": "random"},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+    "autonomous": {
+        "name": "autonomous",
+        "model": "gf",
+        "heads": {"count": 8, "preset": "goe", "beta": 4.0},
+        "weights": {"process": "constant"},
+        "integration": {"t_end": 10.0, "dt": 0.02, "method": "rk4", "save_every": 10},
+    },
+}
+
+
+#: Path entries pydantic adds for union branches (discriminator values, type names), not fields.
+_BRANCH_TAGS = {"ou", "constant", "oscillating", "layers", "int", "str", "float", "bool", "constrained-int"}
+
+
+def format_validation_error(err: ValidationError, source: str, *, kind: str = "config") -> str:
+    """One paragraph naming every offending field and the value it had (``kind``: what was read)."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and (p in _BRANCH_TAGS or "[" in p)))
+        where = f"field '{loc}'" if loc else kind.split()[0]
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}{shown}")
+    return f"invalid {kind} {source}: " + "; ".join(parts) + "."
+
+
+def parse_config(data: Any, source: str = "") -> RunConfig:
+    """Validate a config mapping; raises :class:`ConfigError` with a readable message."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"invalid config {source}: the top level must be a mapping of fields, got {type(data).__name__}."
+        )
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist.")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(p)!r} is not a text (UTF-8) file; a config is YAML text.") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        why = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {' '.join(str(why).split())}{at}.") from None
+    return parse_config(data, f"in {str(p)!r}")
+
+
+def preset_config(name: str) -> RunConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    return parse_config(copy.deepcopy(PRESETS[name]), f"preset {name!r}")
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply ``key.sub=value`` overrides (values parsed as YAML) and re-validate."""
+    data = cfg.model_dump(mode="json")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.subkey=value")
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                raise ConfigError(f"override {item!r}: {p!r} is not a section of the config")
+            node = node[p]
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
+    return parse_config(data, "after --set overrides")

@@ -1,0 +1,40 @@
+"""Geometry of the unit sphere S^{d-1}: retraction, tangent projection P_x, geodesic distance."""
+
+from __future__ import annotations
+
+import torch
+
+
+def retract(x: torch.Tensor) -> torch.Tensor:
+    """Metric projection back onto the sphere, ``x / |x|`` row-wise (the integrators' retraction)."""
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+
+def project_tangent(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``P_x u = u - x (x . u)`` row-wise: what layer normalisation becomes on the sphere."""
+    return u - x * (x * u).sum(-1, keepdim=True)
+
+
+def geodesic_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Great-circle distance ``d(x, y) = arccos <x, y>`` row-wise, stable near 0 and pi.
+
+    ``atan2(|x - y| |x + y|, ...)`` form avoids the arccos derivative blow-up at 1.
+    """
+    diff = torch.linalg.vector_norm(x - y, dim=-1)
+    summ = torch.linalg.vector_norm(x + y, dim=-1)
+    return 2.0 * torch.atan2(diff, summ)
+
+
+def geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``d(x, y)^2 = (2 asin(|x - y| / 2))^2`` row-wise, smooth at ``y = x`` (unlike ``arccos``)."""
+    u = ((x - y) ** 2).sum(-1)
+    s = torch.sqrt(torch.clamp(u, min=1e-30)) / 2.0
+    small = s < 1e-4
+    s_safe = torch.where(small, torch.ones_like(s), torch.clamp(s, max=1.0))
+    ratio = torch.where(small, 1.0 + u / 24.0, torch.asin(s_safe) / s_safe)  # asin(s)/s, s^2 = u/4
+    return u * ratio * ratio
+
+
+def sphere_deviation(x: torch.Tensor) -> float:
+    """``max_i | |x_i| - 1 |``: how far a token cloud is from the sphere."""
+    return float((torch.linalg.vector_norm(x, dim=-1) - 1.0).abs().max())

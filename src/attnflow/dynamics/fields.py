@@ -1,0 +1,239 @@
+"""The three dynamics of MODEL.md and the gradient-flow quantities, on top of the kernel.
+
+With ``logZ_h(x_i)`` and ``out_h(x_i)`` from :func:`attnflow.kernels.attention_stats`:
+
+* ``mha``: ``v(x) = P_x sum_h w_h out_h(x)``;
+* ``gf``:  ``v(x) = -b(x) g(x) = P_x sum_h [w_h Z_h(x) / sum_h' w_h' Z_h'(x)] out_h(x)`` (``V = A``);
+* ``usa``: ``v(x) = P_x sum_h w_h Z_h(x) out_h(x)``;
+* energy ``F(mu) = -1/2 sum_h w_h sum_i a_i Z_h(x_i)``;
+* effective mobility ``b(x) = 1 / sum_h w_h Z_h(x)`` (harmonic mean of ``m_h = 1/Z_h``);
+* slope ``|dF|(mu) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}``;
+* metric speed ``||v||_mu = (sum_i a_i |v(x_i)|^2 / b(x_i))^{1/2}``.
+
+Combining heads through ``logsumexp_h(log w_h + logZ_h)`` keeps ``gf`` finite at any ``beta``;
+quantities that really leave float range have ``log_*`` variants and otherwise raise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from attnflow.core.arrays import ArrayLike, like, to_tensor
+from attnflow.core.geometry import project_tangent
+from attnflow.core.heads import Heads, as_heads
+from attnflow.kernels.dispatch import head_stats
+
+Model = Literal["mha", "gf", "usa"]
+MODELS: tuple[str, ...] = ("mha", "gf", "usa")
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument handling shared by every public function.
+# ---------------------------------------------------------------------------------------------
+
+
+def masses(weights: ArrayLike | None, n: int, name: str, like_t: torch.Tensor) -> torch.Tensor:
+    """Validated probability vector of length ``n`` (uniform ``1/n`` when ``weights`` is None)."""
+    if weights is None:
+        return torch.full((n,), 1.0 / n, dtype=like_t.dtype, device=like_t.device)
+    w = to_tensor(weights, dtype=like_t.dtype, device=like_t.device)
+    if w.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},); got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
+        raise ValueError(f"{name} must be finite and positive; smallest entry is {float(w.min()):.3g}")
+    total = float(w.sum())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"{name} must sum to 1; they sum to {total:.6g}. Divide them by their sum.")
+    return w
+
+
+def prepare(x: ArrayLike, A, V=None, token_weights=None, head_weights=None, *, energy_only: bool = False):
+    """Convert the public arguments into ``(x, heads, a, w)`` torch objects of one dtype.
+
+    ``energy_only`` drops any value matrices: ``F``, ``b`` and ``|dF|`` are defined by ``A`` alone.
+    """
+    xt = to_tensor(x)
+    if xt.ndim != 2:
+        raise ValueError(f"x must have shape (N, d); got {tuple(xt.shape)}")
+    heads = as_heads(A, V)
+    if energy_only and heads.V is not None:
+        heads = Heads(K=heads.K, Q=heads.Q)
+    if heads.d != xt.shape[1]:
+        raise ValueError(f"tokens have dimension d={xt.shape[1]} but the heads act on d={heads.d}")
+    heads = heads.to(dtype=xt.dtype, device=xt.device)
+    a = masses(token_weights, xt.shape[0], "token_weights", xt)
+    w = masses(head_weights, heads.H, "head_weights", xt)
+    return xt, heads, a, w
+
+
+@dataclass(frozen=True)
+class FieldStats:
+    """One kernel pass at a state: ``out_h(x_i)`` ``(H, N, d)`` (or None) and ``logZ_h(x_i)`` ``(H, N)``.
+
+    Leading batch dimensions (``(B, H, N, d)``, ``(B, H, N)``; ``log_w`` ``(H,)`` or ``(B, H)``) are
+    allowed: every head reduction runs over the head axis ``-2`` of ``logZ``.
+    """
+
+    out: torch.Tensor | None
+    logZ: torch.Tensor
+    log_w: torch.Tensor  # (H,)
+
+    @property
+    def log_S(self) -> torch.Tensor:
+        """``log sum_h w_h Z_h(x_i)`` = ``-log b(x_i)``, shape ``(N,)``."""
+        return torch.logsumexp(self.logZ + self.log_w[..., :, None], dim=-2)
+
+    def head_mix(self, model: str) -> torch.Tensor:
+        """Head coefficients ``c_h(x_i)`` with ``v = P_x sum_h c_h out_h``, shape ``(H, N)``."""
+        if model == "mha":
+            return self.log_w.exp()[..., :, None].expand_as(self.logZ)
+        if model == "gf":
+            return torch.softmax(self.logZ + self.log_w[..., :, None], dim=-2)
+        if model == "usa":
+            c = torch.exp(self.logZ + self.log_w[..., :, None])
+            if not bool(torch.isfinite(c).all()):
+                raise OverflowError(
+                    "the unnormalised ('usa') field overflows: sum_j a_j exp(x^T A x_j) exceeds float range "
+                    f"(max log Z = {float(self.logZ.max()):.1f}). Lower beta or use model 'gf' or 'mha'."
+                )
+            return c
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+
+    def mixed_output(self, model: str) -> torch.Tensor:
+        """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
+        return (self.head_mix(model).unsqueeze(-1) * self.out).sum(-3)
+
+
+def field_stats(
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str | None = None
+) -> FieldStats:
+    """Run the kernel once for every head (``values=False`` skips the outputs).
+
+    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`); ``None``
+    takes the one of :func:`attnflow.backends.kernel_options` (``auto`` outside it).
+    """
+    out, logZ = head_stats(x, heads, a, values=values, backend=backend)
+    return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
+
+
+def check_model(model: str, heads: Heads) -> None:
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    if model == "gf":
+        heads.check_gradient_flow()
+
+
+def _finite_or_raise(value: torch.Tensor, what: str, hint: str) -> torch.Tensor:
+    if not bool(torch.isfinite(value).all()) or bool((value == 0).any()):
+        raise OverflowError(f"{what} leaves the float range at these weights; use {hint} instead")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functional core.
+# ---------------------------------------------------------------------------------------------
+
+
+def velocity(
+    x: ArrayLike,
+    A,
+    V=None,
+    *,
+    model: Model = "mha",
+    token_weights: ArrayLike | None = None,
+    head_weights: ArrayLike | None = None,
+    project: bool = True,
+) -> ArrayLike:
+    """The field ``v(x_i)`` of model ``mha``, ``gf`` or ``usa`` (MODEL.md, "Three dynamics").
+
+    ``x`` ``(N, d)``; ``A`` ``(H, d, d)`` or a :class:`Heads`; ``V`` ``(H, d, d)``, ``None`` meaning
+    ``V = A``. ``project=False`` skips ``P_x`` (then one Euler step of size 1 of ``mha`` is a
+    residual attention block). Returns ``(N, d)`` in the type of ``x``.
+    """
+    xt, heads, a, w = prepare(x, A, V, token_weights, head_weights)
+    check_model(model, heads)
+    u = field_stats(xt, heads, a, w).mixed_output(model)
+    return like(project_tangent(xt, u) if project else u, x)
+
+
+def log_energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> tuple[float, float]:
+    """``(sign, log|F|)`` of the energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
+
+    Like ``numpy.linalg.slogdet``: finite at any ``beta``. The sign is -1 for positive masses.
+    """
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    st = field_stats(xt, heads, a, w, values=False)
+    return -1.0, float(_log_abs_energy(st, a))
+
+
+def _log_abs_energy(st: FieldStats, a: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(st.log_S + torch.log(a), dim=0) - math.log(2.0)
+
+
+def state_energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> float:
+    """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form."""
+    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
+    return -math.exp(float(_log_abs_energy(st, a)))
+
+
+def energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+    """Interaction energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
+
+    Raises ``OverflowError`` (pointing to :func:`log_energy`) when ``F`` leaves float range.
+    """
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    st = field_stats(xt, heads, a, w, values=False)
+    F = -_finite_or_raise(torch.exp(_log_abs_energy(st, a)), "the energy", "log_energy()")
+    return like(F, x)
+
+
+def log_mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+    """``log b(x_i) = -log sum_h w_h Z_h(x_i)``, shape ``(N,)``; finite at any ``beta``."""
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    return like(-field_stats(xt, heads, a, w, values=False).log_S, x)
+
+
+def mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+    """Effective mobility ``b(x_i) = (sum_h w_h / m_h(x_i))^{-1} = 1 / sum_h w_h Z_h(x_i)``, shape ``(N,)``.
+
+    The ``w``-weighted harmonic mean of the per-head mobilities ``m_h = 1/Z_h``.
+    """
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    b = torch.exp(-field_stats(xt, heads, a, w, values=False).log_S)
+    return like(_finite_or_raise(b, "the mobility", "log_mobility()"), x)
+
+
+def _log_slope(xt: torch.Tensor, st: FieldStats, a: torch.Tensor) -> torch.Tensor:
+    # b |g|^2 = S |P_x u_gf|^2 with S = sum_h w_h Z_h and u_gf the gf head mixture.
+    v = project_tangent(xt, st.mixed_output("gf"))
+    sq = (v * v).sum(-1)
+    return 0.5 * torch.logsumexp(torch.log(a) + st.log_S + torch.log(sq), dim=0)
+
+
+def log_slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> float:
+    """``log |dF|(mu)``; finite at any ``beta`` (``-inf`` exactly at a critical point)."""
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    return float(_log_slope(xt, field_stats(xt, heads, a, w), a))
+
+
+def slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+    """Metric slope ``|dF|(mu) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}`` with
+    ``g(x) = -P_x sum_h w_h sum_j a_j exp(x^T A_h x_j) A_h x_j`` (``A_h`` symmetric)."""
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    heads.check_gradient_flow()
+    s = torch.exp(_log_slope(xt, field_stats(xt, heads, a, w), a))
+    if not bool(torch.isfinite(s)):
+        raise OverflowError("the slope leaves the float range at these weights; use log_slope() instead")
+    return like(s, x)
+
+
+def metric_speed(x: ArrayLike, v: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+    """Metric speed ``||v||_mu = (sum_i a_i |v(x_i)|^2 / b(x_i))^{1/2}`` of a field ``v`` at ``mu``."""
+    xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
+    vt = to_tensor(v, dtype=xt.dtype)
+    st = field_stats(xt, heads, a, w, values=False)
+    return like(torch.sqrt((a * (vt * vt).sum(-1) * torch.exp(st.log_S)).sum()), x)

@@ -1,0 +1,126 @@
+"""The simulated flow as data: :class:`Trajectory`, and :func:`load` to read a run folder back.
+
+A trajectory knows how to write its data (:mod:`attnflow.io.store`). Figures belong to the figure
+layer (:mod:`attnflow.viz`), which sits above this one: ``traj.save(path, figures=True)`` calls the
+writer named in :data:`FIGURE_WRITER` (a ``"module:function"`` reference, resolved only when
+figures are asked for, as a plugin entry point is), so the data layer never imports the figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+import yaml
+
+from attnflow.analysis.diagnostics import DIAGNOSTICS
+from attnflow.core.heads import Heads
+from attnflow.io.store import CONFIG, DATASET, FIGURES, PROVENANCE, is_complete, save_run, trajectory_to_dataset
+
+#: ``"module:function"`` of the ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls
+#: to draw ``figures/`` (the run figures of :func:`attnflow.viz.plotting.plot_run` by default).
+FIGURE_WRITER = "attnflow.viz.plotting:plot_run"
+
+
+def figure_writer(reference: str = FIGURE_WRITER) -> Callable[[Any, Path], Any]:
+    """The function a ``"module:function"`` reference names (imported when figures are drawn)."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass
+class Trajectory:
+    """A simulated token flow at its save times.
+
+    ``t`` ``(S,)``; ``x`` ``(S, N, d)``; ``A`` and ``V`` ``(S, H, d, d)`` the heads at those times
+    (``V = None`` when ``V = A`` throughout); ``diagnostics[name]`` ``(S,)`` (see
+    :data:`attnflow.diagnostics.DIAGNOSTICS`); masses ``token_weights`` ``(N,)``, ``head_weights`` ``(H,)``.
+    """
+
+    t: np.ndarray
+    x: np.ndarray
+    A: np.ndarray
+    V: np.ndarray | None
+    diagnostics: dict[str, np.ndarray]
+    token_weights: np.ndarray
+    head_weights: np.ndarray
+    model: str
+    method: str
+    dt: float
+    seed: int | None = None
+    config: dict[str, Any] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    #: Per-step series (length = number of steps) for the EDI budget, see :data:`attnflow.edi.STEP_SERIES`.
+    steps: dict[str, np.ndarray] = field(default_factory=dict)
+    steps_info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def N(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def d(self) -> int:
+        return int(self.x.shape[2])
+
+    @property
+    def H(self) -> int:
+        return int(self.A.shape[1])
+
+    def heads_at(self, k: int) -> Heads:
+        """The heads at save index ``k`` as a :class:`Heads`."""
+        A = torch.from_numpy(self.A[k])
+        return Heads(K=A, V=None if self.V is None else torch.from_numpy(self.V[k]))
+
+    def to_xarray(self) -> xr.Dataset:
+        """An ``xarray.Dataset`` with dims ``time, token, dim, head, row, col``."""
+        return trajectory_to_dataset(self)
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False, figures: bool = True) -> Path:
+        """Write the run folder (Zarr dataset, config YAML, provenance and, with ``figures``, the
+        figures of :data:`FIGURE_WRITER`) atomically."""
+        draw = figure_writer() if figures else None
+        return save_run(
+            self, path, overwrite=overwrite, extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES)
+        )
+
+
+def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None) -> Trajectory:
+    seed = int(ds.attrs.get("seed", -1))
+    return Trajectory(
+        t=np.asarray(ds["time"].values, dtype=np.float64),
+        x=np.asarray(ds["x"].values),
+        A=np.asarray(ds["A"].values),
+        V=np.asarray(ds["V"].values) if "V" in ds else None,
+        diagnostics={k: np.asarray(ds[k].values) for k in DIAGNOSTICS if k in ds},
+        token_weights=np.asarray(ds["token_weights"].values),
+        head_weights=np.asarray(ds["head_weights"].values),
+        model=str(ds.attrs["model"]),
+        method=str(ds.attrs["method"]),
+        dt=float(ds.attrs["dt"]),
+        seed=None if seed < 0 else seed,
+        config=config,
+        provenance=provenance or {},
+        steps={k: np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
+        steps_info={k[len("steps_") :]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
+    )
+
+
+def load(path: str | os.PathLike) -> Trajectory:
+    """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"no run folder at {str(p)!r}")
+    if not is_complete(p):
+        raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
+    config = yaml.safe_load((p / CONFIG).read_text()) if (p / CONFIG).is_file() else None
+    provenance = json.loads((p / PROVENANCE).read_text())
+    ds = xr.open_zarr(p / DATASET).load()
+    return dataset_to_trajectory(ds, config=config, provenance=provenance)

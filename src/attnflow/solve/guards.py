@@ -1,0 +1,185 @@
+"""Numerical guards of a simulation: blow-up detection, a step-size stability estimate, float32 drift.
+
+* :class:`NumericalInstability`: raised by :func:`attnflow.simulate` when the tokens become NaN/inf
+  (or the field overflows); it carries the last good state as a :class:`~attnflow.checkpoint.Checkpoint`
+  and the trajectory up to it.
+* :func:`stability_estimate` ``L`` from the weights and :func:`step_warning`: explicit steps with
+  ``dt * L`` beyond the method's stable range give a :class:`StabilityWarning` with a suggested step.
+* :class:`Float32Monitor`: in float32 runs, compares the energy error that float32 rounding adds in
+  one step with the integrator's own truncation error (the EDI budget of the step); a run whose
+  rounding drift exceeds the budget gets a :class:`PrecisionWarning`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from attnflow.core.geometry import project_tangent
+from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import field_stats, state_energy
+
+
+class StabilityWarning(UserWarning):
+    """The step ``dt`` is large compared to the stiffness ``L`` of the field."""
+
+
+class PrecisionWarning(UserWarning):
+    """A float32 run lost accuracy: its rounding error exceeds the integrator's error."""
+
+
+class NumericalInstability(FloatingPointError):
+    """The simulation produced NaN/inf. ``checkpoint``: the last good state (resumable);
+    ``trajectory``: everything recorded up to and including that state; ``step``, ``t``: where it failed."""
+
+    def __init__(self, message: str, *, step: int, t: float, checkpoint=None, trajectory=None):
+        super().__init__(message)
+        self.step, self.t = step, t
+        self.checkpoint, self.trajectory = checkpoint, trajectory
+
+
+#: Half the length of each explicit method's stability interval on the negative real axis
+#: (Euler and Heun: 2, classical RK4: 2.785). Beyond ``dt * L`` of this size the gf energy stopped
+#: decreasing in calibration runs (identity and GOE heads, beta 1 to 64; see tests/test_guards.py).
+STABLE_DT_L: dict[str, float] = {"euler": 1.0, "heun": 1.0, "rk4": 1.39}
+
+
+def stability_estimate(heads: Heads, model: str = "gf") -> float:
+    """Stiffness ``L = max_h ||V_h||_op`` of the field (times ``max_h exp(||A_h||_op)`` for ``usa``).
+
+    ``L`` is the rate at which a cluster of tokens contracts (``v(x) ~ P_x V xbar`` when the softmax
+    is flat inside the cluster), the fastest mode an explicit step has to resolve. For ``gf``
+    ``V_h = A_h``, so it grows like ``beta``.
+    """
+    V = heads.values.detach().to(torch.float64)
+    L = float(torch.linalg.matrix_norm(V, ord=2).max())
+    if model == "usa":
+        alpha = float(torch.linalg.matrix_norm(heads.A.detach().to(torch.float64), ord=2).max())
+        L *= math.exp(min(alpha, 700.0))
+    return L
+
+
+def suggested_step(L: float, method: str, span: float) -> float:
+    """A step with ``dt * L`` at half the stable limit that divides ``span`` (``1, 2, 5 x 10^k`` if possible)."""
+    target = 0.5 * STABLE_DT_L.get(method, 1.0) / max(L, 1e-300)
+    if target >= span:
+        return span
+    k = math.floor(math.log10(target))
+    for e in (k, k - 1, k - 2):
+        for m in (5.0, 2.0, 1.0):
+            c = m * 10.0**e
+            n = round(span / c)
+            if c <= target and n >= 1 and abs(n * c - span) <= 1e-9 * span:
+                return c
+    return span / math.ceil(span / target)
+
+
+def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) -> str | None:
+    """The warning text when ``dt * L`` exceeds the method's stable range, else ``None``."""
+    limit = STABLE_DT_L.get(method)
+    if limit is None:  # implicit methods (jko) have no explicit step limit
+        return None
+    L = stability_estimate(heads, model)
+    if dt * L <= limit:
+        return None
+    good = suggested_step(L, method, span)
+    return (
+        f"the step dt = {dt:g} is large for these weights: dt * L = {dt * L:.3g} exceeds {limit:g}, the stable range "
+        f"of method {method!r} (L = {L:.3g}, the stiffness estimated from the weights at the start). Expect oscillation or garbage; use "
+        f"dt <= {good:.3g} (e.g. --set integration.dt={good:.3g}), or for stiff cases the implicit method='jko'."
+    )
+
+
+class _Frozen:
+    """The field with the heads frozen at one time (for the float32 check; touches no sampler)."""
+
+    def __init__(self, model: str, heads: Heads, a: torch.Tensor, w: torch.Tensor):
+        self.model, self.a, self.w = model, a, w
+        self._heads = heads.to(dtype=a.dtype)
+
+    def heads_at(self, t: float) -> Heads:
+        return self._heads
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        return project_tangent(x, field_stats(x, self._heads, self.a, self.w).mixed_output(self.model))
+
+
+def _energy64(x: torch.Tensor, heads64: Heads, a64: torch.Tensor, w64: torch.Tensor) -> float:
+    return state_energy(x.to(torch.float64), heads64, a64, w64)
+
+
+@dataclass
+class Float32Monitor:
+    """Energy drift of a float32 run against the EDI budget of its steps.
+
+    At a state ``x`` with the heads frozen, one step in float32 and the same step in float64 differ
+    in energy by the rounding error ``r``; one step against two half steps (float64) differ by the
+    truncation error ``e`` (Richardson). Summed over the checked states, ``sum r > sum e`` means
+    float32 rounding, not the step size, limits the accuracy: the run is flagged.
+    """
+
+    rounding: float = 0.0
+    budget: float = 0.0
+    checks: int = 0
+    scale: float = 0.0
+    per_check: list = field(default_factory=list)
+
+    def check(
+        self,
+        step,
+        model: str,
+        heads: Heads,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        t: float,
+        x: torch.Tensor,
+        dt: float,
+        weight: int = 1,
+    ) -> None:
+        try:
+            self._check(step, model, heads, a, w, t, x, dt, weight)
+        except OverflowError:  # the float32 shadow step overflowed (usa): nothing to compare here
+            pass
+
+    def _check(self, step, model, heads, a, w, t, x, dt, weight) -> None:
+        a64, w64 = a.to(torch.float64), w.to(torch.float64)
+        h64 = heads.to(dtype=torch.float64)
+        f64, f32 = _Frozen(model, h64, a64, w64), _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32))
+        x64 = x.to(torch.float64)
+        y64 = step(f64, t, x64, dt)
+        y64h = step(f64, t + 0.5 * dt, step(f64, t, x64, 0.5 * dt), 0.5 * dt)
+        y32 = step(f32, t, x.to(torch.float32), dt)
+        F64 = _energy64(y64, h64, a64, w64)
+        r = abs(_energy64(y32, h64, a64, w64) - F64)
+        e = abs(F64 - _energy64(y64h, h64, a64, w64))
+        self.rounding += weight * r
+        self.budget += weight * e
+        self.scale = max(self.scale, abs(F64))
+        self.checks += 1
+
+    @property
+    def flagged(self) -> bool:
+        # Below ~1e-12 |F| both are float64 noise: nothing to flag.
+        return self.checks > 0 and self.rounding > max(self.budget, 1e-12 * self.scale)
+
+    def summary(self) -> dict:
+        return {
+            "rounding_drift": self.rounding,
+            "edi_budget": self.budget,
+            "checks": self.checks,
+            "flagged": self.flagged,
+        }
+
+    def message(self) -> str:
+        return (
+            f"this float32 run lost accuracy: float32 rounding moves the energy by about {self.rounding:.3g} over the run, "
+            f"more than the integrator's own error budget {self.budget:.3g} (step vs two half steps, float64). "
+            "Rerun with dtype float64 (--set dtype=float64) for results as accurate as the method and step allow."
+        )
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    warnings.warn(message, category, stacklevel=3)

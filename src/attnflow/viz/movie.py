@@ -1,0 +1,239 @@
+"""Movies of a run: matplotlib frames piped straight into ffmpeg (``imageio-ffmpeg``), no image files.
+
+One 2D figure is built once; each frame projects the tokens with an orthographic camera
+(:func:`camera`; mplot3d re-projects every artist and is several times slower), moves the points
+(and trails), renders on the Agg canvas and hands the RGB buffer to the encoder. ``.mp4`` is H.264; ``.gif`` uses
+ffmpeg's palette filters so that cluster colours survive the 256-colour limit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import imageio_ffmpeg
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import to_rgba_array
+
+from attnflow.io.trajectory import (
+    Trajectory,
+    load,
+)
+from attnflow.viz.views import PALETTE, cluster_eps_of, cluster_labels, interpolate_tokens, view3d
+
+FORMATS = (".mp4", ".gif")
+
+
+@dataclass(frozen=True)
+class MovieSettings:
+    """How a movie looks: ``frames`` (``None``: one per saved time), ``fps``, ``resolution`` (width,
+    height in pixels, even), ``trails`` (how many previous frames each token drags behind it),
+    ``rotate`` (degrees the camera turns about the vertical axis over the whole movie),
+    ``elevation`` and ``azimuth`` of the camera at the start, ``point_size`` in points^2."""
+
+    frames: int | None = None
+    fps: int = 30
+    resolution: tuple[int, int] = (1280, 720)
+    trails: int = 0
+    rotate: float = 0.0
+    elevation: float = 20.0
+    azimuth: float = -60.0
+    point_size: float = 6.0
+
+    def check(self) -> None:
+        w, h = self.resolution
+        if w < 64 or h < 64 or w % 2 or h % 2:
+            raise ValueError(f"resolution must be even and at least 64x64 pixels; got {w}x{h}")
+        if self.fps < 1:
+            raise ValueError(f"fps must be a positive integer; got {self.fps}")
+        if self.frames is not None and self.frames < 1:
+            raise ValueError(f"frames must be a positive integer; got {self.frames}")
+        if self.trails < 0:
+            raise ValueError(f"trails must be >= 0; got {self.trails}")
+
+
+def parse_resolution(text: str) -> tuple[int, int]:
+    """``"1280x720"`` -> ``(1280, 720)``."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"resolution must look like WIDTHxHEIGHT, e.g. 1280x720; got {text!r}") from None
+    return w, h
+
+
+def camera(elevation: float, azimuth: float) -> np.ndarray:
+    """Orthographic camera ``(3, 3)``: rows are screen right, screen up and the direction to the viewer
+    (angles in degrees, ``azimuth`` about the ``x3`` axis, as in matplotlib's ``view_init``)."""
+    el, az = np.deg2rad(elevation), np.deg2rad(azimuth)
+    towards = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+    right = np.array([-np.sin(az), np.cos(az), 0.0])
+    return np.stack([right, np.cross(towards, right), towards])
+
+
+def _wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 73) -> list[np.ndarray]:
+    """Parallels and meridians of the unit sphere, each a closed polyline ``(pts, 3)``."""
+    lines = []
+    s = np.linspace(0, 2 * np.pi, pts)
+    for lat in np.linspace(-np.pi / 2, np.pi / 2, n_lat)[1:-1]:
+        lines.append(np.stack([np.cos(lat) * np.cos(s), np.cos(lat) * np.sin(s), np.full(pts, np.sin(lat))], -1))
+    for lon in np.linspace(0, np.pi, n_lon // 2, endpoint=False):
+        lines.append(np.stack([np.cos(s) * np.cos(lon), np.cos(s) * np.sin(lon), np.sin(s)], -1))
+    return lines
+
+
+def _writer(path: Path, size: tuple[int, int], fps: int):
+    if path.suffix.lower() == ".gif":
+        return imageio_ffmpeg.write_frames(
+            str(path),
+            size,
+            fps=fps,
+            codec="gif",
+            pix_fmt_in="rgba",
+            pix_fmt_out="pal8",
+            quality=None,
+            macro_block_size=1,
+            output_params=["-vf", "split[a][b];[a]palettegen=reserve_transparent=0[p];[b][p]paletteuse=dither=bayer"],
+        )
+    return imageio_ffmpeg.write_frames(
+        str(path),
+        size,
+        fps=fps,
+        codec="libx264",
+        pix_fmt_in="rgba",
+        quality=7,
+        macro_block_size=2,
+        output_params=["-preset", "veryfast", "-movflags", "+faststart"],
+    )
+
+
+def render_movie(
+    run: Trajectory | str | os.PathLike,
+    out: str | os.PathLike,
+    settings: MovieSettings | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    **options,
+) -> Path:
+    """Render the token flow of ``run`` (a :class:`Trajectory` or a run folder) to ``out`` (.mp4 or .gif).
+
+    Options are the fields of :class:`MovieSettings` (``frames, fps, resolution, trails, rotate,
+    elevation, azimuth, point_size``), given as a ``settings`` object or as keywords. With more
+    frames than saved times, tokens are interpolated between saved states (display only).
+    Tokens are coloured by cluster (the run's ``cluster_eps``); ``d > 3`` is shown in PCA coordinates.
+    """
+    s = settings or MovieSettings(**options)
+    if settings is not None and options:
+        raise ValueError("give either settings=MovieSettings(...) or keyword options, not both")
+    s.check()
+    path = Path(out)
+    if path.suffix.lower() not in FORMATS:
+        raise ValueError(f"the movie file must end in .mp4 or .gif; got {str(path)!r}")
+    if isinstance(run, Trajectory):
+        traj = run
+    else:
+        traj = load(run)
+
+    n_frames = s.frames or len(traj.t)
+    times = np.linspace(traj.t[0], traj.t[-1], n_frames)
+    view = view3d(traj.x)
+    xyz = interpolate_tokens(view.xyz, traj.t, times, on_sphere=view.on_sphere)
+    # clusters (hence colours) of the nearest saved state: labels are a property of saved data
+    nearest = np.abs(traj.t[None, :] - times[:, None]).argmin(1)
+    eps = cluster_eps_of(traj)
+    label_cache: dict[int, np.ndarray] = {}
+    palette = to_rgba_array(PALETTE)
+    light = np.array([1.0, 1.0, 1.0, 1.0])
+
+    w, h = s.resolution
+    dpi = 100
+    fig = plt.figure(figsize=(w / dpi, h / dpi), dpi=dpi)
+    ax = fig.add_axes([0.0, 0.0, 1.0, 0.92])
+    lim = 1.0 if view.on_sphere else (float(np.linalg.norm(view.xyz, axis=-1).max()) or 1.0)
+    ax.set_xlim(-1.08 * lim * w / (0.92 * h), 1.08 * lim * w / (0.92 * h))
+    ax.set_ylim(-1.08 * lim, 1.08 * lim)
+    ax.set_axis_off()
+    wire = _wireframe() if view.on_sphere else None
+    if wire is not None:
+        ax.add_artist(plt.Circle((0, 0), 1.0, fill=False, lw=0.8, color="0.6", zorder=1))
+        front = [ax.plot([], [], lw=0.5, color="0.78", zorder=1)[0] for _ in wire]
+        behind = [ax.plot([], [], lw=0.5, color="0.92", zorder=0)[0] for _ in wire]
+    else:
+        fig.text(0.01, 0.01, "PCA view: " + ", ".join(view.axis_titles), fontsize=9, color="0.3")
+    # One marker line per colour (and per side of the sphere, and per trail age): Agg stamps a
+    # single-colour marker line far faster than a scatter with a colour per point.
+    ms = float(np.sqrt(s.point_size))
+    n_col = len(PALETTE)
+    dots = lambda colour, size, z, alpha=1.0: ax.plot(
+        [],
+        [],
+        ls="none",
+        marker="o",
+        ms=size,
+        mew=0,
+        color=colour,
+        alpha=alpha,
+        zorder=z,
+    )[0]
+    back_side = [dots(0.35 * palette[c] + 0.65 * light, ms, 2.0) for c in range(n_col)]
+    front_side = [dots(palette[c], ms, 3.0) for c in range(n_col)]
+    trail_dots = [
+        [dots(palette[c], 0.6 * ms, 1.5, alpha=0.08 + 0.45 * (a + 1) / s.trails) for c in range(n_col)]
+        for a in range(s.trails)
+    ]  # a = 0 is the oldest
+    title = fig.text(0.5, 0.955, "", ha="center", va="center", fontsize=12, family="monospace")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    writer = _writer(tmp, (w, h), s.fps)
+    writer.send(None)  # start ffmpeg
+    try:
+        for f in range(n_frames):
+            k = int(nearest[f])
+            if k not in label_cache:
+                label_cache[k] = cluster_labels(traj.x[k], eps)
+            labels = label_cache[k]
+            azim = s.azimuth + s.rotate * f / max(n_frames - 1, 1)
+            P = camera(s.elevation, azim)  # rows: screen right, screen up, towards the viewer
+            q = xyz[f] @ P.T  # tokens on the far side of the sphere are drawn faded, behind
+            colour = labels % n_col
+            near = q[:, 2] >= 0 if view.on_sphere else np.ones(len(q), bool)
+            for c in range(n_col):
+                mine = colour == c
+                front_side[c].set_data(q[mine & near, 0], q[mine & near, 1])
+                back_side[c].set_data(q[mine & ~near, 0], q[mine & ~near, 1])
+            if wire is not None:
+                for line, ln_front, ln_behind in zip(wire, front, behind):
+                    g = line @ P.T
+                    # NaN breaks a polyline: each circle is split into its near and far parts
+                    vis = g[:, 2] >= 0
+                    ln_front.set_data(np.where(vis, g[:, 0], np.nan), np.where(vis, g[:, 1], np.nan))
+                    ln_behind.set_data(np.where(vis, np.nan, g[:, 0]), np.where(vis, np.nan, g[:, 1]))
+            for a in range(s.trails):
+                g = f - s.trails + a
+                past = xyz[max(g, 0)] @ P[:2].T
+                for c in range(n_col):
+                    pts = past[colour == c] if g >= 0 else past[:0]
+                    trail_dots[a][c].set_data(pts[:, 0], pts[:, 1])
+            title.set_text(
+                f"{traj.model}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   "
+                f"clusters = {int(labels.max()) + 1:4d}"
+            )
+            fig.canvas.draw()
+            writer.send(fig.canvas.buffer_rgba())
+            if progress is not None:
+                progress(f + 1, n_frames)
+        writer.close()
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    os.replace(tmp, path)
+    return path

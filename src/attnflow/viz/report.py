@@ -1,0 +1,458 @@
+"""``report.html``: one self-contained, offline, interactive page per run (plotly, plotly.js inlined).
+
+Left: the token cloud at a saved time (on ``S^2``, or the PCA view for ``d > 3``), coloured by
+cluster, with a time slider and a play button. Right: energy ``F(mu_t, t)``, slope ``|dF|`` and
+metric speed ``|mu'|``, cluster count, order parameter and the weights' path
+``||A_h(t)||_F``, each with the current time marked. Below: the run's config and provenance.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import yaml
+from plotly.subplots import make_subplots
+
+from attnflow._version import __version__
+from attnflow.io.trajectory import Trajectory, load
+from attnflow.viz.views import PALETTE, cluster_eps_of, cluster_labels, head_norms, view3d
+
+REPORT = "report.html"
+
+# (diagnostic names, subplot title, log y axis): one curve panel each, top to bottom.
+_PANELS: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (("energy",), "energy F(mu_t, t)", False),
+    (("slope", "metric_speed"), "slope |dF| and metric speed |mu'|", True),
+    (("clusters",), "clusters", True),
+    (("order_parameter", "mean_inner"), "order parameter |sum a_i x_i| and mean <x_i, x_j>", False),
+)
+_CURVE_COLOURS = {
+    "energy": PALETTE[0],
+    "slope": PALETTE[3],
+    "metric_speed": PALETTE[5],
+    "clusters": PALETTE[4],
+    "order_parameter": PALETTE[2],
+    "mean_inner": PALETTE[1],
+}
+
+
+def frame_indices(n_saved: int, max_frames: int) -> np.ndarray:
+    """At most ``max_frames`` saved indices, evenly spread, always including the first and the last."""
+    if max_frames < 2:
+        raise ValueError(f"max_frames must be at least 2; got {max_frames}")
+    return np.unique(np.linspace(0, n_saved - 1, min(n_saved, max_frames)).round().astype(int))
+
+
+def _sphere_wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 61) -> go.Scatter3d:
+    """Meridians and parallels of the unit sphere as one line trace (``None`` breaks the line)."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    zs: list[float | None] = []
+    s = np.linspace(0, 2 * np.pi, pts)
+    for lat in np.linspace(-np.pi / 2, np.pi / 2, n_lat)[1:-1]:
+        xs += list(np.cos(lat) * np.cos(s)) + [None]
+        ys += list(np.cos(lat) * np.sin(s)) + [None]
+        zs += list(np.full(pts, np.sin(lat))) + [None]
+    half = np.linspace(-np.pi / 2, np.pi / 2, pts)
+    for lon in np.linspace(0, 2 * np.pi, n_lon, endpoint=False):
+        xs += list(np.cos(half) * np.cos(lon)) + [None]
+        ys += list(np.cos(half) * np.sin(lon)) + [None]
+        zs += list(np.sin(half)) + [None]
+    return go.Scatter3d(
+        x=xs,
+        y=ys,
+        z=zs,
+        mode="lines",
+        line=dict(color="#d0d0d0", width=1),
+        hoverinfo="skip",
+        showlegend=False,
+        name="sphere",
+    )
+
+
+def _tokens_trace(xyz: np.ndarray, labels: np.ndarray, size: float) -> go.Scatter3d:
+    return go.Scatter3d(
+        x=xyz[:, 0].astype(np.float32),
+        y=xyz[:, 1].astype(np.float32),
+        z=xyz[:, 2].astype(np.float32),
+        mode="markers",
+        marker=dict(
+            size=size,
+            color=(labels % len(PALETTE)).astype(np.int16),
+            cmin=0,
+            cmax=len(PALETTE) - 1,
+            colorscale=[[i / (len(PALETTE) - 1), c] for i, c in enumerate(PALETTE)],
+            line=dict(width=0),
+        ),
+        customdata=labels.astype(np.int32),
+        hovertemplate="token %{pointNumber}<br>cluster %{customdata}<extra></extra>",
+        showlegend=False,
+        name="tokens",
+    )
+
+
+def _positive(a: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(a) & (a > 0), a, np.nan)
+
+
+def _marker_trace(t: float, lo: float, hi: float, row_name: str) -> go.Scatter:
+    return go.Scatter(
+        x=[t, t],
+        y=[lo, hi],
+        mode="lines",
+        line=dict(color="#444", width=1.5, dash="dot"),
+        hoverinfo="skip",
+        showlegend=False,
+        name=f"now ({row_name})",
+    )
+
+
+#: Most tokens drawn in the 3-D view by default: beyond, a browser struggles and the file grows by
+#: about 14 bytes per token and frame; clusters are still computed on every token.
+MAX_TOKENS = 10_000
+
+
+def token_subset(n: int, max_tokens: int) -> np.ndarray:
+    """At most ``max_tokens`` of ``n`` token indices: all of them, or a fixed random subset (sorted)."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
+    if n <= max_tokens:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, size=max_tokens, replace=False))
+
+
+def report_figure(
+    traj: Trajectory, *, max_frames: int = 200, marker_size: float = 4.0, max_tokens: int = MAX_TOKENS
+) -> go.Figure:
+    """The interactive figure of :func:`write_report` (a ``plotly.graph_objects.Figure`` with frames).
+
+    At most ``max_tokens`` tokens are drawn (a fixed random subset); their cluster colours and the
+    cluster counts come from the whole cloud.
+    """
+    idx = frame_indices(len(traj.t), max_frames)
+    shown = token_subset(traj.N, max_tokens)
+    view = view3d(traj.x)
+    eps = cluster_eps_of(traj)
+    all_labels = [cluster_labels(traj.x[k], eps) for k in idx]
+    labels = [lab[shown] for lab in all_labels]
+    n_rows = len(_PANELS) + 1  # curve panels, then the weights' path, in the right column
+    titles = [f"tokens (PCA of d = {traj.d})" if not view.on_sphere else "tokens on the sphere"]
+    titles += [p[1] for p in _PANELS] + [
+        "weights' path ||A_h(t)||_F" + (" (dashed: ||V_h||_F)" if traj.V is not None else "")
+    ]
+    fig = make_subplots(
+        rows=n_rows,
+        cols=2,
+        column_widths=[0.56, 0.44],
+        horizontal_spacing=0.07,
+        vertical_spacing=0.06,
+        specs=[[{"type": "scene", "rowspan": n_rows}, {"type": "xy"}]] + [[None, {"type": "xy"}]] * (n_rows - 1),
+        subplot_titles=titles,
+    )
+    if view.on_sphere:
+        fig.add_trace(_sphere_wireframe(), row=1, col=1)
+    token_trace = len(fig.data)
+    fig.add_trace(_tokens_trace(view.xyz[idx[0]][shown], labels[0], marker_size), row=1, col=1)
+
+    t = traj.t
+    ranges: list[tuple[float, float, str]] = []  # y extent of each panel, for its time marker
+    for r, (names, _, log) in enumerate(_PANELS, start=1):
+        vals = []
+        for name in names:
+            if name not in traj.diagnostics:
+                continue
+            y = np.asarray(traj.diagnostics[name], dtype=np.float64)
+            y = _positive(y) if log else np.where(np.isfinite(y), y, np.nan)
+            vals.append(y)
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=y,
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    line=dict(color=_CURVE_COLOURS.get(name), width=1.8),
+                ),
+                row=r,
+                col=2,
+            )
+        if log:
+            fig.update_yaxes(type="log", nticks=4, row=r, col=2)
+        ranges.append(_extent(vals, names[0]))
+    norms = head_norms(traj)
+    for h in range(traj.H):
+        colour = PALETTE[h % len(PALETTE)]
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=norms["A"][:, h],
+                mode="lines",
+                line=dict(color=colour, width=1.2),
+                name=f"head {h}",
+                legendgroup="heads",
+                showlegend=False,
+                hovertemplate=f"head {h}: " + "%{y:.4g}<extra></extra>",
+            ),
+            row=n_rows,
+            col=2,
+        )
+        if "V" in norms:
+            fig.add_trace(
+                go.Scatter(
+                    x=t,
+                    y=norms["V"][:, h],
+                    mode="lines",
+                    showlegend=False,
+                    line=dict(color=colour, width=1.0, dash="dash"),
+                    name=f"V head {h}",
+                    hovertemplate=f"V head {h}: " + "%{y:.4g}<extra></extra>",
+                ),
+                row=n_rows,
+                col=2,
+            )
+    ranges.append(_extent([n for n in norms.values()], "weights"))
+
+    marker_traces = []
+    for r, (lo, hi, name) in enumerate(ranges, start=1):
+        marker_traces.append(len(fig.data))
+        fig.add_trace(_marker_trace(float(t[idx[0]]), lo, hi, name), row=r, col=2)
+    for r in range(1, n_rows + 1):
+        # one time axis for all panels: zooming one zooms all
+        fig.update_xaxes(matches=None if r == 1 else "x", row=r, col=2, showticklabels=(r == n_rows))
+    fig.update_xaxes(title_text="t (depth)", row=n_rows, col=2)
+
+    frames = []
+    for k, lab, full in zip(idx, labels, all_labels):
+        data = [_tokens_trace(view.xyz[k][shown], lab, marker_size)]
+        data += [_marker_trace(float(t[k]), lo, hi, name) for lo, hi, name in ranges]
+        frames.append(
+            go.Frame(
+                data=data,
+                traces=[token_trace] + marker_traces,
+                name=str(int(k)),
+                layout=dict(title_text=_title(traj, k, full, len(shown))),
+            )
+        )
+    fig.frames = frames
+
+    step_args = lambda name: [
+        [name],
+        {
+            "frame": {"duration": 0, "redraw": True},
+            "mode": "immediate",
+            "transition": {"duration": 0},
+        },
+    ]
+    fig.update_layout(
+        title=dict(text=_title(traj, idx[0], all_labels[0], len(shown)), x=0.01),
+        height=980,
+        margin=dict(l=30, r=20, t=90, b=40),
+        template="plotly_white",
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
+        scene=dict(
+            aspectmode="cube",
+            xaxis_title=view.axis_titles[0],
+            yaxis_title=view.axis_titles[1],
+            zaxis_title=view.axis_titles[2],
+            # fixed ranges: with autorange the axes would rescale from frame to frame
+            **{k: dict(range=list(r)) for k, r in zip(("xaxis", "yaxis", "zaxis"), _scene_ranges(view))},
+        ),
+        uirevision="keep-camera",
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="left",
+                x=0.0,
+                y=-0.02,
+                xanchor="left",
+                yanchor="top",
+                showactive=False,
+                buttons=[
+                    dict(
+                        label="Play",
+                        method="animate",
+                        args=[
+                            None,
+                            {
+                                "frame": {"duration": 120, "redraw": True},
+                                "fromcurrent": True,
+                                "transition": {"duration": 0},
+                                "mode": "immediate",
+                            },
+                        ],
+                    ),
+                    dict(
+                        label="Pause",
+                        method="animate",
+                        args=[
+                            [None],
+                            {
+                                "frame": {"duration": 0, "redraw": False},
+                                "mode": "immediate",
+                                "transition": {"duration": 0},
+                            },
+                        ],
+                    ),
+                ],
+            )
+        ],
+        sliders=[
+            dict(
+                active=0,
+                x=0.1,
+                y=-0.02,
+                len=0.45,
+                xanchor="left",
+                yanchor="top",
+                pad=dict(t=0, b=10),
+                currentvalue=dict(prefix="t = ", visible=True),
+                steps=[dict(method="animate", label=f"{t[k]:.3g}", args=step_args(str(int(k)))) for k in idx],
+            )
+        ],
+    )
+    return fig
+
+
+def _scene_ranges(view) -> list[tuple[float, float]]:
+    if view.on_sphere:
+        return [(-1.05, 1.05)] * 3
+    lo, hi = view.xyz.min(axis=(0, 1)), view.xyz.max(axis=(0, 1))
+    pad = 0.05 * (hi - lo).max()
+    return [(float(a - pad), float(b + pad)) for a, b in zip(lo, hi)]
+
+
+def _extent(series: list[np.ndarray], name: str) -> tuple[float, float, str]:
+    finite = np.concatenate([np.ravel(s)[np.isfinite(np.ravel(s))] for s in series]) if series else np.array([])
+    if finite.size == 0:
+        return 0.0, 1.0, name
+    return float(finite.min()), float(finite.max()), name
+
+
+def _title(traj: Trajectory, k: int, labels: np.ndarray, shown: int | None = None) -> str:
+    drawn = f", {shown:,} of {traj.N:,} tokens drawn" if shown is not None and shown < traj.N else ""
+    return (
+        f"attnflow run: model {traj.model}, N = {traj.N}, d = {traj.d}, H = {traj.H}, {traj.method}, "
+        f"dt = {traj.dt:g}<br><sub>t = {traj.t[k]:.4g}, clusters = {int(labels.max()) + 1}{drawn}</sub>"
+    )
+
+
+def _table(record: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in record.items())
+    return f"<table>{rows}</table>"
+
+
+def _fmt(v: Any) -> str:
+    return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }}
+pre {{ background: #f6f6f6; padding: 0.8em; overflow-x: auto; }}
+table {{ border-collapse: collapse; }}
+th, td {{ text-align: left; padding: 0.15em 0.8em; border-bottom: 1px solid #eee; font-size: 0.9em; }}
+.meta {{ display: flex; gap: 3em; flex-wrap: wrap; }}
+</style>
+</head>
+<body>
+<h1>{title}</h1>
+<p>{summary}</p>
+{figure}
+<div class="meta">
+<div><h2>Config</h2>{config}</div>
+<div><h2>Provenance</h2>{provenance}</div>
+</div>
+<p><small>Written by attnflow {version}. Self-contained: plotly.js is embedded; no network is needed.</small></p>
+</body>
+</html>
+"""
+
+
+def report_html(
+    traj: Trajectory, *, title: str | None = None, max_frames: int = 200, max_tokens: int = MAX_TOKENS
+) -> str:
+    """The whole page as a string (plotly.js inlined)."""
+    fig = report_figure(traj, max_frames=max_frames, max_tokens=max_tokens)
+    figure = fig.to_html(
+        full_html=False,
+        include_plotlyjs=True,
+        auto_play=False,
+        div_id="attnflow-report",
+        config={"displaylogo": False, "responsive": True},
+    )
+    d = traj.diagnostics
+    summary = (
+        f"{len(traj.t)} saved times from t = {traj.t[0]:.4g} to {traj.t[-1]:.4g}"
+        f" ({len(fig.frames)} shown on the slider). Energy {d['energy'][0]:.6g} &rarr; {d['energy'][-1]:.6g};"
+        f" slope {d['slope'][0]:.3g} &rarr; {d['slope'][-1]:.3g}; clusters {int(d['clusters'][0])} &rarr;"
+        f" {int(d['clusters'][-1])}."
+    )
+    if traj.N > max_tokens:
+        summary += (
+            f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"
+            " colours and cluster counts are those of the whole cloud)."
+        )
+    if traj.d > 3:
+        var = view3d(traj.x).explained
+        assert var is not None
+        summary += (
+            f" Tokens live in d = {traj.d}: the view shows the top three principal directions of all"
+            f" saved tokens, explaining {100 * var.sum():.1f}% of the variance"
+            f" ({', '.join(f'{100 * v:.1f}%' for v in var)})."
+        )
+    config = (
+        f"<pre>{html.escape(yaml.safe_dump(traj.config, sort_keys=False))}</pre>"
+        if traj.config
+        else "<p>(no config: the run was made from Python)</p>"
+    )
+    page_title = title or f"attnflow report: {(traj.config or {}).get('name', traj.model)}"
+    return _PAGE.format(
+        title=html.escape(page_title),
+        summary=summary,
+        figure=figure,
+        config=config,
+        provenance=_table(traj.provenance),
+        version=__version__,
+    )
+
+
+def write_report(
+    run: Trajectory | str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    max_frames: int = 200,
+    title: str | None = None,
+    max_tokens: int = MAX_TOKENS,
+) -> Path:
+    """Write the interactive report of a run (a :class:`Trajectory` or a run folder) and return its path.
+
+    ``out`` defaults to ``RUN/report.html`` for a run folder (required for a trajectory).
+    ``max_frames`` bounds the number of saved times on the slider (evenly spread) and ``max_tokens``
+    the tokens drawn, which bound the file size: about ``max_frames * min(N, max_tokens) * 14``
+    bytes on top of plotly.js (~4.5 MB).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
+    if isinstance(run, Trajectory):
+        if out is None:
+            raise ValueError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
+        traj = run
+    else:
+        traj = load(run)
+        out = Path(run) / REPORT if out is None else out
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,31 @@
+"""Weight processes ``Theta_t`` (MODEL.md, "Weight processes"): constant, layers, Ornstein-Uhlenbeck,
+oscillating, sampled arrays and callables. ``af.weights.OrnsteinUhlenbeck`` and friends live in
+:mod:`attnflow.weights.processes`."""
+
+from attnflow.weights.processes import (
+    Constant,
+    FromCallable,
+    Layers,
+    OrnsteinUhlenbeck,
+    Oscillating,
+    OUSampler,
+    Sampled,
+    ValueRule,
+    WeightProcess,
+    WeightSampler,
+    as_process,
+)
+
+__all__ = [
+    "Constant",
+    "FromCallable",
+    "Layers",
+    "OUSampler",
+    "Oscillating",
+    "OrnsteinUhlenbeck",
+    "Sampled",
+    "ValueRule",
+    "WeightProcess",
+    "WeightSampler",
+    "as_process",
+]

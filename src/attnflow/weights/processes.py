@@ -1,0 +1,347 @@
+"""Weight processes ``Theta_t``: how the heads ``(A_h(t), V_h(t))`` change with depth ``t``.
+
+A :class:`WeightProcess` is a description; :meth:`WeightProcess.sampler` gives a
+:class:`WeightSampler`, a callable ``t -> Heads`` that the integrator queries at its stage times
+in increasing order. Deterministic processes evaluate a formula; the Ornstein-Uhlenbeck process
+draws its exact Gaussian transition from the previous query time, so an OU path is sampled on
+exactly the grid the integrator uses.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.core.arrays import to_numpy, to_tensor
+from attnflow.core.heads import Heads, as_heads
+
+ValueRule = str  # "A" (V = A), "-A" (V = -A) or "identity"
+
+
+def _stack(A: Any, name: str = "A") -> np.ndarray:
+    arr = np.asarray(to_numpy(A), dtype=np.float64)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
+        raise ValueError(f"{name} must have shape (H, d, d); got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def _per_head(val: Any, H: int, name: str) -> np.ndarray:
+    arr = np.asarray(val, dtype=np.float64)
+    if arr.ndim == 0:
+        return np.full(H, float(arr))
+    if arr.shape != (H,):
+        raise ValueError(f"{name} must be a number or have shape ({H},); got {arr.shape}")
+    return arr
+
+
+def _heads(A: np.ndarray, value: ValueRule | np.ndarray | None) -> Heads:
+    At = torch.from_numpy(np.ascontiguousarray(A))
+    if value is None or (isinstance(value, str) and value == "A"):
+        return Heads(K=At)
+    if isinstance(value, str):
+        if value == "-A":
+            return Heads(K=At, V=-At)
+        if value == "identity":
+            return Heads(K=At, V=torch.eye(A.shape[-1], dtype=At.dtype).expand_as(At))
+        raise ValueError(f"unknown value rule {value!r}; choose 'A', '-A' or 'identity'")
+    return Heads(K=At, V=torch.from_numpy(np.ascontiguousarray(value)))
+
+
+def _is_symmetric(A: np.ndarray) -> bool:
+    return bool(np.allclose(A, A.transpose(0, 2, 1), atol=1e-12 * max(1.0, np.abs(A).max())))
+
+
+class WeightSampler:
+    """Callable ``t -> Heads`` for one realisation of a process (deterministic ones ignore state)."""
+
+    def __init__(self, fn: Callable[[float], Heads]):
+        self._fn = fn
+
+    def __call__(self, t: float) -> Heads:
+        return self._fn(float(t))
+
+    def get_state(self) -> dict:
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        pass
+
+
+class WeightProcess(ABC):
+    """``Theta_t = sum_h w_h delta_{theta_h(t)}``: a time-dependent family of ``H`` heads on ``R^d``."""
+
+    H: int
+    d: int
+
+    @abstractmethod
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        """A fresh realisation, queried at non-decreasing times."""
+
+    @property
+    def gradient_flow(self) -> bool:
+        """True when every ``A_h(t)`` is symmetric and ``V_h(t) = A_h(t)`` (model ``gf`` allowed)."""
+        return False
+
+    def derivative(self, t: float) -> torch.Tensor | None:
+        """``dA/dt`` ``(H, d, d)`` for smooth processes; ``None`` where only increments exist."""
+        return None
+
+    def describe(self) -> dict:
+        return {"process": type(self).__name__, "H": self.H, "d": self.d}
+
+
+class Constant(WeightProcess):
+    """The autonomous case: ``A_h(t) = A_h``, ``V_h(t) = V_h`` (``V=None`` means ``V = A``)."""
+
+    def __init__(self, A: Any, V: Any = None):
+        self.heads = as_heads(A, V).to(dtype=torch.float64)
+        self.H, self.d = self.heads.H, self.heads.d
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        return WeightSampler(lambda t: self.heads)
+
+    @property
+    def gradient_flow(self) -> bool:
+        try:
+            self.heads.check_gradient_flow()
+        except ValueError:
+            return False
+        return True
+
+    def derivative(self, t: float) -> torch.Tensor:
+        return torch.zeros(self.H, self.d, self.d, dtype=torch.float64)
+
+
+class Layers(WeightProcess):
+    """``L`` blocks, piecewise constant on ``[l T/L, (l+1) T/L)``: the depth of a real network.
+
+    ``As`` is a list of ``(H, d, d)`` arrays (or :class:`Heads`), ``V`` an optional matching list.
+    """
+
+    def __init__(self, As: Sequence[Any], t_end: float, V: Sequence[Any] | None = None):
+        if len(As) == 0:
+            raise ValueError("Layers needs at least one layer")
+        if not t_end > 0:
+            raise ValueError(f"t_end must be positive; got {t_end}")
+        if V is not None and len(V) != len(As):
+            raise ValueError(f"got {len(As)} layers of A but {len(V)} of V")
+        self.layers = [as_heads(A, None if V is None else V[i]).to(dtype=torch.float64) for i, A in enumerate(As)]
+        shapes = {(h.H, h.d) for h in self.layers}
+        if len(shapes) != 1:
+            raise ValueError(f"all layers must have the same (H, d); got {sorted(shapes)}")
+        self.H, self.d = shapes.pop()
+        self.t_end = float(t_end)
+
+    @property
+    def L(self) -> int:
+        return len(self.layers)
+
+    def layer_index(self, t: float) -> int:
+        # The tolerance keeps grid times like 3 * (T/3) computed in floating point in block 3.
+        return min(max(int(math.floor(t * self.L / self.t_end + 1e-9)), 0), self.L - 1)
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        return WeightSampler(lambda t: self.layers[self.layer_index(t)])
+
+    @property
+    def gradient_flow(self) -> bool:
+        return all(Constant(h).gradient_flow for h in self.layers)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "L": self.L, "t_end": self.t_end}
+
+
+class Oscillating(WeightProcess):
+    """``A_h(t) = Abar_h + C_h sin(omega_h t + phi_h)``: non-integrable, ``|Theta'_t|`` never decays."""
+
+    def __init__(self, A_bar: Any, C: Any, omega: Any, phase: Any = 0.0, *, value: ValueRule = "A"):
+        self.A_bar = _stack(A_bar, "A_bar")
+        self.H, self.d = self.A_bar.shape[0], self.A_bar.shape[1]
+        C_arr = np.asarray(to_numpy(C), dtype=np.float64)
+        self.C = np.broadcast_to(C_arr if C_arr.ndim != 0 else C_arr * np.eye(self.d), self.A_bar.shape).copy()
+        self.omega = _per_head(omega, self.H, "omega")
+        self.phase = _per_head(phase, self.H, "phase")
+        self.value = value
+
+    def A_at(self, t: float) -> np.ndarray:
+        return self.A_bar + self.C * np.sin(self.omega * t + self.phase)[:, None, None]
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        return WeightSampler(lambda t: _heads(self.A_at(t), self.value))
+
+    @property
+    def gradient_flow(self) -> bool:
+        return self.value == "A" and _is_symmetric(self.A_bar) and _is_symmetric(self.C)
+
+    def derivative(self, t: float) -> torch.Tensor:
+        dA = self.C * (self.omega * np.cos(self.omega * t + self.phase))[:, None, None]
+        return torch.from_numpy(dA)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "omega": self.omega.tolist(), "phase": self.phase.tolist()}
+
+
+class OrnsteinUhlenbeck(WeightProcess):
+    """``dA_h = -rate (A_h - Abar_h) dt + sigma dS_h``, sampled with its exact Gaussian transition
+
+    ``A(t+h) = Abar + e^{-rate h} (A(t) - Abar) + c_h S``, ``c_h = sigma sqrt((1 - e^{-2 rate h}) / (2 rate))``,
+    with ``S = (G + G^T)/2`` (``symmetric=True``, keeps ``A`` symmetric for ``gf``) or ``S = G``,
+    ``G`` i.i.d. standard normal. ``A0=None`` starts at ``Abar``.
+    """
+
+    def __init__(
+        self,
+        A_bar: Any,
+        rate: float,
+        sigma: float,
+        A0: Any = None,
+        symmetric: bool = True,
+        seed: int | None = None,
+        *,
+        value: ValueRule = "A",
+    ):
+        self.A_bar = _stack(A_bar, "A_bar")
+        self.H, self.d = self.A_bar.shape[0], self.A_bar.shape[1]
+        self.A0 = self.A_bar.copy() if A0 is None else _stack(A0, "A0")
+        if self.A0.shape != self.A_bar.shape:
+            raise ValueError(f"A0 must have the shape of A_bar {self.A_bar.shape}; got {self.A0.shape}")
+        if rate < 0 or sigma < 0:
+            raise ValueError(f"rate and sigma must be non-negative; got rate={rate}, sigma={sigma}")
+        self.rate, self.sigma = float(rate), float(sigma)
+        self.symmetric, self.seed, self.value = bool(symmetric), seed, value
+
+    def transition_scale(self, h: float) -> float:
+        """``c_h``: the noise scale of the exact transition over a time ``h``."""
+        if self.rate == 0.0:
+            return self.sigma * math.sqrt(h)
+        return self.sigma * math.sqrt(-math.expm1(-2.0 * self.rate * h) / (2.0 * self.rate))
+
+    def noise(self, rng: np.random.Generator) -> np.ndarray:
+        G = rng.standard_normal(self.A_bar.shape)
+        return 0.5 * (G + G.transpose(0, 2, 1)) if self.symmetric else G
+
+    def transition(self, A: np.ndarray, h: float, rng: np.random.Generator) -> np.ndarray:
+        """One exact draw of ``A(t + h)`` given ``A(t) = A``."""
+        return self.A_bar + math.exp(-self.rate * h) * (A - self.A_bar) + self.transition_scale(h) * self.noise(rng)
+
+    def mean(self, t: float) -> np.ndarray:
+        """``E A(t) = Abar + e^{-rate t} (A0 - Abar)``."""
+        return self.A_bar + math.exp(-self.rate * t) * (self.A0 - self.A_bar)
+
+    def sampler(self, seed: int | None = None) -> OUSampler:
+        return OUSampler(self, self.seed if seed is None else seed)
+
+    @property
+    def gradient_flow(self) -> bool:
+        return self.symmetric and self.value == "A" and _is_symmetric(self.A_bar) and _is_symmetric(self.A0)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "rate": self.rate, "sigma": self.sigma, "symmetric": self.symmetric}
+
+
+class OUSampler(WeightSampler):
+    """One OU path, extended forward on demand by exact transitions between query times."""
+
+    def __init__(self, process: OrnsteinUhlenbeck, seed: int | None):
+        self.process = process
+        self.rng = np.random.default_rng(seed)
+        self.t = 0.0
+        self.A = process.A0.copy()
+        self._heads = _heads(self.A, process.value)
+
+    def __call__(self, t: float) -> Heads:
+        t = float(t)
+        if t < self.t - 1e-12:
+            raise ValueError(f"an OU path is sampled forward in time: asked for t={t} after t={self.t}")
+        if t > self.t + 1e-15:
+            self.A = self.process.transition(self.A, t - self.t, self.rng)
+            self.t = t
+            self._heads = _heads(self.A, self.process.value)
+        return self._heads
+
+    def get_state(self) -> dict:
+        return {"t": self.t, "A": self.A.copy(), "rng": self.rng.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        self.t = float(state["t"])
+        self.A = np.array(state["A"], dtype=np.float64)
+        self.rng.bit_generator.state = state["rng"]
+        self._heads = _heads(self.A, self.process.value)
+
+
+class FromCallable(WeightProcess):
+    """User weights: ``fn(t)`` returns ``A`` ``(H, d, d)``, a pair ``(A, V)`` or a :class:`Heads`.
+
+    Pass ``derivative=`` (``t -> dA/dt``) to make the smooth EDI quadrature available.
+    """
+
+    def __init__(self, fn: Callable[[float], Any], derivative: Callable[[float], Any] | None = None):
+        self.fn, self._derivative = fn, derivative
+        h0 = self._call(0.0)
+        self.H, self.d = h0.H, h0.d
+
+    def _call(self, t: float) -> Heads:
+        r = self.fn(t)
+        if isinstance(r, tuple):
+            return as_heads(*r).to(dtype=torch.float64)
+        return as_heads(r).to(dtype=torch.float64)
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        return WeightSampler(self._call)
+
+    def derivative(self, t: float) -> torch.Tensor | None:
+        return None if self._derivative is None else to_tensor(self._derivative(t), dtype=torch.float64)
+
+
+class Sampled(WeightProcess):
+    """User arrays on a time grid: ``A`` ``(T, H, d, d)`` at ``times`` ``(T,)``, linear in between."""
+
+    def __init__(self, times: Any, A: Any, V: Any = None):
+        self.times = np.asarray(times, dtype=np.float64)
+        self.A = np.asarray(to_numpy(A), dtype=np.float64)
+        self.V = None if V is None else np.asarray(to_numpy(V), dtype=np.float64)
+        if self.A.ndim != 4 or self.A.shape[0] != self.times.shape[0]:
+            raise ValueError(
+                f"A must have shape (T, H, d, d) with T = len(times) = {len(self.times)}; got {self.A.shape}"
+            )
+        if self.V is not None and self.V.shape != self.A.shape:
+            raise ValueError(f"V must have the shape of A {self.A.shape}; got {self.V.shape}")
+        if np.any(np.diff(self.times) <= 0):
+            raise ValueError("times must be strictly increasing")
+        self.H, self.d = self.A.shape[1], self.A.shape[2]
+
+    def _interp(self, M: np.ndarray, t: float) -> np.ndarray:
+        k = (
+            int(np.clip(np.searchsorted(self.times, t, side="right") - 1, 0, len(self.times) - 2))
+            if len(self.times) > 1
+            else 0
+        )
+        if len(self.times) == 1:
+            return M[0]
+        s = np.clip((t - self.times[k]) / (self.times[k + 1] - self.times[k]), 0.0, 1.0)
+        return (1 - s) * M[k] + s * M[k + 1]
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        def at(t: float) -> Heads:
+            A = torch.from_numpy(self._interp(self.A, t))
+            return Heads(K=A, V=None if self.V is None else torch.from_numpy(self._interp(self.V, t)))
+
+        return WeightSampler(at)
+
+
+def as_process(weights: Any) -> WeightProcess:
+    """Accept a process, a :class:`Heads`, an ``(H, d, d)`` array (constant) or a callable."""
+    if isinstance(weights, WeightProcess):
+        return weights
+    if callable(weights) and not isinstance(weights, (np.ndarray, torch.Tensor, Heads)):
+        return FromCallable(weights)
+    return Constant(weights)
