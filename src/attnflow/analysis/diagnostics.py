@@ -12,6 +12,7 @@ from scipy.spatial import cKDTree
 
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, _log_abs_energy, _log_slope, field_stats
+from attnflow.kernels.dispatch import KernelOptions
 
 DIAGNOSTICS: dict[str, str] = {
     "energy": "interaction energy F(mu, t)",
@@ -379,13 +380,14 @@ def state_diagnostics(
     v: torch.Tensor,
     *,
     cluster_eps: float = 1e-3,
+    options: KernelOptions | None = None,
 ) -> dict[str, float]:
     """All of :data:`DIAGNOSTICS` for tokens ``x``, heads at the current time and field ``v``.
 
     ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
     heads they are the same formulas, reported for comparison).
     """
-    st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w)
+    st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, options=options)
     log_abs_F = float(_log_abs_energy(st, a))
     log_b = -st.log_S
     speed2 = float((a * (v * v).sum(-1) * torch.exp(st.log_S)).sum())

@@ -62,6 +62,7 @@ class StepRecorder:
     def __init__(self, field, derivative, integrator: Integrator):
         self.field, self.derivative, self.integrator = field, derivative, integrator
         self.model, self.a, self.w = field.model, field.a, field.w
+        self.options = field.options
         self.rule = "quadrature" if derivative(0.0) is not None else "increment"
         self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
         self._stages: list[tuple[float, float, float]] = []
@@ -85,7 +86,7 @@ class StepRecorder:
     ) -> tuple[torch.Tensor, float, float, float, float]:
         d = x.shape[-1]
         dA = self.derivative(t) if self.rule == "quadrature" else None
-        out, logZ = head_stats(x, heads, self.a, extra_values=dA)
+        out, logZ = head_stats(x, heads, self.a, options=self.options, extra_values=dA)
         st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
         v = project_tangent(x, st.mixed_output(self.model))
         S = torch.exp(st.log_S)
@@ -122,7 +123,9 @@ class StepRecorder:
         else:
             # A minimising movement: the De Giorgi form of the budget, d(mu_k, mu_{k+1})^2 / tau for
             # int |mu'|^2 (the cost the step paid, mobility frozen at mu_k) and tau |dF|^2(mu_{k+1}, t_k).
-            b0 = torch.exp(-field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False).log_S)
+            b0 = torch.exp(
+                -field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False, options=self.options).log_S
+            )
             speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
             slope = dt * self._evaluate_with(heads0, t, y)[2]
             stages, b = [start[1:4], end[1:4]], (0.5, 0.5)
@@ -131,7 +134,7 @@ class StepRecorder:
         if self.rule == "quadrature":
             work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
         else:
-            work = F1 - state_energy(y, heads0, self.a, self.w)
+            work = F1 - state_energy(y, heads0, self.a, self.w, options=self.options)
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
         return y
 

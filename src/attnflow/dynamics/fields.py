@@ -25,7 +25,7 @@ import torch
 from attnflow.core.arrays import ArrayLike, like, to_tensor
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads, as_heads
-from attnflow.kernels.dispatch import head_stats
+from attnflow.kernels.dispatch import KernelOptions, head_stats
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -109,14 +109,22 @@ class FieldStats:
 
 
 def field_stats(
-    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, values: bool = True, backend: str | None = None
+    x: torch.Tensor,
+    heads: Heads,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    values: bool = True,
+    options: KernelOptions | None = None,
+    backend: str | None = None,
 ) -> FieldStats:
     """Run the kernel once for every head (``values=False`` skips the outputs).
 
-    ``backend``: ``auto``, ``flash``, ``stream`` or ``fast`` (see :mod:`attnflow.backends`); ``None``
-    takes the one of :func:`attnflow.backends.kernel_options` (``auto`` outside it).
+    ``options``: the run's :class:`~attnflow.kernels.dispatch.KernelOptions` (``None``: those of
+    :func:`~attnflow.kernels.dispatch.kernel_options`, else the defaults); ``backend`` overrides its
+    backend for this call.
     """
-    out, logZ = head_stats(x, heads, a, values=values, backend=backend)
+    out, logZ = head_stats(x, heads, a, values=values, options=options, backend=backend)
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
 
 
@@ -174,9 +182,11 @@ def _log_abs_energy(st: FieldStats, a: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(st.log_S + torch.log(a), dim=0) - math.log(2.0)
 
 
-def state_energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> float:
+def state_energy(
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, options: KernelOptions | None = None
+) -> float:
     """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form."""
-    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
+    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options)
     return -math.exp(float(_log_abs_energy(st, a)))
 
 

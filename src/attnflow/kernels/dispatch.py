@@ -4,17 +4,21 @@
 switches to :mod:`attnflow.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
 expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs.
 
-:func:`kernel_options` sets the backend and tolerance for everything evaluated inside it (the
-field, the energies of the EDI budget, the diagnostics, the float32 monitor); ``simulate`` enters it
-with its ``backend=`` and ``fast_tol=`` so one choice covers a whole run.
+A run carries its choice in the open: one :class:`KernelOptions` (backend and tolerance), built from
+``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is passed as an argument
+to every kernel call of the run (the field, the EDI budget's energies, the diagnostics, the float32
+monitor). :func:`kernel_options` remains as a convenience for interactive use: calls that are given
+no options take the ones of the innermost ``with kernel_options(...)`` block.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 
@@ -36,7 +40,31 @@ PAIR_COST_IN_FLOPS = 20.0
 #: From this many tokens on, ``auto`` warns when it has to fall back to the dense ``O(N^2)`` kernel.
 SLOW_DENSE_TOKENS = 50_000
 
-_OPTIONS: ContextVar[tuple[str, float | None]] = ContextVar("attnflow_kernel_options", default=("auto", None))
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How the kernel evaluates a run: ``backend`` (one of :data:`BACKENDS`) and ``tol``, the fast
+    summation's proved relative error (``None``: :data:`AUTO_FAST_TOL` of the dtype).
+
+    Validated on construction, so a bad name is refused where it is written, not at the first call.
+    """
+
+    backend: str = "auto"
+    tol: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+        if self.tol is not None and not (
+            isinstance(self.tol, (int, float)) and math.isfinite(self.tol) and 0 < self.tol < 1
+        ):
+            raise ValueError(f"the fast-summation tolerance must be positive and below 1; got {self.tol!r}")
+
+
+#: The options of calls that are given none (see :func:`kernel_options`).
+DEFAULT_OPTIONS = KernelOptions()
+
+_OPTIONS: ContextVar[KernelOptions] = ContextVar("attnflow_kernel_options", default=DEFAULT_OPTIONS)
 
 
 class SlowKernelWarning(UserWarning):
@@ -44,23 +72,26 @@ class SlowKernelWarning(UserWarning):
 
 
 @contextlib.contextmanager
-def kernel_options(backend: str = "auto", tol: float | None = None) -> Iterator[None]:
-    """Within this block, kernel calls that do not name a backend use ``backend`` and fast-summation
-    tolerance ``tol`` (``None``: :data:`AUTO_FAST_TOL` of the dtype)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-    if tol is not None and not tol > 0:
-        raise ValueError(f"the fast-summation tolerance must be positive; got {tol}")
-    token = _OPTIONS.set((backend, tol))
+def kernel_options(backend: str = "auto", tol: float | None = None) -> Iterator[KernelOptions]:
+    """Interactive convenience: within this block, kernel calls given no :class:`KernelOptions` use
+    ``backend`` and fast-summation tolerance ``tol``. Yields the options object, to pass on explicitly."""
+    options = KernelOptions(backend, tol)
+    token = _OPTIONS.set(options)
     try:
-        yield
+        yield options
     finally:
         _OPTIONS.reset(token)
 
 
 def current_options() -> tuple[str, float | None]:
-    """``(backend, tol)`` in force (see :func:`kernel_options`)."""
-    return _OPTIONS.get()
+    """``(backend, tol)`` of calls given no options (see :func:`kernel_options`)."""
+    opts = _OPTIONS.get()
+    return opts.backend, opts.tol
+
+
+def resolve_options(options: KernelOptions | None = None) -> KernelOptions:
+    """``options`` when given, else those of the innermost :func:`kernel_options` block (else the defaults)."""
+    return _OPTIONS.get() if options is None else options
 
 
 def head_stats(
@@ -69,22 +100,23 @@ def head_stats(
     a: torch.Tensor,
     *,
     values: bool = True,
+    options: KernelOptions | None = None,
     backend: str | None = None,
     tol: float | None = None,
     extra_values: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """``(out, logZ)`` of every head at tokens ``x`` ``(N, d)`` with masses ``a`` (see :mod:`attnflow.kernels`).
 
-    ``backend``: one of :data:`BACKENDS` (``None``: the one of :func:`kernel_options`); ``tol`` the
-    fast summation's relative tolerance (default: :func:`kernel_options`, then :data:`AUTO_FAST_TOL`).
+    ``options``: the :class:`KernelOptions` of the run (``None``: :func:`resolve_options`);
+    ``backend`` / ``tol``, when given, override its fields for this call.
     ``extra_values`` ``(H, e, d)``: matrices ``E_h`` whose averages ``sum_j p_hij E_h x_j`` are appended
     to ``out`` (shape ``(H, N, d + e)``) from the same pass (the EDI recorder's ``dA/dt``).
     """
-    ctx_backend, ctx_tol = _OPTIONS.get()
-    backend = ctx_backend if backend is None else backend
-    tol = ctx_tol if tol is None else tol
-    if backend not in BACKENDS:
+    opts = resolve_options(options)
+    if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    backend = opts.backend if backend is None else backend
+    tol = opts.tol if tol is None else tol
     if backend == "fast" and not heads.plain:
         raise ValueError(
             "fast summation covers the plain heads of MODEL.md; these heads carry biases, a causal "

@@ -17,6 +17,7 @@ import torch
 
 from attnflow.core.geometry import retract
 from attnflow.core.heads import Heads
+from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.jko import jko_field_step
 
 
@@ -26,6 +27,7 @@ class Field(Protocol):
     model: str
     a: torch.Tensor  # token masses (N,)
     w: torch.Tensor  # head masses (H,)
+    options: KernelOptions | None  # how the kernel evaluates it (None: the defaults)
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor: ...
 

@@ -24,10 +24,13 @@ from attnflow.core.arrays import ArrayLike, like, to_tensor
 from attnflow.core.geometry import geodesic_distance_sq, project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
+from attnflow.kernels.dispatch import KernelOptions
 
 
-def _energy_t(y: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    st = field_stats(y, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
+def _energy_t(
+    y: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, options: KernelOptions | None = None
+) -> torch.Tensor:
+    st = field_stats(y, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options)
     return -0.5 * torch.exp(torch.logsumexp(st.log_S + torch.log(a), dim=0))
 
 
@@ -54,22 +57,23 @@ def _solve(
     tol: float,
     max_iter: int,
     y0: torch.Tensor | None,
+    options: KernelOptions | None = None,
 ) -> tuple[torch.Tensor, float, float, int, float]:
     x = x.detach()
     with torch.no_grad():
-        b = torch.exp(-field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False).log_S)
+        b = torch.exp(-field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options).log_S)
         weight = a / (2.0 * tau * b)
 
-        scale = abs(float(_energy_t(x, heads, a, w)))
+        scale = abs(float(_energy_t(x, heads, a, w, options)))
         to_position = (tau * b / a)[:, None] * scale  # per-token gradient -> displacement
 
     def objective(y: torch.Tensor) -> torch.Tensor:
-        return (_energy_t(y, heads, a, w) + (weight * geodesic_distance_sq(x, y)).sum()) / scale
+        return (_energy_t(y, heads, a, w, options) + (weight * geodesic_distance_sq(x, y)).sum()) / scale
 
     with torch.no_grad():
         candidates = [x] if y0 is None else [retract(y0.detach())]
         if y0 is None:
-            st = field_stats(x, heads, a, w)
+            st = field_stats(x, heads, a, w, options=options)
             candidates.append(retract(x + tau * project_tangent(x, st.mixed_output("gf"))))
         start = min(candidates, key=lambda c: float(objective(c)))
 
@@ -98,7 +102,7 @@ def _solve(
     f.backward()
     rg = float((torch.linalg.vector_norm(to_position * project_tangent(y, yg.grad), dim=-1)).max())
     with torch.no_grad():
-        E = float(_energy_t(y, heads, a, w))
+        E = float(_energy_t(y, heads, a, w, options))
     return y, E, float(f.detach()) * scale, int(opt.state[z].get("n_iter", 0)), rg
 
 
@@ -144,5 +148,5 @@ def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7
         raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")
     heads = f.heads_at(t)
     heads.check_gradient_flow()
-    y, *_ = _solve(x, Heads(K=heads.K, Q=heads.Q), f.a, f.w, float(dt), tol, max_iter, None)
+    y, *_ = _solve(x, Heads(K=heads.K, Q=heads.Q), f.a, f.w, float(dt), tol, max_iter, None, f.options)
     return y

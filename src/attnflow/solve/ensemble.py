@@ -23,8 +23,13 @@ from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import MODELS, FieldStats, check_model, masses
 from attnflow.kernels.dense import attention_stats
+from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import get_integrator
-from attnflow.weights.processes import WeightProcess, as_process
+from attnflow.solve.guards import NumericalInstability
+from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
+from attnflow.solve.observers import ProgressReport
+from attnflow.solve.simulate import step_count
+from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
 
 #: Per-member diagnostics recorded at every save time, shape ``(S, B)``.
 ENSEMBLE_DIAGNOSTICS: dict[str, str] = {
@@ -69,10 +74,26 @@ class Ensemble:
 class EnsembleField:
     """``(t, X) -> v_t(X)`` for the stacked state ``X`` ``(B, N, d)`` (an integrator's ``Field``)."""
 
-    def __init__(self, model, samplers, betas, a, w, dtype, device, backend: str = "auto"):
+    def __init__(
+        self,
+        model: str,
+        samplers: Sequence[WeightSampler],
+        betas: np.ndarray,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        dtype: torch.dtype,
+        device: torch.device,
+        options: KernelOptions | None = None,
+    ) -> None:
         self.model, self.samplers, self.a, self.w = model, samplers, a, w
         self.betas = torch.as_tensor(betas, dtype=dtype, device=device)
-        self.dtype, self.device, self.backend = dtype, device, backend
+        self.dtype, self.device = dtype, device
+        self.options = KernelOptions() if options is None else options
+        if self.options.backend == "fast":
+            raise ValueError(
+                "fast summation evaluates one token cloud at a time; an ensemble uses the dense kernel: "
+                "choose backend 'auto', 'flash' or 'stream'"
+            )
 
     def heads_at(self, t: float) -> list[Heads]:
         """Each member's heads at ``t``, temperature included."""
@@ -94,7 +115,7 @@ class EnsembleField:
         q = X.unsqueeze(1).expand(-1, H, -1, -1)
         k = torch.einsum("bnd,bhed->bhne", X, A)
         v = torch.einsum("bnd,bhed->bhne", X, V) if values else None
-        dense = self.backend if self.backend in ("flash", "stream") else "auto"
+        dense = self.options.backend if self.options.backend in ("flash", "stream") else "auto"
         out, logZ = attention_stats(q, k, v, torch.log(self.a), backend=dense)
         return FieldStats(out=out, logZ=logZ, log_w=torch.log(self.w))
 
@@ -132,8 +153,11 @@ def simulate_ensemble(
     ``x0``: ``(B, N, d)`` or one ``(N, d)`` cloud shared by all members. ``weights``: one process
     (member ``b`` samples it with ``seeds[b]``) or a list of ``B`` processes. ``betas`` ``(B,)``
     multiply every ``A_h`` (and ``V_h`` when ``V = A``). Member ``b`` equals
-    ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``.
+    ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the loop of
+    :func:`attnflow.simulate` (:func:`attnflow.solve.loop.run_loop`); NaN/inf tokens raise
+    :class:`~attnflow.solve.guards.NumericalInstability`.
     """
+    options = KernelOptions(backend)
     X = to_tensor(x0, dtype=dtype)
     if X.ndim == 2:
         X = X.unsqueeze(0)
@@ -157,11 +181,7 @@ def simulate_ensemble(
     beta_arr = np.ones(B) if beta_arr is None else np.broadcast_to(beta_arr, (B,)).copy()
     processes = [as_process(p) for p in procs] if procs is not None else [as_process(weights)] * B
     processes = processes * B if len(processes) == 1 else processes
-    if not (dt > 0 and math.isfinite(dt)):
-        raise ValueError(f"dt must be a positive number; got {dt}")
-    n_steps = int(round((t_end - t0) / dt))
-    if n_steps < 1 or abs(n_steps * dt - (t_end - t0)) > 1e-9 * max(1.0, abs(t_end - t0)):
-        raise ValueError(f"t_end - t0 = {t_end - t0} must be a positive whole number of steps dt = {dt}")
+    n_steps = step_count(t0, t_end, dt)
     d, H = X.shape[2], processes[0].H
     if any(p.d != d or p.H != H for p in processes):
         raise ValueError(f"every member's weights must act on d={d} with H={H} heads")
@@ -169,51 +189,69 @@ def simulate_ensemble(
     a = masses(token_weights, X.shape[1], "token_weights", X)
     w = masses(head_weights, H, "head_weights", X)
     f = EnsembleField(
-        model, [p.sampler(s) for p, s in zip(processes, seed_list)], beta_arr, a, w, X.dtype, X.device, backend
+        model, [p.sampler(s) for p, s in zip(processes, seed_list)], beta_arr, a, w, X.dtype, X.device, options
     )
     for h in f.heads_at(t0):
         check_model(model, h)
 
-    rows: list[dict[str, np.ndarray]] = []
-    xs, ts = [], []
+    saver = _EnsembleSaver(f, a)
+    start = _time.perf_counter()
+    saver.record(float(t0), X)
+    observers: list[Observer] = [] if progress is None else [ProgressReport(progress)]
+    costs = Costs({})
+    try:
+        run_loop(
+            lambda t, Y, h: stepper.step(f, t, Y, h), X, t0=t0, dt=dt, k0=0, n_steps=n_steps,
+            save_every=int(save_every), recorders=[saver], observers=observers, costs=costs,
+        )  # fmt: skip
+    except StepFailed as e:
+        raise NumericalInstability(
+            f"{e.why} at t={t0 + e.k * dt:.6g} (step {e.k} of {n_steps}) in at least one member; the last good "
+            f"state is t={e.t:.6g}. Lower dt, or the largest beta.",
+            step=e.k,
+            t=t0 + e.k * dt,
+        ) from None
+    return Ensemble(
+        t=np.array(saver.ts),
+        x=np.stack(saver.xs),
+        betas=beta_arr,
+        seeds=seed_list,
+        diagnostics={k: np.stack([r[k] for r in saver.rows]) for k in ENSEMBLE_DIAGNOSTICS},
+        model=model,
+        method=method,
+        dt=float(dt),
+        provenance={"wall_time_s": _time.perf_counter() - start, "steps": n_steps, "seconds": costs.rounded()},
+    )
 
-    def record(t: float, Y: torch.Tensor) -> None:
-        st = f.stats(t, Y, values=False)
-        log_a = torch.log(a)
+
+class _EnsembleSaver:
+    """Saves each member's state and :data:`ENSEMBLE_DIAGNOSTICS` at the save times."""
+
+    name = "diagnostics"
+
+    def __init__(self, f: EnsembleField, a: torch.Tensor) -> None:
+        self.f, self.a = f, a
+        self.rows: list[dict[str, np.ndarray]] = []
+        self.ts: list[float] = []
+        self.xs: list[np.ndarray] = []
+
+    def record(self, t: float, Y: torch.Tensor) -> None:
+        st = self.f.stats(t, Y, values=False)
+        log_a = torch.log(self.a)
         log_F = torch.logsumexp(st.log_S + log_a, dim=-1) - math.log(2.0)
-        m = (a[:, None] * Y).sum(-2)
+        m = (self.a[:, None] * Y).sum(-2)
         N = Y.shape[1]
         s2 = (Y.sum(-2) ** 2).sum(-1)
-        rows.append(
+        self.rows.append(
             {
                 "order_parameter": to_numpy(torch.linalg.vector_norm(m, dim=-1)).astype(np.float64),
                 "log_abs_energy": to_numpy(log_F).astype(np.float64),
                 "mean_inner": to_numpy((s2 - N) / max(1, N * (N - 1))).astype(np.float64),
             }
         )
-        ts.append(t)
-        xs.append(to_numpy(Y).astype(np.float64))
+        self.ts.append(t)
+        self.xs.append(to_numpy(Y).astype(np.float64))
 
-    start = _time.perf_counter()
-    t = float(t0)
-    record(t, X)
-    for k in range(1, n_steps + 1):
-        X = stepper.step(f, t, X, dt)
-        t = t0 + k * dt
-        if k % save_every == 0 or k == n_steps:
-            if not bool(torch.isfinite(X).all()):
-                raise FloatingPointError(f"the tokens became NaN/inf at t={t:.6g} (step {k}); lower dt")
-            record(t, X)
-        if progress is not None:
-            progress(k, n_steps)
-    return Ensemble(
-        t=np.array(ts),
-        x=np.stack(xs),
-        betas=beta_arr,
-        seeds=seed_list,
-        diagnostics={k: np.stack([r[k] for r in rows]) for k in ENSEMBLE_DIAGNOSTICS},
-        model=model,
-        method=method,
-        dt=float(dt),
-        provenance={"wall_time_s": _time.perf_counter() - start, "steps": n_steps},
-    )
+    def on_step(self, state: StepState) -> None:
+        if state.save:
+            self.record(state.t, state.x)

@@ -21,6 +21,7 @@ import torch
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, state_energy
+from attnflow.kernels.dispatch import KernelOptions
 
 
 class StabilityWarning(UserWarning):
@@ -96,19 +97,24 @@ def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) 
 class _Frozen:
     """The field with the heads frozen at one time (for the float32 check; touches no sampler)."""
 
-    def __init__(self, model: str, heads: Heads, a: torch.Tensor, w: torch.Tensor):
-        self.model, self.a, self.w = model, a, w
+    def __init__(
+        self, model: str, heads: Heads, a: torch.Tensor, w: torch.Tensor, options: KernelOptions | None = None
+    ) -> None:
+        self.model, self.a, self.w, self.options = model, a, w, options
         self._heads = heads.to(dtype=a.dtype)
 
     def heads_at(self, t: float) -> Heads:
         return self._heads
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        return project_tangent(x, field_stats(x, self._heads, self.a, self.w).mixed_output(self.model))
+        st = field_stats(x, self._heads, self.a, self.w, options=self.options)
+        return project_tangent(x, st.mixed_output(self.model))
 
 
-def _energy64(x: torch.Tensor, heads64: Heads, a64: torch.Tensor, w64: torch.Tensor) -> float:
-    return state_energy(x.to(torch.float64), heads64, a64, w64)
+def _energy64(
+    x: torch.Tensor, heads64: Heads, a64: torch.Tensor, w64: torch.Tensor, options: KernelOptions | None = None
+) -> float:
+    return state_energy(x.to(torch.float64), heads64, a64, w64, options=options)
 
 
 @dataclass
@@ -138,23 +144,25 @@ class Float32Monitor:
         x: torch.Tensor,
         dt: float,
         weight: int = 1,
+        options: KernelOptions | None = None,
     ) -> None:
         try:
-            self._check(step, model, heads, a, w, t, x, dt, weight)
+            self._check(step, model, heads, a, w, t, x, dt, weight, options)
         except OverflowError:  # the float32 shadow step overflowed (usa): nothing to compare here
             pass
 
-    def _check(self, step, model, heads, a, w, t, x, dt, weight) -> None:
+    def _check(self, step, model, heads, a, w, t, x, dt, weight, options) -> None:
         a64, w64 = a.to(torch.float64), w.to(torch.float64)
         h64 = heads.to(dtype=torch.float64)
-        f64, f32 = _Frozen(model, h64, a64, w64), _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32))
+        f64 = _Frozen(model, h64, a64, w64, options)
+        f32 = _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32), options)
         x64 = x.to(torch.float64)
         y64 = step(f64, t, x64, dt)
         y64h = step(f64, t + 0.5 * dt, step(f64, t, x64, 0.5 * dt), 0.5 * dt)
         y32 = step(f32, t, x.to(torch.float32), dt)
-        F64 = _energy64(y64, h64, a64, w64)
-        r = abs(_energy64(y32, h64, a64, w64) - F64)
-        e = abs(F64 - _energy64(y64h, h64, a64, w64))
+        F64 = _energy64(y64, h64, a64, w64, options)
+        r = abs(_energy64(y32, h64, a64, w64, options) - F64)
+        e = abs(F64 - _energy64(y64h, h64, a64, w64, options))
         self.rounding += weight * r
         self.budget += weight * e
         self.scale = max(self.scale, abs(F64))

@@ -1,6 +1,8 @@
 """``simulate``: integrate ``dx_i/dt = v_t(x_i)`` from ``t0`` to ``t_end`` and record a :class:`Trajectory`.
 
-Data flows one way: initial tokens + weight process -> integrator -> trajectory -> diagnostics.
+Data flows one way: initial tokens + weight process -> integrator -> trajectory -> diagnostics. The
+stepping loop is :mod:`attnflow.solve.loop`; what it records and checks are observers
+(:mod:`attnflow.solve.observers`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import as_numpy_table, state_diagnostics
+from attnflow.analysis.diagnostics import as_numpy_table
 from attnflow.analysis.edi import StepRecorder
 from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
 from attnflow.core.geometry import project_tangent
@@ -22,9 +24,11 @@ from attnflow.dynamics.fields import MODELS, check_model, field_stats, masses
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
-from attnflow.kernels.dispatch import kernel_options
+from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import get_integrator
 from attnflow.solve import guards as _guards
+from attnflow.solve.loop import Costs, Observer, StepFailed, run_loop
+from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
 from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
 
 
@@ -32,16 +36,23 @@ class TimeField:
     """``(t, x) -> v_t(x)`` for one model, one weight realisation and fixed masses (an integrator's ``Field``)."""
 
     def __init__(
-        self, model: str, sampler: WeightSampler, a: torch.Tensor, w: torch.Tensor, dtype, device, backend: str = "auto"
-    ):
+        self,
+        model: str,
+        sampler: WeightSampler,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        dtype: torch.dtype,
+        device: torch.device,
+        options: KernelOptions | None = None,
+    ) -> None:
         self.model, self.sampler, self.a, self.w = model, sampler, a, w
-        self.dtype, self.device, self.backend = dtype, device, backend
+        self.dtype, self.device, self.options = dtype, device, options
 
     def heads_at(self, t: float) -> Heads:
         return self.sampler(t).to(dtype=self.dtype, device=self.device)
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        st = field_stats(x, self.heads_at(t), self.a, self.w, backend=self.backend)
+        st = field_stats(x, self.heads_at(t), self.a, self.w, options=self.options)
         return project_tangent(x, st.mixed_output(self.model))
 
 
@@ -82,56 +93,58 @@ def simulate(
     :class:`~attnflow.guards.NumericalInstability` carrying the last good state; a step too large for
     the weights gives a :class:`~attnflow.guards.StabilityWarning`; float32 runs whose rounding
     exceeds the integrator's error give a :class:`~attnflow.guards.PrecisionWarning`.
-    ``backend`` picks the attention kernel (:data:`attnflow.backends.BACKENDS`; ``auto`` by default)
-    and ``fast_tol`` the fast summation's proved relative error (default
-    :data:`attnflow.backends.AUTO_FAST_TOL`); both hold for every kernel call of the run (field,
-    EDI budget, diagnostics).
+    ``backend`` picks the attention kernel (:data:`attnflow.kernels.dispatch.BACKENDS`; ``auto`` by
+    default) and ``fast_tol`` the fast summation's proved relative error (default
+    :data:`attnflow.kernels.dispatch.AUTO_FAST_TOL`): one :class:`~attnflow.kernels.dispatch.KernelOptions`
+    built from them is passed to every kernel call of the run (field, EDI budget, diagnostics, float32 check).
+
+    The run is a plain stepping loop (:func:`attnflow.solve.loop.run_loop`) with observers
+    (:mod:`attnflow.solve.observers`); the wall time of each part is in ``provenance["seconds"]``.
     """
-    with kernel_options(backend, fast_tol):
-        return _simulate(
-            x0,
-            weights,
-            model=model,
-            t_end=t_end,
-            dt=dt,
-            method=method,
-            save_every=save_every,
-            seed=seed,
-            token_weights=token_weights,
-            head_weights=head_weights,
-            t0=t0,
-            cluster_eps=cluster_eps,
-            dtype=dtype,
-            progress=progress,
-            config=config,
-            record_steps=record_steps,
-            checkpoint=checkpoint,
-            resume=resume,
-            backend=backend,
-        )
+    return _simulate(
+        x0,
+        weights,
+        model=model,
+        t_end=t_end,
+        dt=dt,
+        method=method,
+        save_every=save_every,
+        seed=seed,
+        token_weights=token_weights,
+        head_weights=head_weights,
+        t0=t0,
+        cluster_eps=cluster_eps,
+        dtype=dtype,
+        progress=progress,
+        config=config,
+        record_steps=record_steps,
+        checkpoint=checkpoint,
+        resume=resume,
+        options=KernelOptions(backend, fast_tol),
+    )
 
 
 def _simulate(
-    x0,
-    weights,
+    x0: ArrayLike,
+    weights: WeightProcess | ArrayLike | Callable | Heads,
     *,
-    model,
-    t_end,
-    dt,
-    method,
-    save_every,
-    seed,
-    token_weights,
-    head_weights,
-    t0,
-    cluster_eps,
-    dtype,
-    progress,
-    config,
-    record_steps,
-    checkpoint,
-    resume,
-    backend,
+    model: str,
+    t_end: float,
+    dt: float,
+    method: str,
+    save_every: int,
+    seed: int | None,
+    token_weights: ArrayLike | None,
+    head_weights: ArrayLike | None,
+    t0: float,
+    cluster_eps: float,
+    dtype: torch.dtype | None,
+    progress: Callable[[int, int], None] | None,
+    config: dict[str, Any] | None,
+    record_steps: bool | None,
+    checkpoint: Checkpointer | None,
+    resume: Checkpoint | str | None,
+    options: KernelOptions,
 ) -> Trajectory:
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
@@ -141,13 +154,7 @@ def _simulate(
     x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
-    if not (dt > 0 and math.isfinite(dt)):
-        raise ValueError(f"dt must be a positive number; got {dt}")
-    if not t_end > t0:
-        raise ValueError(f"t_end must be larger than t0={t0}; got {t_end}")
-    n_steps = int(round((t_end - t0) / dt))
-    if n_steps < 1 or abs(n_steps * dt - (t_end - t0)) > 1e-9 * max(1.0, abs(t_end - t0)):
-        raise ValueError(f"t_end - t0 = {t_end - t0} must be a whole number of steps dt = {dt}")
+    n_steps = step_count(t0, t_end, dt)
     if int(save_every) < 1:
         raise ValueError(f"save_every must be a positive integer; got {save_every}")
     stepper = get_integrator(method)
@@ -158,28 +165,14 @@ def _simulate(
     a = masses(token_weights, x.shape[0], "token_weights", x)
     w = masses(head_weights, process.H, "head_weights", x)
 
-    f = TimeField(model, sampler, a, w, x.dtype, x.device, backend=backend)
+    f = TimeField(model, sampler, a, w, x.dtype, x.device, options)
     heads_at = f.heads_at
-
     check_model(model, heads_at(t0))
     recorder = None
     if record_steps or (record_steps is None and model == "gf"):
         recorder = StepRecorder(f, process.derivative, stepper)
-    rows, xs, As, Vs, ts = [], [], [], [], []
-    any_V = False
-
-    def record(t: float, y: torch.Tensor) -> None:
-        nonlocal any_V
-        heads = heads_at(t)
-        if model == "gf":
-            heads.check_gradient_flow()
-        v = f(t, y)
-        rows.append(state_diagnostics(y, heads, a, w, v, cluster_eps=cluster_eps))
-        ts.append(t)
-        xs.append(to_numpy(y).astype(np.float64))
-        As.append(to_numpy(heads.A).astype(np.float64))
-        Vs.append(to_numpy(heads.values).astype(np.float64))
-        any_V = any_V or heads.V is not None
+    saver = Saver(f, heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
+    monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
 
     start = _time.perf_counter()
     run_id = (
@@ -197,42 +190,32 @@ def _simulate(
             cluster_eps=cluster_eps,
             process=process.describe(),
             heads0=to_numpy(heads_at(t0).values),
-        )
+        )  # fmt: skip
         if checkpoint is not None or resume is not None
         else ""
     )
-    monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
-    wall0, k0, t = 0.0, 0, float(t0)
+    wall0, k0 = 0.0, 0
 
-    def snapshot(k: int, y: torch.Tensor, sampler_state: dict, stopped: str | None = None) -> Checkpoint:
+    def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
         return Checkpoint(
-            step=k,
-            n_steps=n_steps,
-            x=to_numpy(y).copy(),
-            sampler_state=sampler_state,
-            saved_t=np.array(ts),
-            saved_x=np.stack(xs),
-            saved_A=np.stack(As),
-            saved_V=np.stack(Vs),
-            any_V=any_V,
-            diagnostics=as_numpy_table(rows),
-            wall_time_s=wall0 + _time.perf_counter() - start,
-            fingerprint=run_id,
-            stopped=stopped,
+            step=k, n_steps=n_steps, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
+            saved_t=np.array(saver.ts), saved_x=np.stack(saver.xs), saved_A=np.stack(saver.As),
+            saved_V=np.stack(saver.Vs), any_V=saver.any_V, diagnostics=as_numpy_table(saver.rows),
+            wall_time_s=wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped,
             extra={
                 **({} if monitor is None else {"float32": monitor.summary()}),
                 # The EDI rows so far (JSON floats round-trip exactly), so a resumed run has the whole budget.
-                **({} if recorder is None else {"edi_rows": [list(r) for r in recorder.rows]}),
+                **({} if recorder is None else {"edi_rows": [list(r) for r in recorder.rows[:k]]}),
             },
-        )
+        )  # fmt: skip
 
     if resume is None:
         if (msg := _guards.step_warning(dt, method, heads_at(t0), model, t_end - t0)) is not None:
             _guards.warn(msg, _guards.StabilityWarning)
-        record(t, x)
+        saver.record(float(t0), x)
     else:
         ck = load_checkpoint(resume) if not isinstance(resume, Checkpoint) else resume
-        k0, wall0, any_V = ck.step, ck.wall_time_s, ck.any_V
+        k0, wall0 = ck.step, ck.wall_time_s
         if ck.n_steps != n_steps or ck.fingerprint != run_id:
             raise ValueError(
                 "the checkpoint belongs to a different run (its inputs - tokens, weights, model, method, dt, "
@@ -240,61 +223,42 @@ def _simulate(
             )
         sampler.set_state(ck.sampler_state)
         x = torch.from_numpy(np.array(ck.x)).to(device=x.device)
-        ts.extend(float(v) for v in ck.saved_t)
-        xs.extend(ck.saved_x)
-        As.extend(ck.saved_A)
-        Vs.extend(ck.saved_V)
-        rows.extend({k: float(ck.diagnostics[k][i]) for k in ck.diagnostics} for i in range(len(ck.saved_t)))
+        saver.restore(ck)
         if monitor is not None and "float32" in ck.extra:
             s32 = ck.extra["float32"]
             monitor.rounding, monitor.budget, monitor.checks = s32["rounding_drift"], s32["edi_budget"], s32["checks"]
         if recorder is not None:
             recorder.rows = [tuple(r) for r in ck.extra.get("edi_rows", [])]
-        t = t0 + k0 * dt
     if checkpoint is not None and resume is None:
-        checkpoint.write(snapshot(0, x, sampler.get_state()))
-    for k in range(k0 + 1, n_steps + 1):
+        checkpoint.write(snapshot(0, x))
+
+    def step(t: float, y: torch.Tensor, h: float) -> torch.Tensor:
+        return stepper.step(f, t, y, h) if recorder is None else recorder.step(t, y, h)
+
+    def rollback() -> Callable[[], None]:
         before = sampler.get_state()
-        bad, why = False, "the tokens became NaN/inf"
-        try:
-            x_next = stepper.step(f, t, x, dt) if recorder is None else recorder.step(t, x, dt)
-            bad = not bool(torch.isfinite(x_next).all())
-            if not bad and (k % save_every == 0 or k == n_steps):
-                record(t0 + k * dt, x_next)
-        except OverflowError as e:
-            bad, why = True, str(e).rstrip(".")
-        if bad:
-            sampler.set_state(before)
-            if ts[-1] != t:
-                record(t, x)
-            last = snapshot(k - 1, x, sampler.get_state(), stopped=f"{why} at t={t0 + k * dt:.6g} (step {k})")
-            raise _guards.NumericalInstability(
-                f"{why} at t={t0 + k * dt:.6g} (step {k} of {n_steps}); the last good state is t={t:.6g} (step {k - 1}). "
-                f"If the step dt={dt} is too large for these weights, lower it or use the implicit method='jko' for stiff "
-                "cases.",
-                step=k,
-                t=t0 + k * dt,
-                checkpoint=last,
-                trajectory=_partial(last, a, w, model, method, dt, seed, config),
-            )
-        x = x_next
-        t = t0 + k * dt
-        if k % save_every == 0 or k == n_steps:
-            if monitor is not None:
-                monitor.check(stepper.step, model, heads_at(t), a, w, t, x, dt, weight=min(save_every, n_steps - k + 1))
-        if checkpoint is not None and k < n_steps and checkpoint.due(k):
-            checkpoint.write(snapshot(k, x, sampler.get_state()))
-        if progress is not None:
-            progress(k, n_steps)
+        return lambda: sampler.set_state(before)
+
+    observers: list[Observer] = []
+    if monitor is not None:
+        observers.append(PrecisionCheck(monitor, stepper.step, model, heads_at, a, w, dt, int(save_every), options))
+    if checkpoint is not None:
+        observers.append(CheckpointWriter(checkpoint, snapshot))
+    if progress is not None:
+        observers.append(ProgressReport(progress))
+    costs = Costs({})
+    try:
+        x = run_loop(
+            step, x, t0=t0, dt=dt, k0=k0, n_steps=n_steps, save_every=int(save_every),
+            recorders=[saver], observers=observers, rollback=rollback, costs=costs,
+        )  # fmt: skip
+    except StepFailed as e:
+        raise _instability(e, saver, snapshot, recorder, t0, dt, n_steps, a, w, model, method, seed, config) from None
     if monitor is not None and monitor.flagged:
         _guards.warn(monitor.message(), _guards.PrecisionWarning)
     wall = wall0 + _time.perf_counter() - start
     return Trajectory(
-        t=np.array(ts),
-        x=np.stack(xs),
-        A=np.stack(As),
-        V=np.stack(Vs) if any_V else None,
-        diagnostics=as_numpy_table(rows),
+        **saver.arrays(),
         token_weights=to_numpy(a).astype(np.float64),
         head_weights=to_numpy(w).astype(np.float64),
         model=model,
@@ -306,6 +270,7 @@ def _simulate(
             "wall_time_s": wall,
             "steps": n_steps,
             "dtype": str(x.dtype).replace("torch.", ""),
+            "seconds": costs.rounded(),
             **({"resumed_from_step": k0} if resume is not None else {}),
             **({"float32_check": monitor.summary()} if monitor is not None else {}),
         },
@@ -314,20 +279,62 @@ def _simulate(
     )
 
 
-def _partial(ck: Checkpoint, a, w, model, method, dt, seed, config) -> Trajectory:
+def step_count(t0: float, t_end: float, dt: float) -> int:
+    """The number of steps ``dt`` from ``t0`` to ``t_end`` (which must be a whole number of them)."""
+    if not (dt > 0 and math.isfinite(dt)):
+        raise ValueError(f"dt must be a positive number; got {dt}")
+    if not t_end > t0:
+        raise ValueError(f"t_end must be larger than t0={t0}; got {t_end}")
+    n_steps = int(round((t_end - t0) / dt))
+    if n_steps < 1 or abs(n_steps * dt - (t_end - t0)) > 1e-9 * max(1.0, abs(t_end - t0)):
+        raise ValueError(f"t_end - t0 = {t_end - t0} must be a whole number of steps dt = {dt}")
+    return n_steps
+
+
+def _instability(
+    e: StepFailed,
+    saver: Saver,
+    snapshot: Callable[..., Checkpoint],
+    recorder: StepRecorder | None,
+    t0: float,
+    dt: float,
+    n_steps: int,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    model: str,
+    method: str,
+    seed: int | None,
+    config: dict[str, Any] | None,
+) -> _guards.NumericalInstability:
+    """The error of a failed step, carrying the last good state (saved if it was not) and the run so far."""
+    k, t = e.k, e.t
+    if saver.ts[-1] != t:
+        saver.record(t, e.x)
+    if recorder is not None:
+        del recorder.rows[k - 1 :]
+    last = snapshot(k - 1, e.x, stopped=f"{e.why} at t={t0 + k * dt:.6g} (step {k})")
+    return _guards.NumericalInstability(
+        f"{e.why} at t={t0 + k * dt:.6g} (step {k} of {n_steps}); the last good state is t={t:.6g} (step {k - 1}). "
+        f"If the step dt={dt} is too large for these weights, lower it or use the implicit method='jko' for stiff "
+        "cases.",
+        step=k, t=t0 + k * dt, checkpoint=last, trajectory=_partial(last, a, w, model, method, dt, seed, config),
+    )  # fmt: skip
+
+
+def _partial(
+    ck: Checkpoint,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    model: str,
+    method: str,
+    dt: float,
+    seed: int | None,
+    config: dict[str, Any] | None,
+) -> Trajectory:
     """The trajectory recorded up to a checkpoint (what a stopped run leaves)."""
     return Trajectory(
-        t=ck.saved_t,
-        x=ck.saved_x,
-        A=ck.saved_A,
-        V=ck.saved_V if ck.any_V else None,
-        diagnostics=ck.diagnostics,
-        token_weights=to_numpy(a).astype(np.float64),
-        head_weights=to_numpy(w).astype(np.float64),
-        model=model,
-        method=method,
-        dt=float(dt),
-        seed=seed,
-        config=config,
+        t=ck.saved_t, x=ck.saved_x, A=ck.saved_A, V=ck.saved_V if ck.any_V else None, diagnostics=ck.diagnostics,
+        token_weights=to_numpy(a).astype(np.float64), head_weights=to_numpy(w).astype(np.float64), model=model,
+        method=method, dt=float(dt), seed=seed, config=config,
         provenance={"wall_time_s": ck.wall_time_s, "steps": ck.step, "complete": False, "stopped": ck.stopped},
-    )
+    )  # fmt: skip

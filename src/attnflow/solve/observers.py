@@ -1,0 +1,139 @@
+"""The observers :func:`attnflow.simulate` plugs into its stepping loop (:mod:`attnflow.solve.loop`).
+
+* :class:`Saver` records the state, the heads and the diagnostics at the save times (a recorder:
+  an overflow while it measures fails the step);
+* :class:`PrecisionCheck` runs the float32 monitor at the save times;
+* :class:`CheckpointWriter` writes a resumable checkpoint when the :class:`~attnflow.io.checkpoint.Checkpointer` says so;
+* :class:`ProgressReport` calls a ``progress(k, n)`` callback.
+
+The EDI recorder (:class:`attnflow.analysis.edi.StepRecorder`) wraps the step itself, because it
+needs the integrator's stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.analysis.diagnostics import as_numpy_table, state_diagnostics
+from attnflow.core.arrays import to_numpy
+from attnflow.core.heads import Heads
+from attnflow.io.checkpoint import Checkpoint, Checkpointer
+from attnflow.kernels.dispatch import KernelOptions
+from attnflow.solve.guards import Float32Monitor
+from attnflow.solve.loop import StepState
+
+
+@dataclass
+class Saver:
+    """The saved trajectory so far: times, tokens, heads and :data:`~attnflow.analysis.diagnostics.DIAGNOSTICS`.
+
+    ``field(t, x) -> v_t(x)`` and ``heads_at(t)`` are the run's field and weights; ``check_gf``
+    checks each saved head for the gradient-flow class (model ``gf``).
+    """
+
+    field: Callable[[float, torch.Tensor], torch.Tensor]
+    heads_at: Callable[[float], Heads]
+    a: torch.Tensor
+    w: torch.Tensor
+    cluster_eps: float
+    check_gf: bool
+    options: KernelOptions | None = None
+    name: str = "diagnostics"
+    rows: list[dict[str, float]] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    xs: list[np.ndarray] = field(default_factory=list)
+    As: list[np.ndarray] = field(default_factory=list)
+    Vs: list[np.ndarray] = field(default_factory=list)
+    any_V: bool = False
+
+    def record(self, t: float, y: torch.Tensor) -> None:
+        """Save the state ``y`` at time ``t`` with its diagnostics."""
+        heads = self.heads_at(t)
+        if self.check_gf:
+            heads.check_gradient_flow()
+        v = self.field(t, y)
+        self.rows.append(
+            state_diagnostics(y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options)
+        )
+        self.ts.append(t)
+        self.xs.append(to_numpy(y).astype(np.float64))
+        self.As.append(to_numpy(heads.A).astype(np.float64))
+        self.Vs.append(to_numpy(heads.values).astype(np.float64))
+        self.any_V = self.any_V or heads.V is not None
+
+    def on_step(self, state: StepState) -> None:
+        if state.save:
+            self.record(state.t, state.x)
+
+    def restore(self, ck: Checkpoint) -> None:
+        """Continue from what a checkpoint saved."""
+        self.any_V = ck.any_V
+        self.ts.extend(float(v) for v in ck.saved_t)
+        self.xs.extend(ck.saved_x)
+        self.As.extend(ck.saved_A)
+        self.Vs.extend(ck.saved_V)
+        self.rows.extend({k: float(ck.diagnostics[k][i]) for k in ck.diagnostics} for i in range(len(ck.saved_t)))
+
+    def arrays(self) -> dict[str, Any]:
+        """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
+        return {
+            "t": np.array(self.ts),
+            "x": np.stack(self.xs),
+            "A": np.stack(self.As),
+            "V": np.stack(self.Vs) if self.any_V else None,
+            "diagnostics": as_numpy_table(self.rows),
+        }
+
+
+@dataclass
+class PrecisionCheck:
+    """The float32 monitor (:class:`~attnflow.solve.guards.Float32Monitor`) at the save times."""
+
+    monitor: Float32Monitor
+    step: Callable[..., torch.Tensor]
+    model: str
+    heads_at: Callable[[float], Heads]
+    a: torch.Tensor
+    w: torch.Tensor
+    dt: float
+    save_every: int
+    options: KernelOptions | None = None
+    name: str = "float32 check"
+
+    def on_step(self, state: StepState) -> None:
+        if state.save:
+            weight = min(self.save_every, state.n_steps - state.k + 1)
+            self.monitor.check(
+                self.step, self.model, self.heads_at(state.t), self.a, self.w, state.t, state.x, self.dt,
+                weight=weight, options=self.options,
+            )  # fmt: skip
+
+
+@dataclass
+class CheckpointWriter:
+    """Writes ``snapshot(k, x)`` through ``checkpointer`` whenever it is due (never at the last step:
+    the finished run is written instead)."""
+
+    checkpointer: Checkpointer
+    snapshot: Callable[[int, torch.Tensor], Checkpoint]
+    name: str = "checkpoint"
+
+    def on_step(self, state: StepState) -> None:
+        if state.k < state.n_steps and self.checkpointer.due(state.k):
+            self.checkpointer.write(self.snapshot(state.k, state.x))
+
+
+@dataclass
+class ProgressReport:
+    """Calls ``progress(k, n_steps)`` after every step."""
+
+    progress: Callable[[int, int], None]
+    name: str = "progress"
+
+    def on_step(self, state: StepState) -> None:
+        self.progress(state.k, state.n_steps)
