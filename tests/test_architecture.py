@@ -40,7 +40,7 @@ def test_import_contracts_hold():
     "module, line, broken",
     [
         ("core/geometry.py", "import attnflow.viz.plotting", "each stage imports only the stages below it BROKEN"),
-        ("solve/guards.py", "from attnflow.solve import simulate", "No import cycle anywhere in the package BROKEN"),
+        ("solve/guards.py", "from attnflow.solve import simulation", "No import cycle anywhere in the package BROKEN"),
     ],
 )
 def test_import_contracts_reject_a_violation(tmp_path, module, line, broken):

@@ -182,3 +182,31 @@ def test_off_sphere_points_and_float32_and_large_d():
 def test_blocks_are_memory_bounded():
     assert diag._rows_per_block(100_000, diag.GRAM_BLOCK_TOKENS) * 100_000 <= diag.GRAM_BLOCK_ENTRIES
     assert diag._rows_per_block(10**9, 4096) == 1 and diag._rows_per_block(100, 23) == 23
+
+
+def test_gram_diagnostics_equal_scipy_components_and_pairwise_inner():
+    """One Gram matrix gives the cluster count of scipy's connected components (sparse and BFS paths
+    alike) and exactly the min/mean of pairwise_inner; a wrong threshold changes the count."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from attnflow.analysis.diagnostics import gram_diagnostics, pairwise_inner
+
+    rng = np.random.default_rng(0)
+    paths = set()
+    for _ in range(40):
+        N, d, k = int(rng.integers(2, 300)), int(rng.integers(2, 6)), int(rng.integers(1, 8))
+        c = rng.standard_normal((k, d))
+        c /= np.linalg.norm(c, axis=1, keepdims=True)
+        x = c[rng.integers(0, k, N)] + rng.choice([1e-5, 1e-2, 0.3]) * rng.standard_normal((N, d))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        eps = float(rng.choice([1e-3, 1e-2, 0.2]))
+        ref = connected_components(csr_matrix(x @ x.T > 1 - eps), directed=False)[0]
+        clusters, mn, mean = gram_diagnostics(torch.as_tensor(x), eps)
+        assert clusters == ref
+        assert (mn, mean) == pairwise_inner(torch.as_tensor(x))
+        paths.add(int((x @ x.T > 1 - eps).sum()) > 9 * N)
+    assert paths == {True, False}  # both the sparse and the breadth-first path were exercised
+    x = np.repeat(np.eye(3), 4, axis=0)  # three exact clusters of four tokens
+    assert gram_diagnostics(torch.as_tensor(x), 1e-3)[0] == 3
+    assert gram_diagnostics(torch.as_tensor(x), 1.5)[0] == 1  # control: a threshold below 0 joins them

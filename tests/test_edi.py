@@ -12,7 +12,7 @@ from attnflow.analysis.edi import StepRecorder
 from attnflow.cli.main import app
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.schemes.integrators import INTEGRATORS
-from attnflow.solve.simulate import TimeField
+from attnflow.solve.simulation import TimeField
 from attnflow.weights.processes import Constant, OrnsteinUhlenbeck, Oscillating
 
 torch.set_num_threads(1)

@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "Heads": "attnflow.core.heads",
     "INTEGRATORS": "attnflow.schemes.integrators",
-    "simulate": "attnflow.solve.simulate",
+    "simulate": "attnflow.solve.simulation",
     "Trajectory": "attnflow.io.trajectory",
     "load": "attnflow.io.trajectory",
     "edi_budget": "attnflow.analysis.edi",
@@ -181,7 +181,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from attnflow.schemes.jko import JKOResult, jko_step
     from attnflow.solve.ensemble import Ensemble, simulate_ensemble
     from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate
-    from attnflow.solve.simulate import simulate
+    from attnflow.solve.simulation import simulate
     from attnflow.sweep.phase import PhaseDiagram, phase_diagram, plot_phase_diagram
     from attnflow.sweep.runner import SweepReport, run_sweep
     from attnflow.sweep.spec import SweepSpec, load_sweep, sweep_points

@@ -29,7 +29,7 @@ MODULE_ALIASES: dict[str, str] = {
     "attnflow.edi": "attnflow.analysis.edi",
     "attnflow.limits": "attnflow.analysis.limits",
     "attnflow.distances": "attnflow.analysis.distances",
-    "attnflow.simulate": "attnflow.solve.simulate",
+    "attnflow.simulate": "attnflow.solve.simulation",
     "attnflow.checkpoint": "attnflow.io.checkpoint",
     "attnflow.guards": "attnflow.solve.guards",
     "attnflow.ensemble": "attnflow.solve.ensemble",
@@ -44,6 +44,19 @@ MODULE_ALIASES: dict[str, str] = {
 }
 
 
+#: Old module paths that are also public functions of ``attnflow`` (``attnflow.simulate``): importing
+#: the path makes the import system set ``attnflow.simulate`` to the module, so that module must stay
+#: callable as the function was.
+_CALLABLE_ALIASES: dict[str, str] = {"attnflow.simulate": "simulate"}
+
+
+class _CallableModule(ModuleType):
+    """A module that calls its function of the same name (see :data:`_CALLABLE_ALIASES`)."""
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.simulate(*args, **kwargs)  # type: ignore[attr-defined]
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
@@ -52,6 +65,8 @@ class _AliasLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         module = importlib.import_module(self.target)
         self.target_spec = module.__spec__
+        if spec.name in _CALLABLE_ALIASES and type(module) is ModuleType:
+            module.__class__ = _CallableModule
         return module
 
     def exec_module(self, module: ModuleType) -> None:

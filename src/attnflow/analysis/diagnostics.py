@@ -88,15 +88,52 @@ def count_clusters(x: torch.Tensor, eps: float = 1e-3, *, block: int | None = No
     n, d = x.shape
     block = GRAM_BLOCK_TOKENS if block is None else block
     if n <= block:
-        G = (x @ x.T > 1.0 - eps).cpu().numpy()
-        ncomp, _ = connected_components(csr_matrix(G), directed=False)
-        return int(ncomp)
+        return _components_dense(x @ x.T > 1.0 - eps)
     if d <= CLUSTER_GRID_MAX_DIM:
         xn = _as_numpy(x)
         k = None if xn is None else _count_clusters_grid(xn, eps)
         if k is not None:
             return k
     return _count_clusters_blocked(x, eps, _rows_per_block(n, block))
+
+
+#: A dense adjacency with at most this many edges per token goes to scipy as a sparse graph;
+#: beyond, a breadth-first search over its rows (``O(N^2)`` in all, never lists the edges).
+_SPARSE_EDGES_PER_TOKEN = 8
+
+
+def _components_dense(adjacency: torch.Tensor) -> int:
+    """Connected components of the symmetric graph of an ``N x N`` boolean matrix."""
+    n = adjacency.shape[0]
+    if int(adjacency.sum()) <= (_SPARSE_EDGES_PER_TOKEN + 1) * n:
+        i, j = (t.cpu().numpy() for t in torch.nonzero(adjacency, as_tuple=True))
+        graph = csr_matrix((np.ones(len(i), dtype=bool), (i, j)), shape=(n, n))
+        return int(connected_components(graph, directed=False)[0])
+    # Clustered clouds: a breadth-first search per component; each token is in one frontier once.
+    unseen = torch.ones(n, dtype=torch.bool, device=adjacency.device)
+    count = 0
+    while bool(unseen.any()):
+        frontier = torch.zeros_like(unseen)
+        frontier[int(torch.argmax(unseen.to(torch.uint8)))] = True
+        unseen &= ~frontier
+        count += 1
+        while bool(frontier.any()):
+            frontier = adjacency[frontier].any(0) & unseen
+            unseen &= ~frontier
+    return count
+
+
+def gram_diagnostics(x: torch.Tensor, eps: float) -> tuple[int, float, float]:
+    """``(clusters, min_inner, mean_inner)`` of a cloud of at most :data:`GRAM_BLOCK_TOKENS` tokens
+    from one Gram matrix (what :func:`count_clusters` and :func:`pairwise_inner` give, in one pass)."""
+    n = x.shape[0]
+    G = x @ x.T
+    clusters = _components_dense(G > 1.0 - eps)
+    if n < 2:
+        return clusters, 1.0, 1.0
+    total = float(G.sum() - G.diagonal().sum())
+    G.fill_diagonal_(math.inf)
+    return clusters, float(G.min()), total / (n * (n - 1))
 
 
 def _count_clusters_blocked(x: torch.Tensor, eps: float, rows_per_block: int) -> int:
@@ -381,17 +418,24 @@ def state_diagnostics(
     *,
     cluster_eps: float = 1e-3,
     options: KernelOptions | None = None,
+    stats: FieldStats | None = None,
 ) -> dict[str, float]:
     """All of :data:`DIAGNOSTICS` for tokens ``x``, heads at the current time and field ``v``.
 
     ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
-    heads they are the same formulas, reported for comparison).
+    heads they are the same formulas, reported for comparison). ``stats``: the kernel pass of the
+    heads' ``A`` alone at ``x`` (``out_h`` with ``V = A`` and ``log Z_h``) when the caller already has
+    it (the simulation loop gets it from the field's own pass); otherwise it is computed here.
     """
-    st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, options=options)
+    st: FieldStats = stats if stats is not None else field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, options=options)
     log_abs_F = float(_log_abs_energy(st, a))
     log_b = -st.log_S
     speed2 = float((a * (v * v).sum(-1) * torch.exp(st.log_S)).sum())
-    mn, mean = pairwise_inner(x)
+    if x.shape[0] <= GRAM_BLOCK_TOKENS:
+        clusters, mn, mean = gram_diagnostics(x, cluster_eps)
+    else:
+        clusters = count_clusters(x, cluster_eps)
+        mn, mean = pairwise_inner(x)
     return {
         "energy": -_safe_exp(log_abs_F),
         "log_abs_energy": log_abs_F,
@@ -400,7 +444,7 @@ def state_diagnostics(
         "mobility_min": _safe_exp(float(log_b.min())),
         "mobility_max": _safe_exp(float(log_b.max())),
         "order_parameter": order_parameter(x, a),
-        "clusters": float(count_clusters(x, cluster_eps)),
+        "clusters": float(clusters),
         "min_inner": mn,
         "mean_inner": mean,
     }

@@ -70,6 +70,9 @@ class StepRecorder:
         # The evaluation at the end of the last step, (t, x, result): it gives F(mu_{k+1}, t_{k+1}) and
         # is the first stage of the next step, so each step costs one kernel pass fewer.
         self._end: tuple[float, torch.Tensor, tuple] | None = None
+        #: The last fresh evaluation ``(t, x, v, stats)``; for model ``gf`` ``stats`` holds what the
+        #: diagnostics need at that state, so the simulation's saver reuses it.
+        self.last: tuple[float, torch.Tensor, torch.Tensor, FieldStats] | None = None
 
     def heads_at(self, t: float) -> Heads:
         return self.field.heads_at(t)
@@ -100,6 +103,7 @@ class StepRecorder:
             xAx = (out[..., d:] * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
             dFdt = float(-0.5 * (self.a * S * (c * xAx).sum(0)).sum())
         F = -float(torch.exp(_log_abs_energy(st, self.a)))
+        self.last = (t, x, v, st)
         return v, speed2, slope2, dFdt, F
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:

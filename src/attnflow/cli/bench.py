@@ -19,6 +19,10 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="Small sizes only (about a minute)."),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     markdown_file: Optional[Path] = typer.Option(None, "--markdown", help="Also write the table as Markdown."),
+    loop: bool = typer.Option(
+        True, "--loop/--no-loop", help="Also measure simulate's cost per step against its evaluations."
+    ),
+    profile: bool = typer.Option(False, "--profile", help="Only the simulation loop: where each step's time goes."),
 ) -> None:
     """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation.
 
@@ -29,11 +33,28 @@ def bench(
       attnflow bench --json bench.json --markdown bench.md
     """
     from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
+    from attnflow.bench.loop import LOOP_HEADER, loop_markdown, loop_table_rows, run_loop_benchmarks
 
     for path in (json_file, markdown_file):
         if path is not None and not path.parent.exists():
             raise UserError(f"the folder of {str(path)!r} does not exist; create it or choose another path.")
-    result = run_benchmarks(quick=quick, progress=lambda s: console.print(f"measuring {s} ..."))
+    say = lambda s: console.print(f"measuring {s} ...")
+    loop_rows = run_loop_benchmarks(quick=quick, progress=say) if loop or profile else []
+    if loop_rows:
+        loop_table = Table(title="simulate: cost per step against its field evaluations (explicit Euler)")
+        for h in LOOP_HEADER:
+            loop_table.add_column(h, justify="left" if h in ("dtype", "split (evaluations per step)") else "right")
+        for row in loop_table_rows(loop_rows):
+            loop_table.add_row(*row)
+        Console(width=max(Console().width, 170)).print(loop_table)
+    if profile:
+        if json_file is not None:
+            json_file.write_text(json.dumps({"loop": loop_rows}, indent=2))
+        if markdown_file is not None:
+            markdown_file.write_text(loop_markdown(loop_rows))
+        return
+    result = run_benchmarks(quick=quick, progress=say)
+    result["loop"] = loop_rows
     table = Table(
         title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
     )
@@ -46,5 +67,5 @@ def bench(
         json_file.write_text(json.dumps(result, indent=2))
         console.print(f"wrote {json_file}")
     if markdown_file is not None:
-        markdown_file.write_text(markdown(result))
+        markdown_file.write_text(markdown(result) + ("\n" + loop_markdown(loop_rows) if loop_rows else ""))
         console.print(f"wrote {markdown_file}")

@@ -9,7 +9,7 @@ import numpy as np
 
 from attnflow.config import RunConfig, build, parse_config
 from attnflow.io.trajectory import Trajectory
-from attnflow.solve.simulate import simulate
+from attnflow.solve.simulation import simulate
 
 
 def merge(base: dict[str, Any], **sections: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from attnflow.core.heads import goe_heads
 from attnflow.dynamics.lipschitz import gronwall_exponent, lipschitz_bound
 from attnflow.experiments.common import ExperimentResult, Prediction, fmt, loglog_fit
 from attnflow.experiments.runs import run
-from attnflow.solve.simulate import simulate
+from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 

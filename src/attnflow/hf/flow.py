@@ -22,7 +22,7 @@ from attnflow.analysis.diagnostics import count_clusters
 from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
 from attnflow.hf.sphere import on_sphere
 from attnflow.io.trajectory import Trajectory
-from attnflow.solve.simulate import simulate
+from attnflow.solve.simulation import simulate
 
 #: Bin edges of the pairwise inner-product histograms.
 HIST_EDGES = np.linspace(-1.0, 1.0, 41)

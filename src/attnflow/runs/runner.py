@@ -37,7 +37,7 @@ from attnflow.io.store import (
 )
 from attnflow.io.trajectory import Trajectory
 from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning
-from attnflow.solve.simulate import simulate
+from attnflow.solve.simulation import simulate
 from attnflow.viz.plotting import plot_run
 
 __all__ = ["run_config", "run_to_folder", "resume_folder", "folder_status", "ResumeError"]

@@ -3,7 +3,7 @@
 
 from attnflow.solve.ensemble import Ensemble, simulate_ensemble
 from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, stability_estimate
-from attnflow.solve.simulate import simulate
+from attnflow.solve.simulation import simulate
 
 __all__ = [
     "Ensemble",

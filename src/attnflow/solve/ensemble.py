@@ -28,7 +28,7 @@ from attnflow.schemes.integrators import get_integrator
 from attnflow.solve.guards import NumericalInstability
 from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
 from attnflow.solve.observers import ProgressReport
-from attnflow.solve.simulate import step_count
+from attnflow.solve.simulation import step_count
 from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
 
 #: Per-member diagnostics recorded at every save time, shape ``(S, B)``.

@@ -22,6 +22,7 @@ import torch
 from attnflow.analysis.diagnostics import as_numpy_table, state_diagnostics
 from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import FieldStats
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.solve.guards import Float32Monitor
@@ -32,11 +33,13 @@ from attnflow.solve.loop import StepState
 class Saver:
     """The saved trajectory so far: times, tokens, heads and :data:`~attnflow.analysis.diagnostics.DIAGNOSTICS`.
 
-    ``field(t, x) -> v_t(x)`` and ``heads_at(t)`` are the run's field and weights; ``check_gf``
-    checks each saved head for the gradient-flow class (model ``gf``).
+    ``evaluate(t, x) -> (v_t(x), stats)`` gives the field and, when it can from the same kernel pass,
+    the ``A``-only statistics the diagnostics need (``None``: they make their own pass);
+    ``heads_at(t)`` the run's weights; ``check_gf`` checks each saved head for the gradient-flow
+    class (model ``gf``).
     """
 
-    field: Callable[[float, torch.Tensor], torch.Tensor]
+    evaluate: Callable[[float, torch.Tensor], tuple[torch.Tensor, FieldStats | None]]
     heads_at: Callable[[float], Heads]
     a: torch.Tensor
     w: torch.Tensor
@@ -56,9 +59,11 @@ class Saver:
         heads = self.heads_at(t)
         if self.check_gf:
             heads.check_gradient_flow()
-        v = self.field(t, y)
+        v, stats = self.evaluate(t, y)
         self.rows.append(
-            state_diagnostics(y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options)
+            state_diagnostics(
+                y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats
+            )
         )
         self.ts.append(t)
         self.xs.append(to_numpy(y).astype(np.float64))
@@ -90,9 +95,21 @@ class Saver:
         }
 
 
+#: Steps between two float32 checks. A check costs about ten steps of the run (three float64 steps,
+#: a float32 one, three float64 energies, with a float64 pass ~2.5 float32 ones), so checking every
+#: 200 steps keeps it near 5% of the run, whatever ``save_every`` is.
+PRECISION_CHECK_EVERY = 200
+
+
 @dataclass
 class PrecisionCheck:
-    """The float32 monitor (:class:`~attnflow.solve.guards.Float32Monitor`) at the save times."""
+    """The float32 monitor (:class:`~attnflow.solve.guards.Float32Monitor`) on a fixed schedule.
+
+    It checks at the first save time and then at every save time that closes
+    ``every_steps`` steps, each check standing for the steps up to the next one (its ``weight``),
+    so the summed drift estimates the whole run at a bounded cost. The schedule depends on the step
+    index only, so a resumed run checks where the uninterrupted one does.
+    """
 
     monitor: Float32Monitor
     step: Callable[..., torch.Tensor]
@@ -103,11 +120,23 @@ class PrecisionCheck:
     dt: float
     save_every: int
     options: KernelOptions | None = None
+    every_steps: int = PRECISION_CHECK_EVERY
     name: str = "float32 check"
 
+    @property
+    def stride(self) -> int:
+        """Save times between two checks."""
+        return max(1, -(-self.every_steps // self.save_every))
+
+    def due(self, k: int, n_steps: int) -> bool:
+        """Whether step ``k`` (a save step) is a check (a run shorter than ``save_every`` checks its end)."""
+        if n_steps < self.save_every:
+            return k == n_steps
+        return k % self.save_every == 0 and (k // self.save_every - 1) % self.stride == 0
+
     def on_step(self, state: StepState) -> None:
-        if state.save:
-            weight = min(self.save_every, state.n_steps - state.k + 1)
+        if state.save and self.due(state.k, state.n_steps):
+            weight = min(self.stride * self.save_every, state.n_steps - state.k + 1)
             self.monitor.check(
                 self.step, self.model, self.heads_at(state.t), self.a, self.w, state.t, state.x, self.dt,
                 weight=weight, options=self.options,

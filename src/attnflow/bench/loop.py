@@ -1,0 +1,144 @@
+"""What a simulation step costs beside its field evaluations, measured side by side in one process.
+
+For each size ``(N, d, H)``, dtype and ``save_every``:
+
+* ``eval_s``: one evaluation of the ``mha`` field (the stepper's unit of work);
+* ``step_s``: ``simulate``'s wall time per explicit Euler step (one evaluation per step), with the
+  diagnostics, the float32 check and everything else it does; ``evals_per_step = step_s / eval_s``
+  is the overhead (the target is <= 1.15);
+* ``plain_s``: one step of the plain torch approach of the public simulators (batched logits,
+  softmax, values, average over heads, Euler, retraction), the reference row; ``speedup`` is
+  ``plain_s / step_s`` (the target is >= 2);
+* ``split``: ``simulate``'s own account of where the time went (``provenance["seconds"]``), per
+  step, in evaluations; ``python`` is what no part claims (the loop, saving the arrays).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from attnflow.bench.harness import BETA, _problem
+from attnflow.kernels.dispatch import KernelOptions
+from attnflow.solve.simulation import TimeField, simulate
+from attnflow.weights.processes import Constant
+
+#: The sizes and settings of the issue's targets (``--quick``: the small size only).
+LOOP_SIZES: tuple[tuple[int, int, int], ...] = ((1024, 16, 4), (4096, 64, 8))
+
+
+@dataclass
+class LoopRow:
+    """One measured (size, dtype, save_every) cell."""
+
+    N: int
+    d: int
+    H: int
+    dtype: str
+    save_every: int
+    steps: int
+    eval_s: float
+    step_s: float
+    evals_per_step: float
+    plain_s: float
+    speedup: float
+    split: dict[str, float] = field(default_factory=dict)
+
+
+def plain_torch_step(x: torch.Tensor, A: torch.Tensor, V: torch.Tensor, dt: float) -> torch.Tensor:
+    """One Euler step the way the public multi-head simulators write it: ``(H, N, N)`` logits,
+    softmax, values, average over heads, tangent projection, Euler, retraction."""
+    logits = (x @ A) @ x.T  # (H, N, N): x_i^T A_h x_j
+    attn = torch.softmax(logits, dim=-1)
+    values = x @ V.transpose(-1, -2)  # (H, N, d): V_h x_j
+    u = (attn @ values).mean(0)
+    v = u - x * (x * u).sum(-1, keepdim=True)
+    y = x + dt * v
+    return y / torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+
+
+def _best(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_loop(
+    N: int, d: int, H: int, dtype: torch.dtype, save_every: int, *, steps: int = 40, repeats: int = 3
+) -> LoopRow:
+    """Measure one cell (see the module docstring)."""
+    x_np, A_np = _problem(N, d, H)
+    V_np = -A_np  # mha with V != A: values, logits and the diagnostics' A-outputs all differ
+    x = torch.as_tensor(x_np, dtype=dtype)
+    A, V = torch.as_tensor(A_np, dtype=dtype), torch.as_tensor(V_np, dtype=dtype)
+    process = Constant(A_np, V_np)
+    a, w = torch.full((N,), 1.0 / N, dtype=dtype), torch.full((H,), 1.0 / H, dtype=dtype)
+    f = TimeField("mha", process.sampler(0), a, w, dtype, x.device, KernelOptions())
+    f(0.0, x)  # warm-up
+    eval_s = _best(lambda: f(0.0, x), repeats)
+    dt = 1e-3
+    plain_torch_step(x, A, V, dt)
+    plain_s = _best(lambda: plain_torch_step(x, A, V, dt), repeats)
+    best_step, split = float("inf"), {}
+    for _ in range(max(1, repeats - 1)):
+        traj = simulate(x, process, model="mha", t_end=steps * dt, dt=dt, method="euler", save_every=save_every)
+        per = traj.provenance["wall_time_s"] / steps
+        if per < best_step:
+            best_step = per
+            secs = dict(traj.provenance.get("seconds", {}))
+            secs["python"] = max(0.0, traj.provenance["wall_time_s"] - sum(secs.values()))
+            split = {k: v / steps / eval_s for k, v in secs.items()}
+    return LoopRow(
+        N, d, H, str(dtype).replace("torch.", ""), save_every, steps, eval_s, best_step, best_step / eval_s,
+        plain_s, plain_s / best_step, split,
+    )  # fmt: skip
+
+
+def run_loop_benchmarks(quick: bool = False, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Every cell of the overhead table; JSON-ready."""
+    torch.manual_seed(0)
+    rows = []
+    for N, d, H in LOOP_SIZES[:1] if quick else LOOP_SIZES:
+        for dtype in (torch.float32, torch.float64):
+            for save_every in (10, 40):
+                if progress:
+                    progress(f"loop N={N} d={d} H={H} {dtype} save_every={save_every}")
+                row = bench_loop(N, d, H, dtype, save_every, steps=40 if N <= 1024 else 20)
+                rows.append(row.__dict__)
+    return rows
+
+
+LOOP_HEADER = ("N", "d", "H", "dtype", "save_every", "eval", "simulate / step", "evals / step", "plain torch / step",
+               "speedup vs plain", "split (evaluations per step)")  # fmt: skip
+
+
+def loop_table_rows(rows: list[dict]) -> list[tuple[str, ...]]:
+    """The overhead table as strings."""
+    out = []
+    for r in rows:
+        split = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["split"].items(), key=lambda kv: -kv[1]))
+        out.append((
+            str(r["N"]), str(r["d"]), str(r["H"]), r["dtype"], str(r["save_every"]), f"{r['eval_s'] * 1e3:.1f} ms",
+            f"{r['step_s'] * 1e3:.1f} ms", f"{r['evals_per_step']:.2f}", f"{r['plain_s'] * 1e3:.1f} ms",
+            f"{r['speedup']:.2f}x", split,
+        ))  # fmt: skip
+    return out
+
+
+def loop_markdown(rows: list[dict]) -> str:
+    """The overhead table in Markdown (for the README), with the beta used."""
+    lines = [
+        f"| {' | '.join(LOOP_HEADER)} |",
+        "|" + "---|" * len(LOOP_HEADER),
+        *(f"| {' | '.join(r)} |" for r in loop_table_rows(rows)),
+        "",
+        f"Explicit Euler, `mha` with V = -A, heads of operator norm {BETA:g}; targets: evals / step <= 1.15, "
+        "speedup vs plain >= 2.",
+    ]
+    return "\n".join(lines) + "\n"
