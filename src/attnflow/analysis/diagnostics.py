@@ -382,7 +382,7 @@ def state_diagnostics(
 ) -> dict[str, float]:
     """All of :data:`DIAGNOSTICS` for tokens ``x``, heads at the current time and field ``v``.
 
-    ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
+    ``F``, ``b`` and ``|dF|`` use ``A`` alone (docs/model.md defines them for symmetric ``A``; for other
     heads they are the same formulas, reported for comparison).
     """
     st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w)
