@@ -168,9 +168,12 @@ def rows(model: type[BaseModel], prefix: str = "", key_prefix: str = "") -> Iter
             yield key, "section", "", desc
             yield from rows(ann, f"{key}.", f"{lookup}.")
         elif variants:
-            yield key, "one of: " + ", ".join(f"`process: {v.model_fields['process'].default}`" for v in variants), (
-                _default(info)
-            ), desc
+            yield (
+                key,
+                "one of: " + ", ".join(f"`process: {v.model_fields['process'].default}`" for v in variants),
+                (_default(info)),
+                desc,
+            )
             for v in variants:
                 proc = v.model_fields["process"].default
                 yield from rows(v, f"{key}.", f"{lookup}.{proc}.")
