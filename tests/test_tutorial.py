@@ -100,3 +100,18 @@ def test_first_run_matches_the_text(tmp_path):
     assert round(np.mean(s[late] ** 2), 2) == m_late and round(np.mean(s[~late] ** 2), 2) == m_early
     # the claim the old text made ("the slope stays at a floor") is false for this run: it swings
     assert s[late].max() / s[late].min() > 5
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Quick start")
+    (code,) = code_blocks(readme[start : readme.index("\n## ", start + 3)], "python")
+    assert len(code.strip().splitlines()) <= 15
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    clusters, slope, residual = numbers(" ".join(out.getvalue().split()))[:3]
+    assert clusters >= 1 and slope > 0 and 0 <= residual < 1e-1
+    assert (tmp_path / "runs" / "my-ou" / "provenance.json").is_file()
