@@ -26,7 +26,7 @@ print(f"saved {len(traj.t)} times, x has shape {traj.x.shape}")
 print(f"energy F(mu_t, t): {d['energy'][0]:.4f} -> {d['energy'][-1]:.4f}")
 print(f"slope |dF|:        {d['slope'][0]:.4f} -> {d['slope'][-1]:.4f}")
 print(f"clusters:          {int(d['clusters'][0])} -> {int(d['clusters'][-1])}")
-# along the gf flow the metric speed |mu'| equals the slope |dF| (MODEL.md)
+# along the gf flow the metric speed |mu'| equals the slope |dF| (docs/model.md)
 print(f"max | |mu'| - |dF| | = {np.max(np.abs(d['metric_speed'] - d['slope'])):.2e}")
 
 traj.save(out, overwrite=True)  # dataset.zarr + provenance.json + figures/

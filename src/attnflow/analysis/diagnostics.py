@@ -422,7 +422,7 @@ def state_diagnostics(
 ) -> dict[str, float]:
     """All of :data:`DIAGNOSTICS` for tokens ``x``, heads at the current time and field ``v``.
 
-    ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
+    ``F``, ``b`` and ``|dF|`` use ``A`` alone (docs/model.md defines them for symmetric ``A``; for other
     heads they are the same formulas, reported for comparison). ``stats``: the kernel pass of the
     heads' ``A`` alone at ``x`` (``out_h`` with ``V = A`` and ``log Z_h``) when the caller already has
     it (the simulation loop gets it from the field's own pass); otherwise it is computed here.

@@ -1,4 +1,4 @@
-"""Distances between token clouds: W2 on the sphere and the weighted distance ``W_b`` of MODEL.md.
+"""Distances between token clouds: W2 on the sphere and the weighted distance ``W_b`` of docs/model.md.
 
 * :func:`wasserstein_sphere`: ``W_2(mu, nu)`` for the geodesic cost ``d(x, y) = arccos <x, y>``
   (exact through POT's network simplex up to ``exact_max`` tokens, entropic or sliced above).

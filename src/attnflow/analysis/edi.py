@@ -1,4 +1,4 @@
-"""The energy-dissipation identity (EDI) of MODEL.md, step by step along a ``gf`` trajectory.
+"""The energy-dissipation identity (EDI) of docs/model.md, step by step along a ``gf`` trajectory.
 
 Over each step ``[t_k, t_{k+1}]`` the budget compares
 

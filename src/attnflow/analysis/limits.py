@@ -82,7 +82,7 @@ def weight_path_length(trajectory, process: WeightProcess | None = None) -> Path
     """Discrete ``int_0^t |Theta'_s| ds`` along a trajectory's saved heads, and for the law of ``Theta_t``.
 
     ``process``: the weight process the run used; by default rebuilt from ``trajectory.config`` (runs
-    made by :func:`attnflow.config.run_config` or ``attnflow run``). The law is known for constant,
+    made by :func:`attnflow.runs.run_config` or ``attnflow run``). The law is known for constant,
     oscillating (deterministic paths) and OU processes (Gaussian laws, whose length to infinity is
     finite: the integrable regime). Sampled OU paths are rough: their discrete length grows like
     ``dt^{-1/2}`` as the save step shrinks, which is why the law is the quantity to read.

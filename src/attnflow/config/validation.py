@@ -51,7 +51,7 @@ def load_weight_file(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``(A, V)`` from a weight file, checked against ``tokens.d``, ``heads.count`` and the model.
 
-    ``model='gf'`` needs every ``A_h`` symmetric and ``V`` absent or equal to ``A`` (MODEL.md).
+    ``model='gf'`` needs every ``A_h`` symmetric and ``V`` absent or equal to ``A`` (docs/model.md).
     """
     p = Path(path)
     src = repr(str(p))

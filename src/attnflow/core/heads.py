@@ -1,4 +1,4 @@
-"""Attention heads: the matrices ``A_h = Q_h^T K_h`` and ``V_h`` of MODEL.md, and presets.
+"""Attention heads: the matrices ``A_h = Q_h^T K_h`` and ``V_h`` of docs/model.md, and presets.
 
 A :class:`Heads` object is the one representation the kernel consumes. It keeps the factors
 ``Q, K`` (shape ``(H, k, d)``) so that logits ``(Q_h x_i) . (K_h x_j)`` cost ``O(N^2 k)``; dense
@@ -83,7 +83,7 @@ class Heads:
 
     @property
     def plain(self) -> bool:
-        """True when no bias, causal mask or rotary embedding is set (the heads of MODEL.md)."""
+        """True when no bias, causal mask or rotary embedding is set (the heads of docs/model.md)."""
         return (
             self.bias_q is None
             and self.bias_k is None

@@ -1,4 +1,4 @@
-"""The three dynamics and the gradient-flow quantities (MODEL.md): :mod:`.fields` owns ``v``, ``F``,
+"""The three dynamics and the gradient-flow quantities (docs/model.md): :mod:`.fields` owns ``v``, ``F``,
 ``b``, ``|dF|`` and the metric speed; :mod:`.lipschitz` bounds the field's Lipschitz constant;
 :mod:`.infinite` is the ``H = inf`` limit with Gaussian head laws."""
 

@@ -1,4 +1,4 @@
-"""The three dynamics of MODEL.md and the gradient-flow quantities, on top of the kernel.
+"""The three dynamics of docs/model.md and the gradient-flow quantities, on top of the kernel.
 
 With ``logZ_h(x_i)`` and ``out_h(x_i)`` from :func:`attnflow.kernels.attention_stats`:
 
@@ -156,7 +156,7 @@ def velocity(
     head_weights: ArrayLike | None = None,
     project: bool = True,
 ) -> ArrayLike:
-    """The field ``v(x_i)`` of model ``mha``, ``gf`` or ``usa`` (MODEL.md, "Three dynamics").
+    """The field ``v(x_i)`` of model ``mha``, ``gf`` or ``usa`` (docs/model.md, "Three dynamics").
 
     ``x`` ``(N, d)``; ``A`` ``(H, d, d)`` or a :class:`Heads`; ``V`` ``(H, d, d)``, ``None`` meaning
     ``V = A``. ``project=False`` skips ``P_x`` (then one Euler step of size 1 of ``mha`` is a

@@ -1,8 +1,8 @@
-"""The infinite-head limit ``H = inf``: ``Theta_t`` a Gaussian law on ``A`` (MODEL.md, "Weight processes").
+"""The infinite-head limit ``H = inf``: ``Theta_t`` a Gaussian law on ``A`` (docs/model.md, "Weight processes").
 
 A :class:`GaussianHeads` law is ``A = m + c S`` with ``S = (G + G^T)/2``, ``G`` i.i.d. standard
 normal (a mixture over several means ``m_c`` with weights ``omega_c`` is allowed, common ``c``).
-The Gaussian moment generating function gives, for any ``x, y`` (unit ones in MODEL.md),
+The Gaussian moment generating function gives, for any ``x, y`` (unit ones in docs/model.md),
 
     E exp(x^T A y) = sum_c omega_c exp(x^T m_c y + c^2 (|x|^2 |y|^2 + (x.y)^2) / 4),
 

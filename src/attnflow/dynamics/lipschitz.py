@@ -1,4 +1,4 @@
-"""Lipschitz constants of the particle fields, for the Gronwall estimate of MODEL.md.
+"""Lipschitz constants of the particle fields, for the Gronwall estimate of docs/model.md.
 
 For ``X = (x_1, ..., x_N)`` with the norm ``||X||_a = (sum_i a_i |x_i|^2)^{1/2}`` and heads with
 ``||A_h||_op <= alpha``, ``||V_h||_op <= nu``, one softmax head moves ``u_i = sum_j p_ij V x_j`` by

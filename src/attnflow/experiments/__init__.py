@@ -1,4 +1,4 @@
-"""``attnflow reproduce``: the paper's numerical predictions (MODEL.md), one command each.
+"""``attnflow reproduce``: the paper's numerical predictions (docs/model.md), one command each.
 
 Each experiment returns an :class:`~attnflow.experiments.common.ExperimentResult` and is written as a
 run folder with ``results.json``; ``all`` runs every one and writes ``report.md`` / ``report.html``

@@ -1,7 +1,7 @@
 """What every ``attnflow reproduce`` experiment shares: predictions, results, figures, folders.
 
 An experiment returns an :class:`ExperimentResult`: headline numbers, a list of
-:class:`Prediction` (MODEL.md's statement, the measured number, the criterion, PASS/FAIL),
+:class:`Prediction` (docs/model.md's statement, the measured number, the criterion, PASS/FAIL),
 figures, the exact configs it ran and an optional dataset. :func:`write_experiment` turns it
 into a run folder (the core format: ``dataset.zarr``, ``config.yaml``, ``provenance.json`` last
 with ``"complete": true``) plus ``results.json``, ``configs.yaml`` and ``figures/*.png|pdf``,
@@ -30,7 +30,7 @@ from attnflow.io.store import atomic_folder, git_commit, write_dataset
 
 @dataclass
 class Prediction:
-    """One prediction of MODEL.md checked on numbers: ``passed = criterion(measured)``."""
+    """One prediction of docs/model.md checked on numbers: ``passed = criterion(measured)``."""
 
     experiment: str
     statement: str

@@ -27,7 +27,7 @@ def _rows(results: list[ExperimentResult]):
 
 
 def markdown_table(results: list[ExperimentResult]) -> str:
-    lines = ["| experiment | prediction (MODEL.md) | measured | criterion | |", "|---|---|---|---|---|"]
+    lines = ["| experiment | prediction (docs/model.md) | measured | criterion | |", "|---|---|---|---|---|"]
     for r, p in _rows(results):
         esc = lambda s: s.replace("|", "\\|")
         lines.append(

@@ -7,7 +7,7 @@ and attention scale ``s``, the module computes, on its layer-normed input ``y``,
     ``attn(y)_i = b_O + sum_h W_O^h sum_j softmax_j((s W_Q^h y_i + s b_Q^h) . (W_K^h y_j + b_K^h)) (W_V^h y_j + b_V^h)``.
 
 We store ``Q_h = s W_Q^h``, ``K_h = W_K^h`` (``k x d``), their biases, and, because attnflow
-*averages* heads with masses ``w_h = 1/H`` (MODEL.md, Conventions), ``V_h = H W_O^h W_V^h``
+*averages* heads with masses ``w_h = 1/H`` (docs/model.md, Conventions), ``V_h = H W_O^h W_V^h``
 (``d x d``) and ``b_V^h = H W_O^h b_V^h + b_O``, so that ``sum_h w_h (...) = attn(y)`` exactly.
 
 Supported: GPT-2 (fused ``c_attn`` Conv1D), BERT and RoBERTa (``query/key/value``), ViT and the

@@ -178,7 +178,7 @@ def attention_stats_reference(
     key_bias: np.ndarray | None = None,
     causal: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Plain numpy transcription of MODEL.md: ``Z_h(x_i) = sum_j a_j exp(x_i^T A_h x_j)`` and
+    """Plain numpy transcription of docs/model.md: ``Z_h(x_i) = sum_j a_j exp(x_i^T A_h x_j)`` and
     ``out_h(x_i) = sum_j a_j exp(x_i^T A_h x_j) V_h x_j / Z_h(x_i)``, one head and token at a time.
 
     Returns ``(out, logZ)`` shaped like :func:`attention_stats`. Shifts by the row maximum only to

@@ -119,7 +119,7 @@ def head_stats(
     tol = opts.tol if tol is None else tol
     if backend == "fast" and not heads.plain:
         raise ValueError(
-            "fast summation covers the plain heads of MODEL.md; these heads carry biases, a causal "
+            "fast summation covers the plain heads of docs/model.md; these heads carry biases, a causal "
             "mask or rotary embeddings: use backend 'auto' (dense)"
         )
     if backend in ("auto", "fast") and heads.plain:

@@ -1,4 +1,4 @@
-"""Minimising movements (JKO) of the ``gf`` energy on the sphere (MODEL.md, "Minimising movements").
+"""Minimising movements (JKO) of the ``gf`` energy on the sphere (docs/model.md, "Minimising movements").
 
 One step from ``mu_k = sum_i a_i delta_{x_i}`` solves the particle problem
 

@@ -85,7 +85,7 @@ def time_to_cluster(t: np.ndarray, clusters: np.ndarray, n_tokens: int) -> float
 
 def summarise(record: dict[str, Any], window: float = 0.5) -> dict[str, float]:
     """The headline numbers of one point: ``<diag>_end``, ``<diag>_mean`` (late window),
-    ``slope_floor`` (late time average of ``|dF|^2``, MODEL.md) and ``t_cluster``."""
+    ``slope_floor`` (late time average of ``|dF|^2``, docs/model.md) and ``t_cluster``."""
     out: dict[str, float] = {}
     if record.get("status") != "ok":
         return out

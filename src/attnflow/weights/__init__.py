@@ -1,4 +1,4 @@
-"""Weight processes ``Theta_t`` (MODEL.md, "Weight processes"): constant, layers, Ornstein-Uhlenbeck,
+"""Weight processes ``Theta_t`` (docs/model.md, "Weight processes"): constant, layers, Ornstein-Uhlenbeck,
 oscillating, sampled arrays and callables. ``af.weights.OrnsteinUhlenbeck`` and friends live in
 :mod:`attnflow.weights.processes`."""
 
