@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded
+from attnflow.cli.app import UserError, app, guarded, say
 
 
 @app.command()
@@ -19,21 +19,44 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="Small sizes only (about a minute)."),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     markdown_file: Optional[Path] = typer.Option(None, "--markdown", help="Also write the table as Markdown."),
+    startup_only: bool = typer.Option(
+        False, "--startup-only", help="Only time the command line's start-up (attnflow --help, --version)."
+    ),
 ) -> None:
     """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation.
+
+    First it times the command line's start-up: 'attnflow --help' and 'attnflow --version' in
+    fresh processes, best of 3.
 
     Examples:
 
       attnflow bench --quick
 
+      attnflow bench --startup-only
+
       attnflow bench --json bench.json --markdown bench.md
     """
-    from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
+    from attnflow.bench.startup import cli_startup_seconds
 
     for path in (json_file, markdown_file):
         if path is not None and not path.parent.exists():
             raise UserError(f"the folder of {str(path)!r} does not exist; create it or choose another path.")
-    result = run_benchmarks(quick=quick, progress=lambda s: console.print(f"measuring {s} ..."))
+    startup = cli_startup_seconds(repeats=3)
+    st = Table(title="command-line start-up (fresh process, best of 3)")
+    st.add_column("command")
+    st.add_column("seconds", justify="right")
+    for label, seconds in startup.items():
+        st.add_row(label, f"{seconds:.3f}")
+    Console().print(st)
+    if startup_only:
+        if json_file is not None:
+            json_file.write_text(json.dumps({"startup_s": startup}, indent=2))
+            say(f"wrote {json_file}")
+        return
+    from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
+
+    result = run_benchmarks(quick=quick, progress=lambda s: say(f"measuring {s} ..."))
+    result["startup_s"] = startup
     table = Table(
         title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
     )
@@ -44,7 +67,7 @@ def bench(
     Console(width=max(Console().width, 170)).print(table)
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2))
-        console.print(f"wrote {json_file}")
+        say(f"wrote {json_file}")
     if markdown_file is not None:
         markdown_file.write_text(markdown(result))
-        console.print(f"wrote {markdown_file}")
+        say(f"wrote {markdown_file}")

@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded, progress_bar
+from rich.markup import escape
+
+from attnflow.cli.app import UserError, app, guarded, progress_bar, say, warn
 
 
 @app.command()
@@ -48,18 +50,17 @@ def run(
     from attnflow.runs.runner import reported_warnings, resume_folder, run_to_folder
 
     every = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
-    warn = lambda m: console.print(f"[bold yellow]warning:[/] {m}", highlight=False, soft_wrap=True)
     if resume is not None:
         if config is not None or preset is not None or out is not None or set_ or seed is not None:
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
         with progress_bar(f"resume {resume}") as bar, reported_warnings(warn):
-            task = bar.add_task(str(resume), total=None)
+            task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
             )
-        console.print(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}")
+        say(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}")
         _summary(resume)
         return
     if out is None:
@@ -81,11 +82,11 @@ def run(
         raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
     n_steps = round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
-        task = bar.add_task(cfg.name, total=n_steps)
+        task = bar.add_task(escape(cfg.name), total=n_steps)
         traj = run_to_folder(
             cfg, out, force=force, figures=figures, progress=lambda k, n: bar.update(task, completed=k), **every
         )
-    console.print(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
+    say(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
     _summary(out)
 
 
@@ -94,7 +95,7 @@ def _summary(path: Path) -> None:
 
     traj = load(path)
     d = traj.diagnostics
-    table = Table(title=f"run {path}", show_header=True)
+    table = Table(title=f"run {escape(str(path))}", show_header=True)
     table.add_column("quantity")
     table.add_column(f"t = {traj.t[0]:.3g}", justify="right")
     table.add_column(f"t = {traj.t[-1]:.3g}", justify="right")
@@ -165,4 +166,4 @@ def plot(
     traj = load(run_dir)
     paths = plot_run(traj, out or run_dir / FIGURES)
     for p in paths:
-        console.print(f"wrote {p}")
+        say(f"wrote {p}")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from attnflow.cli.app import UserError, app, console, guarded
+from attnflow.cli.app import UserError, app, guarded, say
 
 
 def _complete_run(run_dir: Path) -> None:
@@ -48,7 +48,7 @@ def report(
 
     _complete_run(run_dir)
     path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+    say(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
 
 
 @app.command()
@@ -100,7 +100,7 @@ def movie(
         elevation=elevation,
         point_size=point_size,
     )
-    with progress_bar("movie") as bar:
+    with progress_bar("movie", unit="frames") as bar:
         task = bar.add_task("movie", total=frames)
         path = render_movie(run_dir, out, settings, progress=lambda k, n: bar.update(task, completed=k, total=n))
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")
+    say(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")
