@@ -21,7 +21,10 @@ def cli_startup_seconds(repeats: int = 3) -> dict[str, float]:
         for _ in range(repeats):
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "attnflow", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                [sys.executable, "-m", "attnflow", *args],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             times.append(time.perf_counter() - t0)
         best[label] = min(times)

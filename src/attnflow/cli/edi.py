@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
-
 from rich.markup import escape
+from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
 

@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
-
 from rich.markup import escape
+from rich.table import Table
 
 from attnflow.cli.app import App, UserError, app, console, guarded, progress_bar, say
 
@@ -68,7 +67,9 @@ def verify(
     layers = extract(model, source=path)
     checks = verify_model(model, layers, n_tokens=tokens, seed=seed)
     m = layers.meta
-    table = Table(title=f"{escape(m.architecture)} ({escape(m.model_type)}) at {escape(path)}: attention output, ours vs module (float32)")
+    table = Table(
+        title=f"{escape(m.architecture)} ({escape(m.model_type)}) at {escape(path)}: attention output, ours vs module (float32)"
+    )
     for col in ("layer", "max |attn|", "max rel. error", "status"):
         table.add_column(col, justify="right")
     for c in checks:
@@ -177,7 +178,9 @@ def gf(path: str = typer.Argument(..., help="Folder of a model saved with save_p
 
     layers = load_heads(path)
     proj = to_gradient_flow(on_sphere(layers))
-    table = Table(title=f"{escape(layers.meta.architecture)}: distance to the gradient-flow class (relative, Frobenius)")
+    table = Table(
+        title=f"{escape(layers.meta.architecture)}: distance to the gradient-flow class (relative, Frobenius)"
+    )
     for col in ("layer", "distance", "asymmetry |A - sym A|/|A|", "value gap |V - A|/(|V|+|A|)"):
         table.add_column(col, justify="right")
     for l in range(layers.L):
