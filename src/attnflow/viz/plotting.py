@@ -29,6 +29,7 @@ from attnflow.viz.views import (
     marker_area,
     merged_markers,
     pca_basis,
+    speed_equals_slope,
     sphere_wireframe,
 )
 
@@ -109,9 +110,15 @@ def _sphere_panel(ax, p: np.ndarray, colours: list[str], areas: np.ndarray, rast
 
 
 def plot_snapshots(traj: Trajectory, path: Path, count: int = 4) -> Path:
-    """Token clouds at ``count`` times (PNG + PDF): on the sphere for ``d <= 3`` (orthographic view,
-    far hemisphere faded), in PCA coordinates otherwise; coloured by final cluster, one marker per
-    current cluster with area growing with its mass. Returns the PNG's path."""
+    """Write :func:`snapshots_figure` as PNG and PDF; returns the PNG's path."""
+    return _save(snapshots_figure(traj, count), path)
+
+
+def snapshots_figure(traj: Trajectory, count: int = 4):
+    """Token clouds at ``count`` times: on the sphere for ``d <= 3`` (orthographic view, far
+    hemisphere faded), in PCA coordinates otherwise; coloured by final cluster, one marker per
+    current cluster with area growing with its mass; a legend (or colourbar) of the final clusters
+    and of the marker sizes. Returns the matplotlib figure."""
     idx = snapshot_indices(len(traj.t), count)
     col = cluster_colouring(traj)
     a = np.asarray(traj.token_weights, dtype=np.float64)
@@ -140,8 +147,8 @@ def plot_snapshots(traj: Trajectory, path: Path, count: int = 4) -> Path:
             ax.set_xlabel(f"PC$_1$ ({100 * var[0]:.0f}% var.)", fontsize=8)
             ax.set_ylabel(f"PC$_2$ ({100 * var[1]:.0f}% var.)", fontsize=8)
             ax.tick_params(labelsize=7)
-        ax.set_title(f"$t$ = {traj.t[k]:.3g},  $K$ = {len(mass)} clusters", fontsize=9)
-    where = f"on $S^{{{traj.d - 1}}}$ (far side faded)" if traj.d <= 3 else f"PCA of $S^{{{traj.d - 1}}}$"
+        ax.set_title(f"$t$ = {traj.t[k]:.3g},  $K$ = {len(mass)} cluster{'s' if len(mass) != 1 else ''}", fontsize=9)
+    where = f"on $S^{{{traj.d - 1}}}$ (far side faded)" if traj.d <= 3 else f"in a PCA view of $S^{{{traj.d - 1}}}$"
     fig.suptitle(
         f"tokens {where}: model {traj.model}, $N$ = {traj.N}, $d$ = {traj.d}, $H$ = {traj.H}; "
         f"colour: final cluster, area $\\propto\\sqrt{{\\mathrm{{mass}}}}$",
@@ -149,7 +156,7 @@ def plot_snapshots(traj: Trajectory, path: Path, count: int = 4) -> Path:
     )
     fig.tight_layout(rect=(0, 0, 1 - 1.8 / fig.get_figwidth(), 0.94))
     _cluster_key(fig, col, traj.N)
-    return _save(fig, path)
+    return fig
 
 
 def _cluster_key(fig, col, n_tokens: int) -> None:
@@ -204,18 +211,15 @@ def _cluster_key(fig, col, n_tokens: int) -> None:
     )
 
 
-def speed_equals_slope(traj: Trajectory) -> bool:
-    """True when the metric speed and the slope coincide by construction (model ``gf``: the velocity
-    is the gradient of ``F`` in the mobility metric, ``|mu'| = |dF|``), checked on the data."""
-    d = traj.diagnostics
-    s, v = np.asarray(d["slope"], dtype=np.float64), np.asarray(d["metric_speed"], dtype=np.float64)
-    ok = np.isfinite(s) & np.isfinite(v)
-    return traj.model == "gf" and bool(np.allclose(s[ok], v[ok], rtol=1e-6, atol=0))
-
-
 def plot_diagnostics(traj: Trajectory, path: Path) -> Path:
+    """Write :func:`diagnostics_figure` as PNG and PDF; returns the PNG's path."""
+    return _save(diagnostics_figure(traj), path)
+
+
+def diagnostics_figure(traj: Trajectory):
     """Energy ``F``, slope ``|dF|`` and metric speed ``|mu'|``, cluster count ``K`` and order
-    parameter against time (PNG + PDF); for ``gf`` slope and speed are one curve. Returns the PNG's path."""
+    parameter against time, every panel with a labelled y axis and a legend; for ``gf`` slope and
+    speed are one curve (:func:`~attnflow.viz.views.speed_equals_slope`). Returns the figure."""
     d = traj.diagnostics
     t = traj.t
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
@@ -253,7 +257,7 @@ def plot_diagnostics(traj: Trajectory, path: Path) -> Path:
         fontsize=10,
     )
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 def plot_run(traj: Trajectory, outdir: str | Path) -> list[Path]:

@@ -210,3 +210,12 @@ def interpolate_tokens(x: np.ndarray, t: np.ndarray, times: np.ndarray, *, on_sp
         return y
     n = np.linalg.norm(y, axis=-1, keepdims=True)
     return y / np.where(n > 0, n, 1.0)
+
+
+def speed_equals_slope(traj: Trajectory) -> bool:
+    """True when the metric speed and the slope coincide by construction (model ``gf``: the velocity
+    is the gradient of ``F`` in the mobility metric, ``|mu'| = |dF|``), checked on the data."""
+    d = traj.diagnostics
+    s, v = np.asarray(d["slope"], dtype=np.float64), np.asarray(d["metric_speed"], dtype=np.float64)
+    ok = np.isfinite(s) & np.isfinite(v)
+    return traj.model == "gf" and bool(np.allclose(s[ok], v[ok], rtol=1e-6, atol=0))
