@@ -65,7 +65,7 @@ def test_times_picks_the_nearest_saved_times(run_dir):
     assert rec["diagnostics"]["slope"][0] == traj.diagnostics["slope"][k]
     r = runner.invoke(app, ["show", str(run_dir), "--times", "0,1"])
     assert r.exit_code == 0 and "t = 0 " in r.output and "t = 1 " in r.output
-    for bad in ("a,b", ","):
+    for bad in ("a,b", ",", "nan", "1,inf"):
         r = runner.invoke(app, ["show", str(run_dir), "--times", bad])
         assert r.exit_code == 2 and "--times" in r.output
 

@@ -151,3 +151,15 @@ def test_hf_comparison_describes_every_variable(tmp_path):
     assert ds["clusters_real"].dtype.kind == "i"
     for name in ("layer", "block", "token", "dim", "bin"):
         assert name in ds.coords
+
+
+@pytest.mark.slow
+def test_reproduce_datasets_describe_every_variable(tmp_path):
+    """The datasets of `attnflow reproduce all --quick` (about 3 minutes)."""
+    from attnflow.experiments import reproduce
+
+    reproduce("all", out=tmp_path, quick=True)
+    folders = sorted(p.parent for p in tmp_path.glob("*/dataset.zarr"))
+    assert len(folders) == 6
+    for folder in folders:
+        assert missing_attrs(xr.open_zarr(folder / DATASET)) == [], folder.name

@@ -82,7 +82,7 @@ def verify(
     )
     bad = [c.layer for c in checks if not c.ok(tol)]
     if bad:
-        console.print(f"[bold red]mismatch[/] in layer(s) {bad}: relative error above {tol:g}")
+        console.print(f"[bold red]mismatch[/] in layer(s) {escape(str(bad))}: relative error above {tol:g}")
         raise typer.Exit(1)
 
 

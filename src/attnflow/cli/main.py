@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -101,8 +102,8 @@ def _parse_times(times: str | None) -> list[float] | None:
         values = [float(s) for s in times.replace(" ", "").split(",") if s]
     except ValueError:
         raise UserError(f"--times must be comma-separated numbers like 0,2.5,10; got {times!r}.") from None
-    if not values:
-        raise UserError("--times needs at least one time, e.g. --times 0,5,10.")
+    if not values or not all(math.isfinite(v) for v in values):
+        raise UserError(f"--times needs finite times, e.g. --times 0,5,10; got {times!r}.")
     return values
 
 
@@ -115,7 +116,6 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     the dataset's attributes, else the config) and the provenance; ``None`` where not recorded.
     """
     import json
-    import math
 
     import numpy as np
     import xarray as xr
