@@ -114,3 +114,16 @@ def test_extra_name_survives_in_messages():
         except typer.Exit as e:
             assert e.exit_code == 2
     assert "attnflow[sweep]" in cap.get()
+
+
+def test_missing_extra_message_keeps_the_extra_name(monkeypatch, tmp_path):
+    """End to end: the sweep's install hint reaches the user with '[sweep]' and '[distributed]' intact."""
+    import importlib.util
+    from pathlib import Path
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
+    sweep_file = Path(__file__).resolve().parents[1] / "examples" / "sweep_quick.yaml"
+    r = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(tmp_path / "s")], terminal_width=300)
+    assert r.exit_code == 2
+    assert "pip install 'attnflow[sweep]' (dask[distributed], pandas, pyarrow)" in r.output
