@@ -346,4 +346,7 @@ def markdown(result: dict) -> str:
         "|" + "---|" * len(HEADER),
     ]
     lines += ["| " + " | ".join(c) + " |" for c in table_rows(result)]
+    if result.get("startup_s"):
+        lines += ["", "| command-line start-up (fresh process, best of 3) | seconds |", "|---|---|"]
+        lines += [f"| `{label}` | {s:.3f} |" for label, s in result["startup_s"].items()]
     return "\n".join(lines) + "\n"

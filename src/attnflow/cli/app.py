@@ -10,15 +10,88 @@ traceback; ``--debug`` shows the traceback for bug reports.
 from __future__ import annotations
 
 import functools
+import re
 import sys
+from typing import Any
 
 import typer
+import typer.core
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from attnflow.config.errors import ConfigError
+from attnflow._version import __version__
 
-app = typer.Typer(
+#: typer's type label (``<int range>``, ``<list[str]>``) -> the word shown in help (click's style).
+_TYPE_WORDS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": "BOOLEAN"}
+
+
+def _type_word(param: Any, ctx: Any) -> str:
+    """``<list[str]>`` -> ``TEXT``; ``<float range>`` -> ``FLOAT`` (the range is printed beside it)."""
+    label = param.display_type(ctx).strip("<>")
+    label = re.sub(r"^list\[(.*)\]$", r"\1", label).removesuffix(" range")
+    return _TYPE_WORDS.get(label, label.upper())
+
+
+def _tidy(param: Any, ctx: Any) -> None:
+    """Display a parameter the one way attnflow's help uses: flags without a placeholder, values as
+    ``--out PATH``, positional arguments as ``RUN_DIR`` (required) or ``[CONFIG]`` (optional)."""
+    if getattr(param, "_attnflow_tidy", False):
+        return
+    if isinstance(param, typer.core.TyperArgument):
+        word = _type_word(param, ctx)
+        param.metavar = param.name.upper()
+        param.display_type_rich = lambda ctx, _w=word: _w  # the type column beside the name
+    elif getattr(param, "is_flag", False):
+        param.metavar = ""
+    elif param.metavar is None:
+        param.metavar = _type_word(param, ctx)
+    param._attnflow_tidy = True
+
+
+class _TidyParams:
+    """Mixin for typer's command and group classes: tidied parameters and a usage line
+    ``attnflow show [OPTIONS] RUN_DIR`` / ``attnflow run [OPTIONS] [CONFIG]``."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for p in params:
+            _tidy(p, ctx)
+        return params
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        rv = [self.options_metavar] if self.options_metavar else []  # type: ignore[attr-defined]
+        for p in self.get_params(ctx):
+            if isinstance(p, typer.core.TyperArgument):
+                name = p.metavar + ("..." if p.nargs != 1 else "")
+                rv.append(name if p.required else f"[{name}]")
+        if isinstance(self, typer.core.TyperGroup):
+            rv.append(self.subcommand_metavar)
+        return rv
+
+
+class TidyCommand(_TidyParams, typer.core.TyperCommand):
+    """A command whose help shows parameters the attnflow way (see :func:`_tidy`)."""
+
+
+class TidyGroup(_TidyParams, typer.core.TyperGroup):
+    """A command group whose help shows parameters the attnflow way (see :func:`_tidy`)."""
+
+
+class App(typer.Typer):
+    """:class:`typer.Typer` whose commands and groups are :class:`TidyCommand` / :class:`TidyGroup`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", TidyGroup)
+        kwargs.setdefault("rich_markup_mode", "rich")
+        super().__init__(**kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", TidyCommand)
+        return super().command(*args, **kwargs)
+
+
+app = App(
     name="attnflow",
     help=(
         "Simulate multi-head attention as a time-dependent Wasserstein gradient flow of tokens on the sphere.\n\n"
@@ -43,9 +116,22 @@ class UserError(Exception):
     """A mistake in what the user asked for: reported in one paragraph, exit code 2."""
 
 
+def say(message: str, style: str | None = None, prefix: str = "") -> None:
+    """Print ``message`` to stderr as plain text (escaped: ``[sweep]`` in a message stays ``[sweep]``),
+    after an optional styled ``prefix`` such as ``error:``."""
+    head = f"[{style}]{escape(prefix)}[/] " if style and prefix else (escape(prefix) + " " if prefix else "")
+    console.print(head + escape(str(message)), highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Report a user mistake in one escaped paragraph and exit with ``code`` (2)."""
+    say(message, "bold red", "error:")
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """A warning line (escaped)."""
+    say(message, "bold yellow", "warning:")
 
 
 def guarded(fn):
@@ -59,7 +145,6 @@ def guarded(fn):
             raise
         except (
             UserError,
-            ConfigError,
             ValueError,
             FileNotFoundError,
             FileExistsError,
@@ -73,17 +158,29 @@ def guarded(fn):
     return wrapper
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"attnflow {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors.")) -> None:
+def main(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+) -> None:
     _state["debug"] = debug
 
 
-def progress_bar(description: str) -> Progress:
+def progress_bar(description: str, unit: str = "steps") -> Progress:
+    """A progress bar on stderr counting ``unit`` (task descriptions are markup: escape user text)."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("steps"),
+        TextColumn(unit),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=console,

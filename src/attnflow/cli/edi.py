@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded
+from attnflow.cli.app import UserError, app, guarded, say
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -66,7 +67,7 @@ def edi(
     c = b.cumulative
     n = len(b.t) - 1
     idx = sorted({int(round(k)) for k in [n * i / max(rows - 1, 1) for i in range(rows)]})
-    table = Table(title=f"energy-dissipation budget of {run_dir} (cumulated from t = {b.t[0]:g})")
+    table = Table(title=f"energy-dissipation budget of {escape(str(run_dir))} (cumulated from t = {b.t[0]:g})")
     for col in ("t", "F(mu_t, t)", "energy change", "weights", "1/2 int |mu'|^2", "1/2 int |dF|^2", "residual"):
         table.add_column(col, justify="right")
     for k in idx:
@@ -88,4 +89,4 @@ def edi(
         highlight=False,
     )
     path = plot_budget(b, out or run_dir / FIGURES / "edi.png")
-    console.print(f"wrote {path}")
+    say(f"wrote {path}")

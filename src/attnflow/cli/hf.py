@@ -7,11 +7,12 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded, progress_bar
+from attnflow.cli.app import App, UserError, app, console, guarded, progress_bar, say
 
-hf = typer.Typer(
+hf = App(
     help=(
         "Real transformers: the heads of a Hugging Face checkpoint on disk (never downloaded).\n\n"
         "Examples:\n\n"
@@ -51,8 +52,7 @@ def verify(
     seed: int = typer.Option(0, "--seed", help="Seed of the random input."),
     tol: float = typer.Option(1e-4, "--tol", help="Largest accepted relative error per layer."),
 ) -> None:
-    """Check, layer by layer, that our field (no sphere projection) on the layer-normed hidden
-    states reproduces the module's own attention output in float32. Exit code 1 if a layer does not.
+    """Check, layer by layer, that our field (no sphere projection) on the layer-normed hidden states reproduces the module's own attention output in float32. Exit code 1 if a layer does not.
 
     Example:
 
@@ -67,7 +67,9 @@ def verify(
     layers = extract(model, source=path)
     checks = verify_model(model, layers, n_tokens=tokens, seed=seed)
     m = layers.meta
-    table = Table(title=f"{m.architecture} ({m.model_type}) at {path}: attention output, ours vs module (float32)")
+    table = Table(
+        title=f"{escape(m.architecture)} ({escape(m.model_type)}) at {escape(path)}: attention output, ours vs module (float32)"
+    )
     for col in ("layer", "max |attn|", "max rel. error", "status"):
         table.add_column(col, justify="right")
     for c in checks:
@@ -80,7 +82,7 @@ def verify(
     )
     bad = [c.layer for c in checks if not c.ok(tol)]
     if bad:
-        console.print(f"[bold red]mismatch[/] in layer(s) {bad}: relative error above {tol:g}")
+        console.print(f"[bold red]mismatch[/] in layer(s) {escape(str(bad))}: relative error above {tol:g}")
         raise typer.Exit(1)
 
 
@@ -100,8 +102,7 @@ def run_(
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Write figures into the run folder."),
 ) -> None:
-    """Run the token flow of a prompt through the model's layers (one unit of time each) and save
-    it as a run folder with the real model's positions and the comparison next to it.
+    """Run the token flow of a prompt through the model's layers (one unit of time each) and save it as a run folder with the real model's positions and the comparison next to it.
 
     Examples:
 
@@ -131,7 +132,7 @@ def run_(
         )
     save_hf_run(traj, cmp, out, overwrite=force, figures=figures)
     ds = cmp.to_xarray()
-    table = Table(title=f"{cmp.meta['architecture']}: flow vs model, {len(cmp.ids)} tokens")
+    table = Table(title=f"{escape(str(cmp.meta['architecture']))}: flow vs model, {len(cmp.ids)} tokens")
     for col in (
         "layer",
         "mean cosine",
@@ -153,7 +154,7 @@ def run_(
             f"{_mean_inner(cmp.sim[l]):.4f}",
         )
     Console().print(table)
-    console.print(f"wrote {out} (run folder + hf_comparison.zarr{', figures/hf_comparison.png' if figures else ''})")
+    say(f"wrote {out} (run folder + hf_comparison.zarr{', figures/hf_comparison.png' if figures else ''})")
 
 
 def _mean_inner(x) -> float:
@@ -165,8 +166,7 @@ def _mean_inner(x) -> float:
 @hf.command("gf")
 @guarded
 def gf(path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained.")) -> None:
-    """How far each layer is from a gradient flow: distance of its heads to the nearest
-    gf-admissible heads (symmetric A, V = A), on the sphere (norms folded in).
+    """How far each layer is from a gradient flow: distance of its heads to the nearest gf-admissible heads (symmetric A, V = A), on the sphere (norms folded in).
 
     Example:
 
@@ -178,11 +178,13 @@ def gf(path: str = typer.Argument(..., help="Folder of a model saved with save_p
 
     layers = load_heads(path)
     proj = to_gradient_flow(on_sphere(layers))
-    table = Table(title=f"{layers.meta.architecture}: distance to the gradient-flow class (relative, Frobenius)")
+    table = Table(
+        title=f"{escape(layers.meta.architecture)}: distance to the gradient-flow class (relative, Frobenius)"
+    )
     for col in ("layer", "distance", "asymmetry |A - sym A|/|A|", "value gap |V - A|/(|V|+|A|)"):
         table.add_column(col, justify="right")
     for l in range(layers.L):
         table.add_row(str(l), f"{proj.distance[l]:.4f}", f"{proj.asymmetry[l]:.4f}", f"{proj.value_gap[l]:.4f}")
     Console().print(table)
     if proj.dropped:
-        Console().print(f"not representable in a gradient flow, dropped: {', '.join(proj.dropped)}")
+        Console().print(escape(f"not representable in a gradient flow, dropped: {', '.join(proj.dropped)}"))

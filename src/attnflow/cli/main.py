@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded, progress_bar
+from attnflow.cli.app import UserError, app, guarded, progress_bar, say, warn
 
 
 @app.command()
@@ -48,18 +50,17 @@ def run(
     from attnflow.runs.runner import reported_warnings, resume_folder, run_to_folder
 
     every = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
-    warn = lambda m: console.print(f"[bold yellow]warning:[/] {m}", highlight=False, soft_wrap=True)
     if resume is not None:
         if config is not None or preset is not None or out is not None or set_ or seed is not None:
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
         with progress_bar(f"resume {resume}") as bar, reported_warnings(warn):
-            task = bar.add_task(str(resume), total=None)
+            task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
             )
-        console.print(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}")
+        say(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}")
         _summary(resume)
         return
     if out is None:
@@ -81,69 +82,198 @@ def run(
         raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
     n_steps = round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
-        task = bar.add_task(cfg.name, total=n_steps)
+        task = bar.add_task(escape(cfg.name), total=n_steps)
         traj = run_to_folder(
             cfg, out, force=force, figures=figures, progress=lambda k, n: bar.update(task, completed=k), **every
         )
-    console.print(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
+    say(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
     _summary(out)
 
 
-def _summary(path: Path) -> None:
-    from attnflow.io.trajectory import load
+#: The diagnostics ``show`` prints (all of them go into ``--json``).
+SHOWN = ("energy", "slope", "metric_speed", "mobility_min", "mobility_max", "order_parameter", "clusters", "mean_inner")
+NOT_RECORDED = "not recorded"
 
-    traj = load(path)
-    d = traj.diagnostics
-    table = Table(title=f"run {path}", show_header=True)
-    table.add_column("quantity")
-    table.add_column(f"t = {traj.t[0]:.3g}", justify="right")
-    table.add_column(f"t = {traj.t[-1]:.3g}", justify="right")
-    for name in (
-        "energy",
-        "slope",
-        "metric_speed",
-        "mobility_min",
-        "mobility_max",
-        "order_parameter",
-        "clusters",
-        "mean_inner",
-    ):
-        table.add_row(name, f"{d[name][0]:.6g}", f"{d[name][-1]:.6g}")
-    Console().print(table)
+
+def _parse_times(times: str | None) -> list[float] | None:
+    if times is None:
+        return None
+    try:
+        values = [float(s) for s in times.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise UserError(f"--times must be comma-separated numbers like 0,2.5,10; got {times!r}.") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise UserError(f"--times needs finite times, e.g. --times 0,5,10; got {times!r}.")
+    return values
+
+
+def summary_record(path: Path, times: list[float] | None = None) -> dict:
+    """What ``attnflow show`` reports about a run folder, as plain JSON-ready data.
+
+    Diagnostics at the saved times nearest to ``times`` (default: first and last), the time to
+    clustering (:func:`attnflow.sweep.table.time_to_cluster`), the EDI residual when the run
+    recorded its per-step series (:func:`attnflow.analysis.edi.edi_budget`), the parameters (from
+    the dataset's attributes, else the config) and the provenance; ``None`` where not recorded.
+    """
+    import json
+
+    import numpy as np
+    import xarray as xr
+
+    from attnflow.io.store import DATASET
+    from attnflow.io.trajectory import load
+    from attnflow.sweep.table import time_to_cluster
+
+    attrs = dict(xr.open_zarr(path / DATASET).attrs)
+    try:
+        traj = load(path)
+    except KeyError as e:
+        raise UserError(
+            f"{str(path)!r} holds no token trajectory (its dataset lacks {e}); it is an experiment's summary: "
+            "see its results.json."
+        ) from None
     cfg = traj.config or {}
+    if "weights" not in cfg and isinstance(attrs.get("config"), str):
+        cfg = json.loads(attrs["config"])
+    section = lambda name: cfg.get(name) or {}
+    t = traj.t
+    wanted = [float(t[0]), float(t[-1])] if times is None else times
+    idx = list(dict.fromkeys(int(np.argmin(np.abs(t - w))) for w in wanted))  # nearest saved times, once each
+    d = traj.diagnostics
+    clean = lambda v: None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+    record: dict = {
+        "path": str(path),
+        "model": traj.model,
+        "method": traj.method,
+        "N": traj.N,
+        "d": traj.d,
+        "H": traj.H,
+        "dt": traj.dt,
+        "t_start": float(t[0]),
+        "t_end": float(t[-1]),
+        "saved_times": len(t),
+        "seed": traj.seed,
+        "weights": attrs.get("weights_process", section("weights").get("process")),
+        "beta": attrs.get("beta", section("heads").get("beta")),
+        "cluster_eps": attrs.get("cluster_eps", section("diagnostics").get("cluster_eps")),
+        "requested_times": None if times is None else wanted,
+        "times": [float(t[k]) for k in idx],
+        "diagnostics": {name: [clean(float(d[name][k])) for k in idx] for name in d},
+        "time_to_clustering": None,
+        "final_clusters": None,
+        "edi": None,
+        "wall_time_s": traj.provenance.get("wall_time_s"),
+        "attnflow_version": traj.provenance.get("attnflow_version"),
+        "git_commit": traj.provenance.get("git_commit"),
+    }
+    if "clusters" in d:
+        record["final_clusters"] = int(d["clusters"][-1])
+        record["time_to_clustering"] = clean(time_to_cluster(t, d["clusters"], traj.N))
+    if traj.model == "gf" and traj.steps:
+        from attnflow.analysis.edi import edi_budget
+
+        b = edi_budget(traj)
+        moved = b.total_dissipation > 0  # relative numbers are undefined for a flow at rest
+        record["edi"] = {
+            "residual": float(b.total_residual),
+            "relative_residual": float(b.relative_residual) if moved else None,
+            "max_relative_residual": float(b.max_relative_residual) if moved else None,
+            "total_dissipation": float(b.total_dissipation),
+        }
+    return record
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return NOT_RECORDED
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _print_summary(rec: dict) -> None:
+    out = Console()
+    table = Table(title=f"run {escape(rec['path'])}", show_header=True)
+    table.add_column("quantity")
+    for t in rec["times"]:
+        table.add_column(f"t = {t:.4g}", justify="right")
+    for name in SHOWN:
+        if name in rec["diagnostics"]:
+            table.add_row(name, *[_fmt(v) for v in rec["diagnostics"][name]])
+    out.print(table)
+    ttc, final = rec["time_to_clustering"], rec["final_clusters"]
+    if final is None:
+        clustering = None
+    elif ttc is None:
+        clustering = f"never ({final} clusters of {rec['N']} tokens at the end)"
+    else:
+        clustering = f"{ttc:g} ({final} clusters from then on)"
+    rows = [
+        ("model", rec["model"]),
+        ("method", rec["method"]),
+        ("N, d, H", f"{rec['N']}, {rec['d']}, {rec['H']}"),
+        ("dt", rec["dt"]),
+        ("t", f"{rec['t_start']:g} .. {rec['t_end']:g} ({rec['saved_times']} saved times)"),
+        ("weights", rec["weights"]),
+        ("beta", rec["beta"]),
+        ("cluster_eps", rec["cluster_eps"]),
+        ("seed", rec["seed"]),
+        ("time to clustering", clustering),
+    ]
+    if rec["edi"] is not None:
+        e = rec["edi"]
+        rel = e["relative_residual"]
+        rel_text = "no dissipation" if rel is None else f"relative {rel:.3e}"
+        rows.append(("EDI residual", f"{e['residual']:.3e} ({rel_text})"))
+    rows += [
+        ("wall time (s)", rec["wall_time_s"]),
+        ("attnflow", rec["attnflow_version"]),
+        ("git commit", rec["git_commit"]),
+    ]
     info = Table(show_header=False, box=None)
-    for k, v in [
-        ("model", traj.model),
-        ("method", traj.method),
-        ("N, d, H", f"{traj.N}, {traj.d}, {traj.H}"),
-        ("dt", traj.dt),
-        ("weights", (cfg.get("weights") or {}).get("process", "?")),
-        ("seed", traj.seed),
-        ("wall time (s)", f"{traj.provenance.get('wall_time_s', float('nan')):.2f}"),
-        ("attnflow", traj.provenance.get("attnflow_version")),
-        ("git commit", traj.provenance.get("git_commit")),
-    ]:
-        info.add_row(str(k), str(v))
-    Console().print(info)
+    for k, v in rows:
+        info.add_row(escape(str(k)), escape(_fmt(v)))
+    out.print(info)
+
+
+def _summary(path: Path) -> None:
+    _print_summary(summary_record(path))
 
 
 @app.command()
 @guarded
-def show(run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'.")) -> None:
-    """Print a summary table of a run folder.
+def show(
+    run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
+    times: Optional[str] = typer.Option(
+        None, "--times", help="Comma-separated times to show (the nearest saved ones); default first and last."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (for scripts) instead of tables."),
+) -> None:
+    """Print a summary of a run folder: diagnostics, time to clustering, EDI residual, parameters.
 
-    Example:
+    Examples:
 
       attnflow show runs/ou
+
+      attnflow show runs/ou --times 0,1,2,5,10
+
+      attnflow show runs/ou --json
     """
+    import json
+
     from attnflow.io.store import is_complete
     from attnflow.runs.runner import folder_status
 
+    wanted = _parse_times(times)
     if not run_dir.is_dir():
         raise UserError(f"no run folder at {str(run_dir)!r}.")
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))
-    _summary(run_dir)
+    rec = summary_record(run_dir, wanted)
+    if json_out:
+        print(json.dumps(rec, indent=2, default=str))
+    else:
+        _print_summary(rec)
 
 
 @app.command()
@@ -165,4 +295,4 @@ def plot(
     traj = load(run_dir)
     paths = plot_run(traj, out or run_dir / FIGURES)
     for p in paths:
-        console.print(f"wrote {p}")
+        say(f"wrote {p}")

@@ -16,7 +16,12 @@ from attnflow.cli.app import UserError, app, console, guarded
 def reproduce(
     name: str = typer.Argument(..., help="ou, oscillating, heads, edi, stability-input, stability-weights or all."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (all of them in about 3 minutes; part of CI)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default runs/reproduce[/NAME])."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Output folder (default runs/reproduce for all, runs/reproduce/NAME for one experiment).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Base seed of every run."),
     full: bool = typer.Option(False, "--full", help="heads: also H = 128, 256."),
     readme: Optional[Path] = typer.Option(

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, _state, app, console, guarded
+from attnflow.cli.app import UserError, _state, app, console, guarded, say
 
 
 def _sweep_bar() -> Progress:
@@ -56,7 +57,7 @@ def sweep(
     if not sweep_file.is_file():
         raise UserError(f"sweep file {str(sweep_file)!r} does not exist.")
     with _sweep_bar() as bar:
-        task = bar.add_task(sweep_file.stem, total=None, ok=0, failed=0, left="?")
+        task = bar.add_task(escape(sweep_file.stem), total=None, ok=0, failed=0, left="?")
 
         def progress(ok: int, failed: int, total: int) -> None:
             bar.update(task, total=total, completed=ok + failed, ok=ok, failed=failed, left=total - ok - failed)
@@ -70,11 +71,9 @@ def sweep(
             retry_failed=retry_failed,
             on_progress=progress,
         )
-    console.print(
+    say(
         f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "
-        f"{report.ok} ok, {report.failed} failed ({report.wall_s:.1f} s). Table: {out / 'results.parquet'}",
-        highlight=False,
-        soft_wrap=True,
+        f"{report.ok} ok, {report.failed} failed ({report.wall_s:.1f} s). Table: {out / 'results.parquet'}"
     )
     if report.failed:
         console.print(f"[yellow]{report.failed} point(s) failed; see the 'error' column of the table.[/]")
@@ -113,4 +112,4 @@ def sweep_plot(
     short = lambda k: k.split(".")[-1]
     path = out or sweep_dir / "figures" / f"phase_{short(pd.x)}_{short(pd.y)}_{pd.color}.png"
     plot_phase_diagram(pd, path, log_x=log_x, log_y=log_y)
-    console.print(f"wrote {path}", highlight=False)
+    say(f"wrote {path}")

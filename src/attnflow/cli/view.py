@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from attnflow.cli.app import UserError, app, console, guarded
+from attnflow.cli.app import UserError, app, guarded, say
 
 
 def _complete_run(run_dir: Path) -> None:
@@ -48,7 +48,7 @@ def report(
 
     _complete_run(run_dir)
     path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+    say(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
 
 
 @app.command()
@@ -57,7 +57,13 @@ def movie(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Path = typer.Option(..., "--out", "-o", help="Movie file: .mp4 (H.264) or .gif."),
     frames: Optional[int] = typer.Option(
-        None, "--frames", min=1, help="Number of frames (default: one per saved time; more frames interpolate)."
+        None,
+        "--frames",
+        min=1,
+        help="Number of frames (default: one per saved time, at least --seconds x --fps; more frames interpolate).",
+    ),
+    seconds: float = typer.Option(
+        8.0, "--seconds", min=0.0, help="Shortest length in seconds when --frames is not given."
     ),
     fps: int = typer.Option(30, "--fps", min=1, help="Frames per second."),
     resolution: str = typer.Option("1280x720", "--resolution", help="WIDTHxHEIGHT in pixels, both even."),
@@ -68,12 +74,14 @@ def movie(
         0.0, "--rotate", help="Degrees the camera turns about the vertical axis over the movie (360: one turn)."
     ),
     elevation: float = typer.Option(20.0, "--elevation", help="Camera elevation in degrees."),
-    point_size: float = typer.Option(6.0, "--point-size", min=0.1, help="Token marker area in points^2."),
+    point_size: float = typer.Option(
+        16.0, "--point-size", min=0.1, help="Marker area of a lone token in points^2 (merged tokens: larger, by mass)."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing movie file."),
 ) -> None:
     """Render the token flow to an .mp4 or .gif (frames go straight into ffmpeg; no image files).
 
-    Tokens are coloured by cluster; tokens on the far side of the sphere are drawn faded; d > 3 is shown in PCA coordinates.
+    Tokens have the colour of their final cluster; merged tokens are one marker whose area grows with the cluster's mass; tokens on the far side of the sphere are drawn faded; d > 3 is shown in PCA coordinates. Without --frames the movie lasts at least 8 s (--seconds).
 
     Examples:
 
@@ -99,8 +107,9 @@ def movie(
         rotate=rotate,
         elevation=elevation,
         point_size=point_size,
+        min_seconds=seconds,
     )
-    with progress_bar("movie") as bar:
-        task = bar.add_task("movie", total=frames)
+    with progress_bar("movie", unit="frames") as bar:
+        task = bar.add_task("movie", total=frames)  # counted in frames (see progress_bar's unit)
         path = render_movie(run_dir, out, settings, progress=lambda k, n: bar.update(task, completed=k, total=n))
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")
+    say(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")

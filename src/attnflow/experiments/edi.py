@@ -16,6 +16,7 @@ import xarray as xr
 from attnflow.analysis.edi import edi_budget
 from attnflow.experiments.common import ExperimentResult, Prediction, fmt
 from attnflow.experiments.runs import run
+from attnflow.io.metadata import describe
 
 PROCESSES = {
     "constant": {"process": "constant"},
@@ -24,6 +25,12 @@ PROCESSES = {
 }
 #: What the quadrature achieves (attnflow.edi): the scheme's order for smooth weights, 1 for OU paths.
 EXPECTED_ORDER = {"constant": 4, "oscillating": 4, "ou": 1}
+#: name -> (long_name, units, description) of this experiment's dataset.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "process": ("weight process", "1", "the weights driving the run"),
+    "dt": ("time step dt", "1", "integrator time step"),
+    "relative_residual": ("relative EDI residual", "1", "|total residual| / total dissipation of the budget"),
+}
 
 
 def config(process: str, dt: float, seed: int, quick: bool) -> dict:
@@ -91,7 +98,10 @@ def experiment_edi(quick: bool, seed: int) -> ExperimentResult:
     ax[1].legend(fontsize=7)
     ax[1].grid(alpha=0.3)
     fig.tight_layout()
-    ds = xr.Dataset({"relative_residual": (("process", "dt"), rel)}, coords={"process": list(PROCESSES), "dt": dts})
+    ds = describe(
+        xr.Dataset({"relative_residual": (("process", "dt"), rel)}, coords={"process": list(PROCESSES), "dt": dts}),
+        VARIABLES,
+    )
     res = ExperimentResult("edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds)
     res.seconds = time.perf_counter() - start
     return res

@@ -16,6 +16,15 @@ import xarray as xr
 
 from attnflow.experiments.common import ExperimentResult, Prediction, fmt, loglog_fit
 from attnflow.experiments.runs import late_mean, run
+from attnflow.io.metadata import describe
+
+#: name -> (long_name, units, description) of this experiment's dataset.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "H": ("number of heads H", "1", "number of heads of the run"),
+    "seed": ("seed", "1", "seed of the run"),
+    "floor": ("slope floor", "1", "late-time mean of |dF|^2 of one run (OU weights)"),
+    "floor_mean": ("mean slope floor", "1", "late-time mean of |dF|^2, averaged over seeds"),
+}
 
 
 def config(H: int, seed: int, quick: bool) -> dict:
@@ -65,10 +74,13 @@ def experiment_heads(quick: bool, seed: int, full: bool = False, progress=None) 
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    ds = xr.Dataset(
-        {"floor": (("H", "seed"), floors), "floor_mean": (("H",), mean)},
-        coords={"H": Hs, "seed": seeds},
-        attrs={"exponent": p, "ci_low": lo, "ci_high": hi},
+    ds = describe(
+        xr.Dataset(
+            {"floor": (("H", "seed"), floors), "floor_mean": (("H",), mean)},
+            coords={"H": Hs, "seed": seeds},
+            attrs={"exponent": p, "ci_low": lo, "ci_high": hi},
+        ),
+        VARIABLES,
     )
     criterion = "95% CI contains -1" if not quick else "95% CI within [-1.6, -0.4] (quick run: few seeds, short times)"
     ok = (lo <= -1.0 <= hi) if not quick else (-1.6 <= lo and hi <= -0.4)

@@ -14,8 +14,26 @@ from attnflow.core.heads import goe_heads
 from attnflow.dynamics.lipschitz import gronwall_exponent, lipschitz_bound
 from attnflow.experiments.common import ExperimentResult, Prediction, fmt, loglog_fit
 from attnflow.experiments.runs import run
+from attnflow.io.metadata import RUN_VARIABLES, describe
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck
+
+#: name -> (long_name, units, description) of the variables of both stability experiments' datasets.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "time": RUN_VARIABLES["time"],
+    "noise": ("input noise", "1", "size of the perturbation of the initial tokens"),
+    "w2": ("W2(mu_t, nu_t)", "1", "Wasserstein distance on the sphere between the flows of the two inputs"),
+    "gronwall_exponent": ("int_0^t L", "1", "Gronwall exponent: the integral of the Lipschitz bound L of the field"),
+    "eps": ("weight perturbation eps", "1", "size of the perturbation of the weights"),
+    "noise_dF": (
+        "sup_t |F_eps - F| (extra noise)",
+        "1",
+        "largest energy difference over time, weights with extra noise",
+    ),
+    "noise_w2": ("sup_t W2 (extra noise)", "1", "largest Wasserstein distance over time, weights with extra noise"),
+    "law_dF": ("sup_t |F_eps - F| (changed law)", "1", "largest energy difference over time, changed initial law"),
+    "law_w2": ("sup_t W2 (changed law)", "1", "largest Wasserstein distance over time, changed initial law"),
+}
 
 
 def base_config(seed: int, quick: bool) -> dict:
@@ -66,9 +84,12 @@ def experiment_stability_input(quick: bool, seed: int) -> ExperimentResult:
         a.legend(fontsize=7)
         a.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    ds = xr.Dataset(
-        {"w2": (("noise", "time"), np.stack([w2s[e] for e in levels])), "gronwall_exponent": (("time",), gron)},
-        coords={"noise": levels, "time": ref.t},
+    ds = describe(
+        xr.Dataset(
+            {"w2": (("noise", "time"), np.stack([w2s[e] for e in levels])), "gronwall_exponent": (("time",), gron)},
+            coords={"noise": levels, "time": ref.t},
+        ),
+        VARIABLES,
     )
     pred = Prediction(
         "stability-input",
@@ -133,7 +154,10 @@ def experiment_stability_weights(quick: bool, seed: int) -> ExperimentResult:
                 bool(mono and rates[kind]["dF"] >= 0.5 and rates[kind]["w2"] >= 0.5),
             )
         )
-    ds = xr.Dataset({f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}, coords={"eps": epss})
+    ds = describe(
+        xr.Dataset({f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}, coords={"eps": epss}),
+        VARIABLES,
+    )
     res = ExperimentResult(
         "stability-weights",
         {"eps": epss, **{k: {**v, "rates": rates[k]} for k, v in table.items()}},

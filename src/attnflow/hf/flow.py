@@ -21,11 +21,31 @@ import xarray as xr
 from attnflow.analysis.diagnostics import count_clusters
 from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
 from attnflow.hf.sphere import on_sphere
+from attnflow.io.metadata import describe
 from attnflow.io.trajectory import Trajectory
 from attnflow.solve.simulation import simulate
 
 #: Bin edges of the pairwise inner-product histograms.
 HIST_EDGES = np.linspace(-1.0, 1.0, 41)
+
+#: name -> (long_name, units, description) of the variables of :meth:`Comparison.to_xarray`.
+COMPARISON_VARIABLES: dict[str, tuple[str, str, str]] = {
+    "layer": ("depth l", "1", "depth l = 0..L: the input of block l (l = L: the last block's output)"),
+    "block": ("block index", "1", "attention block 0..L-1 (one unit of time of the flow each)"),
+    "token": ("token index i", "1", "position i of the token in the prompt"),
+    "dim": ("coordinate index", "1", "coordinate 0..d-1 of the hidden state"),
+    "bin": ("inner product <x_i, x_j>", "1", "centre of a bin of pairwise inner products on [-1, 1]"),
+    "real_x": ("real position", "1", "the model's layer-normed hidden state of token i at depth l, on the sphere"),
+    "sim_x": ("simulated position", "1", "the flow's position of token i at time l, on the sphere"),
+    "cosine": ("cosine <sim_i, real_i>", "1", "inner product of simulated and real positions of token i"),
+    "cosine_mean": ("mean cosine", "1", "mean over tokens of <sim_i, real_i>"),
+    "hist_real": ("pair fraction (model)", "1", "fraction of pairs i < j whose <x_i, x_j> falls in the bin"),
+    "hist_sim": ("pair fraction (flow)", "1", "fraction of pairs i < j whose <x_i, x_j> falls in the bin"),
+    "clusters_real": ("clusters (model)", "1", "connected components of <x_i, x_j> > 1 - cluster_eps"),
+    "clusters_sim": ("clusters (flow)", "1", "connected components of <x_i, x_j> > 1 - cluster_eps"),
+    "input_ids": ("token id", "1", "the tokenizer's id of token i"),
+    "radius": ("residual stream radius r_l", "1", "mean |P h_i| of the residual stream block l adds to"),
+}
 
 
 @dataclass
@@ -72,11 +92,17 @@ class Comparison:
             "input_ids": (("token",), self.ids.astype(np.int64)),
             "radius": (("block",), self.radius),
         }
-        coords = {"layer": np.arange(self.real.shape[0]), "bin": centers}
+        coords = {
+            "layer": np.arange(self.real.shape[0]),
+            "block": np.arange(len(self.radius)),
+            "token": np.arange(self.real.shape[1]),
+            "dim": np.arange(self.real.shape[2]),
+            "bin": centers,
+        }
         attrs = {"cluster_eps": self.cluster_eps, **{f"hf_{k}": _attr(v) for k, v in self.meta.items()}}
         if self.tokens:
             attrs["tokens"] = json.dumps(self.tokens)  # a JSON string attribute: no string arrays in the store
-        return xr.Dataset(data, coords=coords, attrs=attrs)
+        return describe(xr.Dataset(data, coords=coords, attrs=attrs), COMPARISON_VARIABLES)
 
 
 def _attr(v: Any) -> Any:

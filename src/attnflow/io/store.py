@@ -26,11 +26,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import xarray as xr
 import yaml
 
 from attnflow._version import __version__
+from attnflow.io.metadata import INTEGER_DIAGNOSTICS, RUN_VARIABLES, describe, jsonable_attr
 
 if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
     from attnflow.io.trajectory import Trajectory
@@ -47,8 +49,43 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> None:
     ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
 
 
-def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
-    """The trajectory as an ``xarray.Dataset`` (dims ``time, token, dim, head, row, col``)."""
+def run_parameters(traj: Trajectory) -> dict[str, Any]:
+    """The run's parameters as flat dataset attributes: sizes, scheme, and from its config (when it
+    came from one) the weight process, ``beta``, ``cluster_eps``, ... (``None`` values left out)."""
+    cfg = traj.config or {}
+    section = lambda name: cfg.get(name) or {}
+    params: dict[str, Any] = {
+        "model": traj.model,
+        "method": traj.method,
+        "dt": float(traj.dt),
+        "N": traj.N,
+        "d": traj.d,
+        "H": traj.H,
+        "t_start": float(traj.t[0]),
+        "t_end": float(traj.t[-1]),
+        "seed": -1 if traj.seed is None else int(traj.seed),
+        "name": cfg.get("name"),
+        "dtype": cfg.get("dtype") or traj.provenance.get("dtype"),
+        "cluster_eps": section("diagnostics").get("cluster_eps", traj.provenance.get("cluster_eps")),
+        "weights_process": section("weights").get("process"),
+        "beta": section("heads").get("beta"),
+        "heads_preset": section("heads").get("preset"),
+        "tokens_init": section("tokens").get("init"),
+        "save_every": section("integration").get("save_every"),
+        "kernel_backend": section("kernel").get("backend"),
+    }
+    return {k: jsonable_attr(v) for k, v in params.items() if v is not None}
+
+
+def trajectory_to_dataset(traj: Trajectory, provenance: dict[str, Any] | None = None) -> xr.Dataset:
+    """The trajectory as a self-describing ``xarray.Dataset``.
+
+    Dims ``time, token, dim, head, row, col`` and ``step`` (the EDI per-step series), each with an
+    index coordinate (``step_time`` is a coordinate along ``step``); every variable and coordinate
+    carries ``long_name``, ``units`` and ``description`` (:mod:`attnflow.io.metadata`); counts
+    (``clusters``) are integers; ``attrs`` hold the run's parameters (:func:`run_parameters`), its
+    config and provenance as JSON text.
+    """
     data: dict[str, Any] = {
         "x": (("time", "token", "dim"), traj.x),
         "A": (("time", "head", "row", "col"), traj.A),
@@ -58,19 +95,40 @@ def trajectory_to_dataset(traj: Trajectory) -> xr.Dataset:
     if traj.V is not None:
         data["V"] = (("time", "head", "row", "col"), traj.V)
     for name, values in traj.diagnostics.items():
+        values = np.asarray(values)
+        if name in INTEGER_DIAGNOSTICS and np.all(np.isfinite(values)):
+            values = np.rint(values).astype(np.int64)
         data[name] = (("time",), values)
-    attrs = {
-        "model": traj.model,
-        "method": traj.method,
-        "dt": traj.dt,
-        "seed": -1 if traj.seed is None else int(traj.seed),
+    attrs: dict[str, Any] = {
+        "title": f"attnflow run: model {traj.model}, N = {traj.N}, d = {traj.d}, H = {traj.H}",
+        "source": f"attnflow {__version__}",
+        **run_parameters(traj),
         "attnflow_version": __version__,
     }
-    for name, values in getattr(traj, "steps", {}).items():
-        data[name] = (("step",), values)
+    if traj.config is not None:
+        attrs["config"] = jsonable_attr(traj.config)
+    attrs["provenance"] = jsonable_attr(provenance if provenance is not None else traj.provenance)
+    steps = getattr(traj, "steps", {}) or {}
+    for name, values in steps.items():
+        if name != "step_time":
+            data[name] = (("step",), values)
     for key, value in getattr(traj, "steps_info", {}).items():
         attrs[f"steps_{key}"] = value
-    return xr.Dataset(data, coords={"time": traj.t}, attrs=attrs)
+    n, d, H = traj.x.shape[1], traj.x.shape[2], traj.A.shape[1]
+    coords: dict[str, Any] = {
+        "time": traj.t,
+        "token": np.arange(n),
+        "dim": np.arange(d),
+        "head": np.arange(H),
+        "row": np.arange(traj.A.shape[2]),
+        "col": np.arange(traj.A.shape[3]),
+    }
+    if steps:
+        n_steps = len(next(iter(steps.values())))
+        coords["step"] = np.arange(n_steps)
+        if "step_time" in steps:
+            coords["step_time"] = ("step", np.asarray(steps["step_time"]))
+    return describe(xr.Dataset(data, coords=coords, attrs=attrs), RUN_VARIABLES)
 
 
 def git_commit() -> str | None:
@@ -140,14 +198,15 @@ def save_run(
     ``extra(tmp)`` may add files (figures, say) before ``provenance.json`` seals the folder; saving
     itself draws nothing.
     """
+    record = provenance_record(traj)
     with atomic_folder(path, overwrite=overwrite) as tmp:
-        write_dataset(trajectory_to_dataset(traj), tmp / DATASET)
+        write_dataset(trajectory_to_dataset(traj, provenance=record), tmp / DATASET)
         if traj.config is not None:
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if extra is not None:
             extra(tmp)
         # Written last: its presence with "complete": true marks a finished folder.
-        (tmp / PROVENANCE).write_text(json.dumps(provenance_record(traj), indent=2, default=str))
+        (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
     return Path(path)
 
 

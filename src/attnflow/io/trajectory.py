@@ -22,6 +22,7 @@ import xarray as xr
 import yaml
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS
+from attnflow.analysis.edi import STEP_SERIES
 from attnflow.core.heads import Heads
 from attnflow.io.store import CONFIG, DATASET, FIGURES, PROVENANCE, is_complete, save_run, trajectory_to_dataset
 
@@ -62,6 +63,19 @@ class Trajectory:
     steps: dict[str, np.ndarray] = field(default_factory=dict)
     steps_info: dict[str, str] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """A one-line summary (the arrays are in the fields: ``traj.x``, ``traj.diagnostics``, ...)."""
+        t = self.t
+        span = f"t={t[0]:g}..{t[-1]:g}" if len(t) else "t=()"
+        steps = self.provenance.get("steps")
+        if steps is None and self.steps:
+            steps = len(next(iter(self.steps.values())))
+        return (
+            f"Trajectory(model={self.model!r}, method={self.method!r}, N={self.N}, d={self.d}, H={self.H}, "
+            f"{span}, saved_times={len(t)}, dt={self.dt:g}{'' if steps is None else f', steps={steps}'}, "
+            f"seed={self.seed})"
+        )
+
     @property
     def N(self) -> int:
         return int(self.x.shape[1])
@@ -93,13 +107,20 @@ class Trajectory:
 
 
 def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None) -> Trajectory:
+    """The :class:`Trajectory` a dataset of :func:`~attnflow.io.store.trajectory_to_dataset` holds.
+
+    Also reads datasets of older versions (no attributes, ``clusters`` as floats, ``step_time`` a
+    data variable); without ``config`` it takes the one recorded in ``ds.attrs`` (if any).
+    """
     seed = int(ds.attrs.get("seed", -1))
+    if config is None and isinstance(ds.attrs.get("config"), str):
+        config = json.loads(ds.attrs["config"])
     return Trajectory(
         t=np.asarray(ds["time"].values, dtype=np.float64),
         x=np.asarray(ds["x"].values),
         A=np.asarray(ds["A"].values),
         V=np.asarray(ds["V"].values) if "V" in ds else None,
-        diagnostics={k: np.asarray(ds[k].values) for k in DIAGNOSTICS if k in ds},
+        diagnostics={k: np.asarray(ds[k].values, dtype=np.float64) for k in DIAGNOSTICS if k in ds},
         token_weights=np.asarray(ds["token_weights"].values),
         head_weights=np.asarray(ds["head_weights"].values),
         model=str(ds.attrs["model"]),
@@ -108,9 +129,16 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
         seed=None if seed < 0 else seed,
         config=config,
         provenance=provenance or {},
-        steps={k: np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
+        steps={k: np.asarray(ds[k].values) for k in _step_names(ds)},
         steps_info={k[len("steps_") :]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
     )
+
+
+def _step_names(ds: xr.Dataset) -> list[str]:
+    """The per-step series of ``ds`` in :data:`STEP_SERIES` order (data variables or coordinates)."""
+    names = [k for k in ds.variables if k != "step" and ds[k].dims == ("step",)]
+    order = list(STEP_SERIES)
+    return sorted(names, key=lambda k: order.index(k) if k in order else len(order))
 
 
 def load(path: str | os.PathLike) -> Trajectory:

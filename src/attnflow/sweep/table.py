@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.io.metadata import column_attrs
+
 POINTS = "points"
 TRAJECTORIES = "trajectories"
 RESULTS = "results.parquet"
@@ -138,6 +140,9 @@ def assemble(out: Path, points: list, window: float = 0.5) -> tuple[Any, Any]:
         rows.append(row)
     table = _tidy(pd.DataFrame(rows))
     ts_table = _tidy(pd.concat(series, ignore_index=True)) if series else pd.DataFrame()
+    params = sorted({k for p in points for k in p.params})
+    for frame in (table, ts_table):  # kept in the parquet files' metadata (pandas DataFrame.attrs)
+        frame.attrs["columns"] = column_attrs(list(frame.columns), params)
     _write_parquet(table, out / RESULTS)
     _write_parquet(ts_table, out / TIMESERIES)
     return table, ts_table

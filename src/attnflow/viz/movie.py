@@ -25,17 +25,28 @@ from attnflow.io.trajectory import (
     Trajectory,
     load,
 )
-from attnflow.viz.views import PALETTE, cluster_eps_of, cluster_labels, interpolate_tokens, view3d
+from attnflow.viz.views import (
+    camera,
+    cluster_colouring,
+    cluster_labels,
+    interpolate_tokens,
+    marker_area,
+    merged_markers,
+    sphere_wireframe,
+    view3d,
+)
 
 FORMATS = (".mp4", ".gif")
 
 
 @dataclass(frozen=True)
 class MovieSettings:
-    """How a movie looks: ``frames`` (``None``: one per saved time), ``fps``, ``resolution`` (width,
+    """How a movie looks: ``frames`` (``None``: one per saved time, at least ``min_seconds * fps``), ``fps``, ``resolution`` (width,
     height in pixels, even), ``trails`` (how many previous frames each token drags behind it),
     ``rotate`` (degrees the camera turns about the vertical axis over the whole movie),
-    ``elevation`` and ``azimuth`` of the camera at the start, ``point_size`` in points^2."""
+    ``elevation`` and ``azimuth`` of the camera at the start, ``point_size`` the marker area of a
+    lone token in points^2 (merged tokens: one marker of area ``point_size * sqrt(N * mass)``),
+    ``min_seconds`` the shortest movie when ``frames`` is not given (``attnflow movie``: 8 s)."""
 
     frames: int | None = None
     fps: int = 30
@@ -44,7 +55,8 @@ class MovieSettings:
     rotate: float = 0.0
     elevation: float = 20.0
     azimuth: float = -60.0
-    point_size: float = 6.0
+    point_size: float = 16.0
+    min_seconds: float = 0.0
 
     def check(self) -> None:
         w, h = self.resolution
@@ -54,6 +66,8 @@ class MovieSettings:
             raise ValueError(f"fps must be a positive integer; got {self.fps}")
         if self.frames is not None and self.frames < 1:
             raise ValueError(f"frames must be a positive integer; got {self.frames}")
+        if self.min_seconds < 0:
+            raise ValueError(f"min_seconds must be >= 0; got {self.min_seconds}")
         if self.trails < 0:
             raise ValueError(f"trails must be >= 0; got {self.trails}")
 
@@ -67,24 +81,9 @@ def parse_resolution(text: str) -> tuple[int, int]:
     return w, h
 
 
-def camera(elevation: float, azimuth: float) -> np.ndarray:
-    """Orthographic camera ``(3, 3)``: rows are screen right, screen up and the direction to the viewer
-    (angles in degrees, ``azimuth`` about the ``x3`` axis, as in matplotlib's ``view_init``)."""
-    el, az = np.deg2rad(elevation), np.deg2rad(azimuth)
-    towards = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
-    right = np.array([-np.sin(az), np.cos(az), 0.0])
-    return np.stack([right, np.cross(towards, right), towards])
-
-
 def _wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 73) -> list[np.ndarray]:
-    """Parallels and meridians of the unit sphere, each a closed polyline ``(pts, 3)``."""
-    lines = []
-    s = np.linspace(0, 2 * np.pi, pts)
-    for lat in np.linspace(-np.pi / 2, np.pi / 2, n_lat)[1:-1]:
-        lines.append(np.stack([np.cos(lat) * np.cos(s), np.cos(lat) * np.sin(s), np.full(pts, np.sin(lat))], -1))
-    for lon in np.linspace(0, np.pi, n_lon // 2, endpoint=False):
-        lines.append(np.stack([np.cos(s) * np.cos(lon), np.cos(s) * np.sin(lon), np.sin(s)], -1))
-    return lines
+    """Parallels and meridians of the unit sphere (:func:`attnflow.viz.views.sphere_wireframe`)."""
+    return sphere_wireframe(n_lat, n_lon, pts)
 
 
 def _writer(path: Path, size: tuple[int, int], fps: int):
@@ -125,7 +124,9 @@ def render_movie(
     Options are the fields of :class:`MovieSettings` (``frames, fps, resolution, trails, rotate,
     elevation, azimuth, point_size``), given as a ``settings`` object or as keywords. With more
     frames than saved times, tokens are interpolated between saved states (display only).
-    Tokens are coloured by cluster (the run's ``cluster_eps``); ``d > 3`` is shown in PCA coordinates.
+    Tokens have the colour of their final cluster (the run's ``cluster_eps``; the rule of every
+    attnflow figure, :func:`attnflow.viz.views.cluster_colouring`); tokens that have merged are one
+    marker whose area grows with the cluster's mass; ``d > 3`` is shown in PCA coordinates.
     """
     s = settings or MovieSettings(**options)
     if settings is not None and options:
@@ -139,16 +140,18 @@ def render_movie(
     else:
         traj = load(run)
 
-    n_frames = s.frames or len(traj.t)
+    n_frames = s.frames or max(len(traj.t), int(np.ceil(s.min_seconds * s.fps)))
     times = np.linspace(traj.t[0], traj.t[-1], n_frames)
     view = view3d(traj.x)
     xyz = interpolate_tokens(view.xyz, traj.t, times, on_sphere=view.on_sphere)
     # clusters (hence colours) of the nearest saved state: labels are a property of saved data
     nearest = np.abs(traj.t[None, :] - times[:, None]).argmin(1)
-    eps = cluster_eps_of(traj)
-    label_cache: dict[int, np.ndarray] = {}
-    palette = to_rgba_array(PALETTE)
-    light = np.array([1.0, 1.0, 1.0, 1.0])
+    col = cluster_colouring(traj)
+    a = np.asarray(traj.token_weights, dtype=np.float64)
+    label_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    colours = to_rgba_array(col.colours)
+    faded = 0.35 * colours + 0.65 * np.array([1.0, 1.0, 1.0, 1.0])
+    token_rgba = colours[col.final]
 
     w, h = s.resolution
     dpi = 100
@@ -165,27 +168,18 @@ def render_movie(
         behind = [ax.plot([], [], lw=0.5, color="0.92", zorder=0)[0] for _ in wire]
     else:
         fig.text(0.01, 0.01, "PCA view: " + ", ".join(view.axis_titles), fontsize=9, color="0.3")
-    # One marker line per colour (and per side of the sphere, and per trail age): Agg stamps a
-    # single-colour marker line far faster than a scatter with a colour per point.
-    ms = float(np.sqrt(s.point_size))
-    n_col = len(PALETTE)
-    dots = lambda colour, size, z, alpha=1.0: ax.plot(
-        [],
-        [],
-        ls="none",
-        marker="o",
-        ms=size,
-        mew=0,
-        color=colour,
-        alpha=alpha,
-        zorder=z,
-    )[0]
-    back_side = [dots(0.35 * palette[c] + 0.65 * light, ms, 2.0) for c in range(n_col)]
-    front_side = [dots(palette[c], ms, 3.0) for c in range(n_col)]
+    fig.text(
+        0.99, 0.01, "colour: final cluster; area grows with mass", fontsize=8, color="0.4", ha="right", va="bottom"
+    )
+    empty = np.empty((0, 2))
+    back_side = ax.scatter(empty[:, 0], empty[:, 1], s=[], lw=0, zorder=2)
+    front_side = ax.scatter(empty[:, 0], empty[:, 1], s=[], lw=0, zorder=3)
     trail_dots = [
-        [dots(palette[c], 0.6 * ms, 1.5, alpha=0.08 + 0.45 * (a + 1) / s.trails) for c in range(n_col)]
-        for a in range(s.trails)
-    ]  # a = 0 is the oldest
+        ax.scatter(
+            empty[:, 0], empty[:, 1], s=0.36 * s.point_size, lw=0, zorder=1.5, alpha=0.08 + 0.45 * (a_ + 1) / s.trails
+        )
+        for a_ in range(s.trails)
+    ]  # a_ = 0 is the oldest
     title = fig.text(0.5, 0.955, "", ha="center", va="center", fontsize=12, family="monospace")
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,17 +190,19 @@ def render_movie(
         for f in range(n_frames):
             k = int(nearest[f])
             if k not in label_cache:
-                label_cache[k] = cluster_labels(traj.x[k], eps)
-            labels = label_cache[k]
+                label_cache[k] = merged_markers(cluster_labels(traj.x[k], col.eps), a)
+            rep, mass = label_cache[k]
             azim = s.azimuth + s.rotate * f / max(n_frames - 1, 1)
             P = camera(s.elevation, azim)  # rows: screen right, screen up, towards the viewer
-            q = xyz[f] @ P.T  # tokens on the far side of the sphere are drawn faded, behind
-            colour = labels % n_col
+            q = xyz[f][rep] @ P.T  # one marker per current cluster; the far side faded, behind
             near = q[:, 2] >= 0 if view.on_sphere else np.ones(len(q), bool)
-            for c in range(n_col):
-                mine = colour == c
-                front_side[c].set_data(q[mine & near, 0], q[mine & near, 1])
-                back_side[c].set_data(q[mine & ~near, 0], q[mine & ~near, 1])
+            area = marker_area(mass, traj.N, s.point_size)
+            c = col.final[rep]
+            for dots, side, rgba in ((front_side, near, colours), (back_side, ~near, faded)):
+                order = np.argsort(q[side, 2])
+                dots.set_offsets(q[side][order, :2])
+                dots.set_sizes(area[side][order])
+                dots.set_facecolors(rgba[c[side][order]])
             if wire is not None:
                 for line, ln_front, ln_behind in zip(wire, front, behind):
                     g = line @ P.T
@@ -214,15 +210,15 @@ def render_movie(
                     vis = g[:, 2] >= 0
                     ln_front.set_data(np.where(vis, g[:, 0], np.nan), np.where(vis, g[:, 1], np.nan))
                     ln_behind.set_data(np.where(vis, np.nan, g[:, 0]), np.where(vis, np.nan, g[:, 1]))
-            for a in range(s.trails):
-                g = f - s.trails + a
-                past = xyz[max(g, 0)] @ P[:2].T
-                for c in range(n_col):
-                    pts = past[colour == c] if g >= 0 else past[:0]
-                    trail_dots[a][c].set_data(pts[:, 0], pts[:, 1])
+            for age in range(s.trails):
+                g = f - s.trails + age
+                if g >= 0:
+                    trail_dots[age].set_offsets(xyz[g] @ P[:2].T)
+                    trail_dots[age].set_facecolors(token_rgba)
+                else:
+                    trail_dots[age].set_offsets(empty)
             title.set_text(
-                f"{traj.model}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   "
-                f"clusters = {int(labels.max()) + 1:4d}"
+                f"{traj.model}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   clusters = {len(mass):4d}"
             )
             fig.canvas.draw()
             writer.send(fig.canvas.buffer_rgba())

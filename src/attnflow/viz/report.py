@@ -1,9 +1,12 @@
 """``report.html``: one self-contained, offline, interactive page per run (plotly, plotly.js inlined).
 
 Left: the token cloud at a saved time (on ``S^2``, or the PCA view for ``d > 3``), coloured by
-cluster, with a time slider and a play button. Right: energy ``F(mu_t, t)``, slope ``|dF|`` and
-metric speed ``|mu'|``, cluster count, order parameter and the weights' path
-``||A_h(t)||_F``, each with the current time marked. Below: the run's config and provenance.
+final cluster (the rule of every attnflow figure, :func:`attnflow.viz.views.cluster_colouring`)
+with markers that grow with the mass of the cluster a token belongs to, a time slider and a play
+button. Right: energy ``F(mu_t, t)``, slope ``|dF|`` and metric speed ``|mu'|`` (one curve for
+``gf``, where they are equal), cluster count, order parameter, the energy-dissipation budget (when
+the run recorded it) and the weights' path ``||A_h(t)||_F``, each with the current time marked.
+Below: the run's config and provenance.
 """
 
 from __future__ import annotations
@@ -20,17 +23,43 @@ import yaml
 from plotly.subplots import make_subplots
 
 from attnflow._version import __version__
+from attnflow.analysis.edi import edi_budget
 from attnflow.io.trajectory import Trajectory, load
-from attnflow.viz.views import PALETTE, cluster_eps_of, cluster_labels, head_norms, view3d
+from attnflow.viz.views import (
+    PALETTE,
+    cluster_colouring,
+    cluster_labels,
+    head_norms,
+    speed_equals_slope,
+    view3d,
+)
 
 REPORT = "report.html"
 
 # (diagnostic names, subplot title, log y axis): one curve panel each, top to bottom.
 _PANELS: tuple[tuple[tuple[str, ...], str, bool], ...] = (
-    (("energy",), "energy F(mu_t, t)", False),
-    (("slope", "metric_speed"), "slope |dF| and metric speed |mu'|", True),
-    (("clusters",), "clusters", True),
-    (("order_parameter", "mean_inner"), "order parameter |sum a_i x_i| and mean <x_i, x_j>", False),
+    (("energy",), "energy F(μ_t, t)", False),
+    (("slope", "metric_speed"), "slope |∂F|(μ_t, t) and metric speed |μ′|(t)", True),
+    (("clusters",), "clusters K(t)", True),
+    (("order_parameter", "mean_inner"), "order parameter |Σ a_i x_i| and mean ⟨x_i, x_j⟩", False),
+)
+#: y-axis title of each panel (unicode symbols: the page works offline, without MathJax).
+_Y_TITLES = ("F", "|∂F|, |μ′|", "K", "order")
+#: Legend names of the curves.
+_CURVE_NAMES = {
+    "energy": "F(μ_t, t)",
+    "slope": "slope |∂F|",
+    "metric_speed": "metric speed |μ′|",
+    "clusters": "clusters K",
+    "order_parameter": "|Σ a_i x_i|",
+    "mean_inner": "mean ⟨x_i, x_j⟩",
+}
+#: Cumulated terms of the energy-dissipation budget drawn in its panel: (key, legend name, colour).
+_EDI_CURVES = (
+    ("energy_change", "F(μ_t,t) − F(μ_0,0)", PALETTE[0]),
+    ("weights", "weights ∫∂_r F dr", PALETTE[1]),
+    ("dissipation", "dissipation ½∫|μ′|² + ½∫|∂F|²", PALETTE[3]),
+    ("residual", "residual", "#000000"),
 )
 _CURVE_COLOURS = {
     "energy": PALETTE[0],
@@ -76,20 +105,20 @@ def _sphere_wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 61) -> go.Scat
     )
 
 
-def _tokens_trace(xyz: np.ndarray, labels: np.ndarray, size: float) -> go.Scatter3d:
+def token_sizes(labels: np.ndarray, a: np.ndarray, size: float) -> np.ndarray:
+    """Marker diameter (px) of each token: ``size * (N m)^(1/4)`` with ``m`` the mass of its current
+    cluster, so marker *areas* follow :func:`attnflow.viz.views.marker_area` (``sqrt`` of the mass)."""
+    mass = np.bincount(labels, weights=np.asarray(a, dtype=np.float64))[labels]
+    return size * np.maximum(mass * len(labels), 1e-12) ** 0.25
+
+
+def _tokens_trace(xyz: np.ndarray, labels: np.ndarray, colours: list[str], sizes: np.ndarray) -> go.Scatter3d:
     return go.Scatter3d(
         x=xyz[:, 0].astype(np.float32),
         y=xyz[:, 1].astype(np.float32),
         z=xyz[:, 2].astype(np.float32),
         mode="markers",
-        marker=dict(
-            size=size,
-            color=(labels % len(PALETTE)).astype(np.int16),
-            cmin=0,
-            cmax=len(PALETTE) - 1,
-            colorscale=[[i / (len(PALETTE) - 1), c] for i, c in enumerate(PALETTE)],
-            line=dict(width=0),
-        ),
+        marker=dict(size=np.round(sizes, 2).astype(np.float32), color=colours, line=dict(width=0)),
         customdata=labels.astype(np.int32),
         hovertemplate="token %{pointNumber}<br>cluster %{customdata}<extra></extra>",
         showlegend=False,
@@ -138,14 +167,25 @@ def report_figure(
     idx = frame_indices(len(traj.t), max_frames)
     shown = token_subset(traj.N, max_tokens)
     view = view3d(traj.x)
-    eps = cluster_eps_of(traj)
-    all_labels = [cluster_labels(traj.x[k], eps) for k in idx]
+    col = cluster_colouring(traj)
+    colours = [col.colours[k] for k in col.final[shown]]  # fixed over time: the final cluster's colour
+    a = np.asarray(traj.token_weights, dtype=np.float64)
+    all_labels = [cluster_labels(traj.x[k], col.eps) for k in idx]
     labels = [lab[shown] for lab in all_labels]
-    n_rows = len(_PANELS) + 1  # curve panels, then the weights' path, in the right column
-    titles = [f"tokens (PCA of d = {traj.d})" if not view.on_sphere else "tokens on the sphere"]
-    titles += [p[1] for p in _PANELS] + [
-        "weights' path ||A_h(t)||_F" + (" (dashed: ||V_h||_F)" if traj.V is not None else "")
+    sizes = [token_sizes(lab, a, marker_size)[shown] for lab in all_labels]
+    budget = edi_budget(traj) if traj.model == "gf" and traj.steps else None
+    merged = speed_equals_slope(traj)
+    panels = [(("slope",), "slope |∂F| = metric speed |μ′| (equal for gf)", True) if p[0] == ("slope", "metric_speed")
+              and merged else p for p in _PANELS]  # fmt: skip
+    n_rows = len(panels) + 1 + (budget is not None)  # curves, EDI budget, weights' path (right column)
+    titles = [
+        (f"tokens (PCA of d = {traj.d})" if not view.on_sphere else "tokens on the sphere")
+        + f": colour = final cluster ({len(col.mass)}), size grows with mass"
     ]
+    titles += [p[1] for p in panels]
+    if budget is not None:
+        titles.append(f"energy-dissipation budget, cumulated (residual {budget.total_residual:.2e})")
+    titles.append("weights' path ‖A_h(t)‖_F" + (" (dashed: ‖V_h‖_F)" if traj.V is not None else ""))
     fig = make_subplots(
         rows=n_rows,
         cols=2,
@@ -158,11 +198,11 @@ def report_figure(
     if view.on_sphere:
         fig.add_trace(_sphere_wireframe(), row=1, col=1)
     token_trace = len(fig.data)
-    fig.add_trace(_tokens_trace(view.xyz[idx[0]][shown], labels[0], marker_size), row=1, col=1)
+    fig.add_trace(_tokens_trace(view.xyz[idx[0]][shown], labels[0], colours, sizes[0]), row=1, col=1)
 
     t = traj.t
     ranges: list[tuple[float, float, str]] = []  # y extent of each panel, for its time marker
-    for r, (names, _, log) in enumerate(_PANELS, start=1):
+    for r, (names, _, log) in enumerate(panels, start=1):
         vals = []
         for name in names:
             if name not in traj.diagnostics:
@@ -175,7 +215,7 @@ def report_figure(
                     x=t,
                     y=y,
                     mode="lines",
-                    name=name,
+                    name=panels[r - 1][1].split(" (")[0] if merged and name == "slope" else _CURVE_NAMES[name],
                     legendgroup=name,
                     line=dict(color=_CURVE_COLOURS.get(name), width=1.8),
                 ),
@@ -184,7 +224,25 @@ def report_figure(
             )
         if log:
             fig.update_yaxes(type="log", nticks=4, row=r, col=2)
+        fig.update_yaxes(title_text=_Y_TITLES[r - 1], row=r, col=2)
         ranges.append(_extent(vals, names[0]))
+    if budget is not None:
+        r = len(panels) + 1
+        for key, name, colour in _EDI_CURVES:
+            y = budget.cumulative[key]
+            fig.add_trace(
+                go.Scatter(
+                    x=budget.t,
+                    y=y,
+                    mode="lines",
+                    name=name,
+                    line=dict(color=colour, width=1.6, dash="solid" if key == "residual" else "dash"),
+                ),
+                row=r,
+                col=2,
+            )
+        fig.update_yaxes(title_text="cumulated", row=r, col=2)
+        ranges.append(_extent([budget.cumulative[k] for k, _, _ in _EDI_CURVES], "edi"))
     norms = head_norms(traj)
     for h in range(traj.H):
         colour = PALETTE[h % len(PALETTE)]
@@ -216,6 +274,7 @@ def report_figure(
                 row=n_rows,
                 col=2,
             )
+    fig.update_yaxes(title_text="‖A_h‖_F", row=n_rows, col=2)
     ranges.append(_extent([n for n in norms.values()], "weights"))
 
     marker_traces = []
@@ -225,11 +284,11 @@ def report_figure(
     for r in range(1, n_rows + 1):
         # one time axis for all panels: zooming one zooms all
         fig.update_xaxes(matches=None if r == 1 else "x", row=r, col=2, showticklabels=(r == n_rows))
-    fig.update_xaxes(title_text="t (depth)", row=n_rows, col=2)
+    fig.update_xaxes(title_text="time t (depth)", row=n_rows, col=2)
 
     frames = []
-    for k, lab, full in zip(idx, labels, all_labels):
-        data = [_tokens_trace(view.xyz[k][shown], lab, marker_size)]
+    for k, lab, full, size in zip(idx, labels, all_labels, sizes):
+        data = [_tokens_trace(view.xyz[k][shown], lab, colours, size)]
         data += [_marker_trace(float(t[k]), lo, hi, name) for lo, hi, name in ranges]
         frames.append(
             go.Frame(
@@ -397,6 +456,10 @@ def report_html(
         f" slope {d['slope'][0]:.3g} &rarr; {d['slope'][-1]:.3g}; clusters {int(d['clusters'][0])} &rarr;"
         f" {int(d['clusters'][-1])}."
     )
+    if traj.model == "gf" and traj.steps:
+        b = edi_budget(traj)
+        rel = f" ({b.relative_residual:.2e} of the dissipation)" if b.total_dissipation > 0 else ""
+        summary += f" Energy-dissipation budget ({b.method}, dt = {b.dt:g}): residual {b.total_residual:.3e}{rel}."
     if traj.N > max_tokens:
         summary += (
             f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"

@@ -95,6 +95,99 @@ def cluster_eps_of(traj: Trajectory, default: float = 1e-3) -> float:
     return float((cfg.get("diagnostics") or {}).get("cluster_eps", default))
 
 
+def distinct_colours(n: int) -> list[str]:
+    """``n`` colours that stay distinguishable: :data:`PALETTE` first, then hues spaced by the golden
+    angle at three lightness levels (never a repeat, so 235 clusters get 235 colours)."""
+    import colorsys
+
+    out = list(PALETTE[: min(n, len(PALETTE))])
+    k = 0
+    while len(out) < n:
+        h = (0.11 + 0.618033988749895 * k) % 1.0
+        light, sat = ((0.45, 0.75), (0.32, 0.85), (0.6, 0.6))[k % 3]
+        r, g, b = colorsys.hls_to_rgb(h, light, sat)
+        out.append(f"#{round(255 * r):02x}{round(255 * g):02x}{round(255 * b):02x}")
+        k += 1
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterColouring:
+    """The one colouring rule of every figure: a token's colour is that of its *final* cluster.
+
+    ``final`` ``(N,)``: the final cluster of each token, numbered by decreasing mass (ties: the
+    smallest token index first), so colour 0 is the heaviest cluster; ``mass`` ``(K,)`` the final
+    clusters' masses; ``colours`` ``K`` hex colours (:func:`distinct_colours`); ``eps`` the
+    clustering threshold (``<x_i, x_j> > 1 - eps``).
+    """
+
+    final: np.ndarray
+    mass: np.ndarray
+    colours: list[str]
+    eps: float
+
+    @property
+    def token_colours(self) -> list[str]:
+        return [self.colours[k] for k in self.final]
+
+
+def cluster_colouring(traj: Trajectory, eps: float | None = None) -> ClusterColouring:
+    """The :class:`ClusterColouring` of a run (clusters of its last saved state)."""
+    eps = cluster_eps_of(traj) if eps is None else eps
+    lab = cluster_labels(traj.x[-1], eps)
+    a = np.asarray(traj.token_weights, dtype=np.float64)
+    mass = np.bincount(lab, weights=a)
+    first = np.full(len(mass), len(lab))
+    np.minimum.at(first, lab, np.arange(len(lab)))
+    order = np.lexsort((first, -mass))  # heaviest first, then by first token
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return ClusterColouring(rank[lab], mass[order], distinct_colours(len(mass)), eps)
+
+
+def merged_markers(labels: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One marker per current cluster: ``(tokens, mass)``, the first token of each cluster (where it
+    is drawn: its members lie within ``arccos(1 - eps)`` of each other) and the cluster's mass."""
+    mass = np.bincount(labels, weights=np.asarray(a, dtype=np.float64))
+    first = np.full(len(mass), len(labels))
+    np.minimum.at(first, labels, np.arange(len(labels)))
+    return first, mass
+
+
+def marker_area(mass: np.ndarray, n_tokens: int, base: float) -> np.ndarray:
+    """Marker area (points^2) of a cluster of mass ``m``: ``base * sqrt(N m)``, so a lone token of
+    mass ``1/N`` gets ``base`` and a merged cluster grows with the square root of its mass."""
+    return base * np.sqrt(np.maximum(np.asarray(mass, dtype=np.float64) * n_tokens, 1e-12))
+
+
+def camera(elevation: float, azimuth: float) -> np.ndarray:
+    """Orthographic camera ``(3, 3)``: rows are screen right, screen up and the direction to the viewer
+    (angles in degrees, ``azimuth`` about the ``x3`` axis, as in matplotlib's ``view_init``)."""
+    el, az = np.deg2rad(elevation), np.deg2rad(azimuth)
+    towards = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+    right = np.array([-np.sin(az), np.cos(az), 0.0])
+    return np.stack([right, np.cross(towards, right), towards])
+
+
+def sphere_wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 73) -> list[np.ndarray]:
+    """Parallels and meridians of the unit sphere, each a closed polyline ``(pts, 3)``."""
+    lines = []
+    s = np.linspace(0, 2 * np.pi, pts)
+    for lat in np.linspace(-np.pi / 2, np.pi / 2, n_lat)[1:-1]:
+        lines.append(np.stack([np.cos(lat) * np.cos(s), np.cos(lat) * np.sin(s), np.full(pts, np.sin(lat))], -1))
+    for lon in np.linspace(0, np.pi, n_lon // 2, endpoint=False):
+        lines.append(np.stack([np.cos(s) * np.cos(lon), np.cos(s) * np.sin(lon), np.sin(s)], -1))
+    return lines
+
+
+def fade(colour: str, amount: float = 0.65) -> tuple[float, float, float]:
+    """``colour`` mixed with white (``amount`` of white): the far side of the sphere."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(colour)
+    return (r + amount * (1 - r), g + amount * (1 - g), b + amount * (1 - b))
+
+
 def head_norms(traj: Trajectory) -> dict[str, np.ndarray]:
     """The weights' path: Frobenius norms ``||A_h(t)||_F`` (and ``||V_h(t)||_F`` when ``V != A``), each ``(S, H)``."""
     out = {"A": np.linalg.norm(traj.A, axis=(-2, -1))}
@@ -117,3 +210,12 @@ def interpolate_tokens(x: np.ndarray, t: np.ndarray, times: np.ndarray, *, on_sp
         return y
     n = np.linalg.norm(y, axis=-1, keepdims=True)
     return y / np.where(n > 0, n, 1.0)
+
+
+def speed_equals_slope(traj: Trajectory) -> bool:
+    """True when the metric speed and the slope coincide by construction (model ``gf``: the velocity
+    is the gradient of ``F`` in the mobility metric, ``|mu'| = |dF|``), checked on the data."""
+    d = traj.diagnostics
+    s, v = np.asarray(d["slope"], dtype=np.float64), np.asarray(d["metric_speed"], dtype=np.float64)
+    ok = np.isfinite(s) & np.isfinite(v)
+    return traj.model == "gf" and bool(np.allclose(s[ok], v[ok], rtol=1e-6, atol=0))
