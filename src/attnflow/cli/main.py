@@ -144,6 +144,10 @@ def show(run_dir: Path = typer.Argument(..., help="A run folder written by 'attn
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))
     _summary(run_dir)
+    if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its comparison too
+        from attnflow.cli.hf import print_hf_summary
+
+        print_hf_summary(run_dir)
 
 
 @app.command()
@@ -164,5 +168,9 @@ def plot(
 
     traj = load(run_dir)
     paths = plot_run(traj, out or run_dir / FIGURES)
+    if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its figures too
+        from attnflow.hf.views import plot_hf
+
+        paths = [*paths, *plot_hf(run_dir, out or run_dir / FIGURES)]
     for p in paths:
         console.print(f"wrote {p}")

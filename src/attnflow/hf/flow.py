@@ -24,11 +24,11 @@ import torch
 import xarray as xr
 
 from attnflow.analysis.diagnostics import count_clusters
-from attnflow.hf.importer import HFImportError, HFLayers, blocks, extract, load_model, norm_modules, resolve_folder
-from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
-from attnflow.hf.sphere import on_sphere
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import velocity
+from attnflow.hf.importer import HFImportError, HFLayers, blocks, extract, load_model, norm_modules, resolve_folder
+from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
+from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.trajectory import Trajectory
 from attnflow.schemes.integrators import INTEGRATORS
 from attnflow.solve.simulate import simulate
@@ -67,6 +67,8 @@ class Comparison:
     path_V: np.ndarray | None = None
     path_A_random: np.ndarray | None = None
     path_V_random: np.ndarray | None = None
+    #: the folded heads of the flow and their value factors (for compact storage; not in the dataset).
+    heads: tuple[Layers, list] | None = None
 
     @property
     def cosine(self) -> np.ndarray:
@@ -119,6 +121,8 @@ class Comparison:
         out["cos_restart_nomove"] = (lay, _cos(prev, self.real))
         out["cos_restart_random"] = (lay, _cos(self.rand_restart, self.real))
         out["restart_x"] = (("layer", "token", "dim"), self.restart)
+        out["random_x"] = (("layer", "token", "dim"), self.rand)
+        out["random_restart_x"] = (("layer", "token", "dim"), self.rand_restart)
         for who, X in (("real", self.real), ("sim", self.sim), ("random", self.rand)):
             for name, v in measure_path(X).items():
                 out[f"{name}_{who}"] = (lay, v)
@@ -308,8 +312,8 @@ def run_prompt(
         return np.stack([X[0], *one])
 
     acts = [head_activity(X[l], flow.layers[l]) for l in range(L)]
-    dense = lambda P: [h.A for h in P.layers]  # noqa: E731
-    values = lambda P: [h.values for h in P.layers]  # noqa: E731
+    dense = lambda P: [h.A for h in P.layers]
+    values = lambda P: [h.values for h in P.layers]
     cmp = Comparison(
         real=X,
         sim=traj.x,
@@ -330,6 +334,7 @@ def run_prompt(
         path_V=relative_jumps(values(flow)),
         path_A_random=relative_jumps(dense(rand)),
         path_V_random=relative_jumps(values(rand)),
+        heads=(flow, value_factors(layers, r if use_radius else 1.0)),
     )
     return traj, cmp
 

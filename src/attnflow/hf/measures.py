@@ -78,7 +78,11 @@ def random_heads(heads: Heads, generator: torch.Generator) -> Heads:
     Lr = torch.randn(h.H, h.d, k, generator=generator, dtype=torch.float64)
     Rr = torch.randn(h.H, k, h.d, generator=generator, dtype=torch.float64)
     Vr = Lr @ Rr
-    Vr = Vr / torch.linalg.vector_norm(Vr, dim=(1, 2), keepdim=True) * torch.linalg.vector_norm(V, dim=(1, 2), keepdim=True)
+    Vr = (
+        Vr
+        / torch.linalg.vector_norm(Vr, dim=(1, 2), keepdim=True)
+        * torch.linalg.vector_norm(V, dim=(1, 2), keepdim=True)
+    )
     return replace(
         h,
         Q=like(Q, (1, 2)),

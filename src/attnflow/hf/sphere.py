@@ -28,7 +28,9 @@ def pull_back(norm: Norm, d: int) -> torch.Tensor:
     """``D = diag(1 / (sqrt(d) gamma))``: a change ``dy`` of the norm's output ``y = sqrt(d) gamma * x + beta``
     is the change ``D dy`` of its sphere point ``x`` (post-norm models, where attention adds to ``y``)."""
     if bool((norm.gamma == 0).any()):
-        raise ValueError("a LayerNorm gain is exactly zero: the post-norm pull-back D = diag(1/(sqrt(d) gamma)) is undefined")
+        raise ValueError(
+            "a LayerNorm gain is exactly zero: the post-norm pull-back D = diag(1/(sqrt(d) gamma)) is undefined"
+        )
     return torch.diag(1.0 / (math.sqrt(d) * norm.gamma))
 
 
@@ -147,3 +149,19 @@ def to_gradient_flow(layers: Layers) -> GradientFlowProjection:
         value_gap=np.array(gap),
         dropped=tuple(sorted(dropped)),
     )
+
+
+def value_factors(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer ``(L'_h, R'_h)`` with ``L'_h R'_h`` the folded value ``V'_h`` of :func:`on_sphere`
+    (``(H, d, k)`` and ``(H, k, d)``): the rank-``k`` form in which a run folder stores the values."""
+    if layers.value_factors is None:
+        raise ValueError("these layers were built without their value factors; import them with extract()")
+    L = layers.L
+    r = np.broadcast_to(np.asarray(radius, dtype=np.float64), (L,))
+    out = []
+    for l, (Lf, Rf) in enumerate(layers.value_factors):
+        d = Lf.shape[1]
+        M, _ = norm_map(layers.norms[l], d)
+        left = pull_back(layers.norms[l], d) if not layers.meta.pre_norm else torch.eye(d, dtype=torch.float64) / r[l]
+        out.append((left @ Lf.to(torch.float64), Rf.to(torch.float64) @ M))
+    return out

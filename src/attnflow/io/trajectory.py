@@ -94,11 +94,15 @@ class Trajectory:
 
 def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None) -> Trajectory:
     seed = int(ds.attrs.get("seed", -1))
+    if "A" in ds:
+        A, V = np.asarray(ds["A"].values), np.asarray(ds["V"].values) if "V" in ds else None
+    else:  # heads stored compactly (hf runs: factors once per layer); the "module:function" rebuilds them
+        A, V = figure_writer(str(ds.attrs["heads_reader"]))(ds)
     return Trajectory(
         t=np.asarray(ds["time"].values, dtype=np.float64),
         x=np.asarray(ds["x"].values),
-        A=np.asarray(ds["A"].values),
-        V=np.asarray(ds["V"].values) if "V" in ds else None,
+        A=A,
+        V=V,
         diagnostics={k: np.asarray(ds[k].values) for k in DIAGNOSTICS if k in ds},
         token_weights=np.asarray(ds["token_weights"].values),
         head_weights=np.asarray(ds["head_weights"].values),
