@@ -27,6 +27,7 @@ from attnflow.hf.sphere import on_sphere
 from attnflow.hf.tiny import save_tiny
 
 runner = CliRunner()
+WIDE = {"COLUMNS": "250"}  # rich wraps tables to the terminal width
 
 
 @pytest.fixture(scope="module")
@@ -256,13 +257,15 @@ def test_compact_folder_loads_back_the_dense_heads(bert, tmp_path):
 def test_show_plot_report_of_an_hf_folder(bert, tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(
-        app, ["hf", "run", str(bert), "--text", "the cat sat on the mat", "--out", str(out), "--steps-per-layer", "2"]
+        app,
+        ["hf", "run", str(bert), "--text", "the cat sat on the mat", "--out", str(out), "--steps-per-layer", "2"],
+        env=WIDE,
     )
     assert res.exit_code == 0, res.output
     flat = "".join(res.output.split())
     assert "nomove" in flat and "random" in flat and "towardcollapse" in flat
-    res = runner.invoke(app, ["show", str(out)])
-    flat = "".join(res.output.split())  # rich wraps narrow tables
+    res = runner.invoke(app, ["show", str(out)], env=WIDE)
+    flat = "".join(res.output.split())
     assert res.exit_code == 0 and "cosflow" in flat and "tokens:thecatsatonthemat" in flat
     figs = tmp_path / "figs"
     res = runner.invoke(app, ["plot", str(out), "--out", str(figs)])
