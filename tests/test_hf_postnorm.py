@@ -138,7 +138,7 @@ def test_random_heads_keep_shapes_and_norms(bert):
     h = flow.layers[0]
     r = random_heads(h, torch.Generator().manual_seed(0))
     assert r.Q.shape == h.Q.shape and r.K.shape == h.K.shape and r.V.shape == h.V.shape
-    fro = lambda t: torch.linalg.vector_norm(t, dim=(1, 2))  # noqa: E731
+    fro = lambda t: torch.linalg.vector_norm(t, dim=(1, 2))
     torch.testing.assert_close(fro(r.Q), fro(h.Q))
     torch.testing.assert_close(fro(r.values), fro(h.values))
     assert int(torch.linalg.matrix_rank(r.values[0])) == h.Q.shape[1]  # rank k, as the real values
