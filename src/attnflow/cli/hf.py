@@ -120,7 +120,9 @@ def example(
     from rich.markup import escape
 
     console.print(f"model folder: {escape(str(folder))}")
-    console.print(f'next: attnflow hf run {escape(str(folder))} --text "The quick brown fox jumps over the lazy dog." --out runs/minilm')
+    console.print(
+        f'next: attnflow hf run {escape(str(folder))} --text "The quick brown fox jumps over the lazy dog." --out runs/minilm'
+    )
 
 
 @hf.command("run")
