@@ -212,7 +212,9 @@ def print_hf_summary(run_dir: Path) -> None:
         Console().print("tokens: " + escape(" ".join(json.loads(tokens))))
     Console().print(
         "cos: mean over tokens of <x_i, x_i(model)>; 1-layer: one layer of flow from the model's positions at the "
-        "depth before; no move / random: baselines (positions kept; random heads of the same shapes and norms)."
+        "depth before; no move / random: baselines (positions kept; random heads of the same shapes and norms). "
+        "log mobility: mean_i log(1/Z_h(x_i)). The run summary's energy and slope are those of the gf energy of "
+        "A = Q^T K; the flow is 'mha', not a gradient flow of it, so they describe the heads, not its decrease."
     )
 
 

@@ -78,16 +78,28 @@ def depth_table(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
 def head_table(ds: xr.Dataset, top: int = 3) -> tuple[list[str], list[list[str]]]:
     """Per layer: the heads that push hardest toward collapse, their share of the motion, and the
     layer's total push (the per-head parts add up to it)."""
-    header = ["layer", "d/dt <x,x'> (all heads)", f"top {top} heads toward collapse (push, share of motion)"]
+    header = [
+        "layer",
+        "d/dt <x,x'> (all heads)",
+        f"top {top} heads toward collapse (push, share of motion)",
+        "log mobility min..max (head)",
+    ]
     rows = []
     if "head_collapse" not in ds:
         return header, rows
     C, S = ds["head_collapse"].values, ds["head_speed"].values
+    M = ds["head_log_mobility"].values
     share = S / np.maximum(S.sum(1, keepdims=True), 1e-300)
     for l in range(C.shape[0]):
         order = np.argsort(-C[l])[:top]
+        lo, hi = int(np.argmin(M[l])), int(np.argmax(M[l]))
         rows.append(
-            [str(l), f"{C[l].sum():+.3f}", ", ".join(f"h{h} ({C[l, h]:+.3f}, {100 * share[l, h]:.0f}%)" for h in order)]
+            [
+                str(l),
+                f"{C[l].sum():+.3f}",
+                ", ".join(f"h{h} ({C[l, h]:+.3f}, {100 * share[l, h]:.0f}%)" for h in order),
+                f"{M[l, lo]:.2f} (h{lo}) .. {M[l, hi]:.2f} (h{hi})",
+            ]
         )
     return header, rows
 
