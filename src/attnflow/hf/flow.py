@@ -152,12 +152,11 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
     Post-norm models need none, :func:`~attnflow.hf.sphere.fold_norm` pulls back exactly: ``r = 1``)."""
     mods, pre_norm = norm_modules(model, blocks(model))
     ins: list[torch.Tensor | None] = [None] * len(mods)
-    outs: list[torch.Tensor | None] = [None] * len(mods)
     hooks = []
 
     def keep(l: int):
         def hook(mod, args, out) -> None:  # returning None leaves the module's output alone
-            ins[l], outs[l] = args[0].detach()[0], out.detach()[0]
+            ins[l] = args[0].detach()[0]
 
         return hook
 
@@ -172,10 +171,9 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
     X = np.stack([layers.norms[l].to_sphere(ins[l]).numpy() for l in range(len(mods))])
     if not pre_norm:
         return X, np.ones(layers.L)
-    stream = ins
     r = []
     for l in range(layers.L):
-        s = stream[l].to(torch.float64)
+        s = ins[l].to(torch.float64)
         if layers.norms[l].kind == "layer":
             s = s - s.mean(-1, keepdim=True)
         r.append(float(torch.linalg.vector_norm(s, dim=-1).mean()))
