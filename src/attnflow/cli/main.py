@@ -274,6 +274,10 @@ def show(
         print(json.dumps(rec, indent=2, default=str))
     else:
         _print_summary(rec)
+        if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its comparison too
+            from attnflow.cli.hf import print_hf_summary
+
+            print_hf_summary(run_dir)
 
 
 @app.command()
@@ -294,5 +298,9 @@ def plot(
 
     traj = load(run_dir)
     paths = plot_run(traj, out or run_dir / FIGURES)
+    if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its figures too
+        from attnflow.hf.views import plot_hf
+
+        paths = [*paths, *plot_hf(run_dir, out or run_dir / FIGURES)]
     for p in paths:
         say(f"wrote {p}")

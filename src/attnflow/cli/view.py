@@ -48,6 +48,10 @@ def report(
 
     _complete_run(run_dir)
     path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
+    if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its comparison too
+        from attnflow.hf.views import add_to_report
+
+        add_to_report(run_dir, path)
     say(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
 
 

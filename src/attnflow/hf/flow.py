@@ -1,10 +1,15 @@
 """The token flow of a prompt through a checkpoint's layers, next to what the model itself does.
 
-Real positions: at depth ``l`` (``l = 0..L``) the sphere point ``P h / |P h|`` seen by the norm
-that feeds layer ``l`` (``l = L``: the final norm), ``h`` the residual stream there. The simulated
-flow starts from the real positions at depth 0 (the input embeddings, projected to the sphere)
-and runs the ``mha`` field of :func:`~attnflow.hf.sphere.on_sphere` for one unit of time per layer.
-Attention only: the MLP blocks of the real model have no counterpart in the flow.
+Real positions: at depth ``l`` (``l = 0..L``) the sphere point ``P z / |P z|`` seen by the norm
+that feeds layer ``l`` (``l = L``: the final norm), ``z`` that norm's input. The simulated flow
+starts from the real positions at depth 0 and runs the ``mha`` field of
+:func:`~attnflow.hf.sphere.on_sphere` for one unit of time per layer. Attention only: the MLP
+blocks (and, in post-norm models, the norms after each sub-block) have no counterpart in the flow.
+
+Each depth is compared four ways (:class:`Comparison`): the cumulative flow from depth 0; the
+one-layer prediction restarted from the model's real positions at the depth before; and, as
+baselines, not moving at all and the same two runs with random heads of the same shapes and norms
+(:func:`~attnflow.hf.measures.random_heads`).
 """
 
 from __future__ import annotations
@@ -19,11 +24,16 @@ import torch
 import xarray as xr
 
 from attnflow.analysis.diagnostics import count_clusters
-from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
-from attnflow.hf.sphere import on_sphere
+from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import velocity
+from attnflow.hf.importer import HFImportError, HFLayers, blocks, extract, load_model, norm_modules, resolve_folder
+from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
+from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
 from attnflow.io.trajectory import Trajectory
+from attnflow.schemes.integrators import INTEGRATORS
 from attnflow.solve.simulation import simulate
+from attnflow.weights.processes import Layers
 
 #: Bin edges of the pairwise inner-product histograms.
 HIST_EDGES = np.linspace(-1.0, 1.0, 41)
@@ -61,6 +71,24 @@ class Comparison:
     cluster_eps: float
     tokens: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: ``(L+1, N, d)``: one layer of flow from the real positions at depth ``l - 1`` (``[0]`` = real[0]).
+    restart: np.ndarray | None = None
+    #: the cumulative flow and the restarted one with random heads of the same shapes (baselines).
+    rand: np.ndarray | None = None
+    rand_restart: np.ndarray | None = None
+    #: per layer and head (``(L, H, ...)``) at the real positions: see :class:`~attnflow.hf.measures.HeadActivity`.
+    attention: np.ndarray | None = None
+    head_speed: np.ndarray | None = None
+    head_collapse: np.ndarray | None = None
+    head_log_mobility: np.ndarray | None = None
+    total_speed: np.ndarray | None = None
+    #: scale-free jumps of ``A_h`` and ``V_h`` across depth, real and random heads ``(L-1,)``.
+    path_A: np.ndarray | None = None
+    path_V: np.ndarray | None = None
+    path_A_random: np.ndarray | None = None
+    path_V_random: np.ndarray | None = None
+    #: the folded heads of the flow and their value factors (for compact storage; not in the dataset).
+    heads: tuple[Layers, list] | None = None
 
     @property
     def cosine(self) -> np.ndarray:
@@ -102,7 +130,42 @@ class Comparison:
         attrs = {"cluster_eps": self.cluster_eps, **{f"hf_{k}": _attr(v) for k, v in self.meta.items()}}
         if self.tokens:
             attrs["tokens"] = json.dumps(self.tokens)  # a JSON string attribute: no string arrays in the store
+        data.update(self.analysis_variables())
         return describe(xr.Dataset(data, coords=coords, attrs=attrs), COMPARISON_VARIABLES)
+
+    def analysis_variables(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+        """The baselines, clustering measures, head activity and weight path (when computed)."""
+        out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+        if self.restart is None or self.rand is None or self.rand_restart is None:
+            return out
+        lay, blk = ("layer",), ("block",)
+        out["cos_flow"] = (lay, _cos(self.sim, self.real))
+        out["cos_nomove"] = (lay, _cos(np.broadcast_to(self.real[:1], self.real.shape), self.real))
+        out["cos_random"] = (lay, _cos(self.rand, self.real))
+        prev = np.concatenate([self.real[:1], self.real[:-1]])
+        out["cos_restart"] = (lay, _cos(self.restart, self.real))
+        out["cos_restart_nomove"] = (lay, _cos(prev, self.real))
+        out["cos_restart_random"] = (lay, _cos(self.rand_restart, self.real))
+        out["restart_x"] = (("layer", "token", "dim"), self.restart)
+        out["random_x"] = (("layer", "token", "dim"), self.rand)
+        out["random_restart_x"] = (("layer", "token", "dim"), self.rand_restart)
+        for who, X in (("real", self.real), ("sim", self.sim), ("random", self.rand)):
+            for name, v in measure_path(X).items():
+                out[f"{name}_{who}"] = (lay, v)
+        if self.attention is not None:
+            out["attention"] = (("block", "head", "token", "key"), self.attention.astype(np.float32))
+            out["head_speed"] = (("block", "head"), self.head_speed)
+            out["head_collapse"] = (("block", "head"), self.head_collapse)
+            out["head_log_mobility"] = (("block", "head"), self.head_log_mobility)
+            out["total_speed"] = (blk, self.total_speed)
+        if self.path_A is not None:
+            for name in ("path_A", "path_V", "path_A_random", "path_V_random"):
+                out[name] = (("jump",), getattr(self, name))
+        return out
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("lnd,lnd->ln", a, b).mean(-1)
 
 
 def _attr(v: Any) -> Any:
@@ -111,15 +174,15 @@ def _attr(v: Any) -> Any:
 
 def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``(X, r)``: the real sphere positions ``(L+1, N, d)`` of one forward pass and the residual
-    stream radius ``r_l = mean_i |P h_i|`` each attention block adds to (``(L,)``)."""
+    stream radius ``r_l = mean_i |P h_i|`` each attention block adds to (``(L,)``; pre-norm models.
+    Post-norm models need none, :func:`~attnflow.hf.sphere.fold_norm` pulls back exactly: ``r = 1``)."""
     mods, pre_norm = norm_modules(model, blocks(model))
     ins: list[torch.Tensor | None] = [None] * len(mods)
-    outs: list[torch.Tensor | None] = [None] * len(mods)
     hooks = []
 
     def keep(l: int):
         def hook(mod, args, out) -> None:  # returning None leaves the module's output alone
-            ins[l], outs[l] = args[0].detach()[0], out.detach()[0]
+            ins[l] = args[0].detach()[0]
 
         return hook
 
@@ -132,15 +195,66 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
         for h in hooks:
             h.remove()
     X = np.stack([layers.norms[l].to_sphere(ins[l]).numpy() for l in range(len(mods))])
-    # Pre-norm: attention adds to the norm's input h; post-norm (BERT): to the norm's output y.
-    stream = ins if pre_norm else outs
+    if not pre_norm:
+        return X, np.ones(layers.L)
     r = []
     for l in range(layers.L):
-        s = stream[l].to(torch.float64)
+        s = ins[l].to(torch.float64)
         if layers.norms[l].kind == "layer":
             s = s - s.mean(-1, keepdim=True)
         r.append(float(torch.linalg.vector_norm(s, dim=-1).mean()))
     return X, np.array(r)
+
+
+@dataclass(frozen=True)
+class _ConstantField:
+    """The ``mha`` field of fixed heads, in the form the explicit steppers take."""
+
+    heads: Heads
+    a: torch.Tensor
+    w: torch.Tensor
+    model: str = "mha"
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        return velocity(x, self.heads, model="mha")
+
+    def heads_at(self, t: float) -> Heads:
+        return self.heads
+
+
+def flow_through(x0: np.ndarray, process: Layers, steps_per_layer: int, method: str = "euler") -> np.ndarray:
+    """Positions ``(L+1, N, d)`` of the ``mha`` flow of ``process`` from ``x0`` at ``t = 0, 1, ..., L``
+    (the stepper of :func:`~attnflow.solve.simulation.simulate`, without its diagnostics)."""
+    if method not in INTEGRATORS:
+        raise ValueError(f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}")
+    step = INTEGRATORS[method].step
+    x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
+    n, dt = x.shape[0], 1.0 / steps_per_layer
+    out = [x.numpy().copy()]
+    for l, heads in enumerate(process.layers):
+        f = _ConstantField(heads.to(dtype=torch.float64), torch.full((n,), 1.0 / n, dtype=torch.float64), torch.ones(1))
+        for k in range(steps_per_layer):
+            x = step(f, l + k * dt, x, dt)
+        out.append(x.numpy().copy())
+    return np.stack(out)
+
+
+def check_prompt(ids: list[int], layers: HFLayers, vocab: int) -> None:
+    """Refuse, with one sentence, token ids the model cannot take (``ValueError``)."""
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if not ids or bad:
+        raise ValueError(f"token ids must be in [0, {vocab}); got {bad or 'no ids'}")
+    if len(ids) < 2:
+        raise ValueError("the prompt needs at least two tokens")
+    limit = layers.meta.max_positions
+    if limit is not None and len(ids) > limit:
+        raise ValueError(
+            f"the prompt has {len(ids)} tokens, more than the {limit} positions {layers.meta.architecture} was "
+            "trained with; shorten it"
+        )
+    window = layers.meta.sliding_window
+    if window is not None and len(ids) > int(window):
+        raise ValueError(f"the prompt has {len(ids)} tokens, more than the sliding window ({window}) the flow ignores")
 
 
 def run_prompt(
@@ -148,21 +262,27 @@ def run_prompt(
     ids: list[int] | None = None,
     *,
     text: str | None = None,
+    special_tokens: bool = True,
     steps_per_layer: int = 8,
     method: str = "euler",
     cluster_eps: float = 1e-3,
     use_radius: bool = True,
+    baseline_seed: int = 0,
     local_files_only: bool = True,
     progress=None,
 ) -> tuple[Trajectory, Comparison]:
     """Simulate the prompt's token flow through the checkpoint's layers and compare with the model.
 
-    Give ``ids`` (token ids) or ``text`` (needs the tokenizer saved with the model). Returns the
-    simulated :class:`~attnflow.simulate.Trajectory` (saved at ``t = 0, 1, ..., L``) and the
-    :class:`Comparison` with the real model's positions.
+    Give ``ids`` (token ids) or ``text`` (needs the tokenizer saved with the model; the special
+    tokens the model was trained with, e.g. BERT's ``[CLS]`` and ``[SEP]``, are added unless
+    ``special_tokens=False``). Returns the simulated :class:`~attnflow.io.trajectory.Trajectory`
+    (saved at ``t = 0, 1, ..., L``) and the :class:`Comparison` with the real model, its baselines
+    (random heads drawn with ``baseline_seed``) and what each head does at the real positions.
     """
     if (ids is None) == (text is None):
         raise ValueError("give either token ids or a text prompt, not both or neither")
+    if text is not None and not text.strip():
+        raise ValueError("the --text prompt is empty; give at least one word")
     if int(steps_per_layer) < 1:
         raise ValueError(f"steps per layer must be a positive integer; got {steps_per_layer}")
     model = load_model(path_or_name, local_files_only=local_files_only)
@@ -172,19 +292,12 @@ def run_prompt(
         )
     tokens: list[str] = []
     if text is not None:
-        ids, tokens = _tokenize(path_or_name, text, local_files_only)
+        ids, tokens = tokenize(path_or_name, text, special_tokens=special_tokens, local_files_only=local_files_only)
     ids = [int(i) for i in ids]
-    vocab = int(model.config.vocab_size)
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if not ids or bad:
-        raise ValueError(f"token ids must be in [0, {vocab}); got {bad or 'no ids'}")
-    if len(ids) < 2:
-        raise ValueError("the prompt needs at least two tokens")
     layers = extract(model, source=str(path_or_name))
-    window = layers.meta.sliding_window
-    if window is not None and len(ids) > int(window):
-        raise ValueError(f"the prompt has {len(ids)} tokens, more than the sliding window ({window}) the flow ignores")
+    check_prompt(ids, layers, int(model.config.vocab_size))
     X, r = real_positions(model, layers, torch.tensor([ids]))
+    pre = layers.meta.pre_norm
     flow = on_sphere(layers, radius=r if use_radius else 1.0)
     L = layers.L
     config = {
@@ -193,11 +306,14 @@ def run_prompt(
             **layers.meta.as_dict(),
             "input_ids": ids,
             "steps_per_layer": int(steps_per_layer),
-            "radius": r.tolist() if use_radius else None,
+            "radius": r.tolist() if (use_radius and pre) else None,
+            "values": "divided by the stream radius r_l" if pre else "pulled back through the norm (exact)",
         },
         "weights": {"process": "hf_layers"},
         "model": "mha",
     }
+    if method not in INTEGRATORS:
+        raise ValueError(f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}")
     traj = simulate(
         X[0],
         flow,
@@ -211,29 +327,64 @@ def run_prompt(
         progress=progress,
         config=config,
     )
+    g = torch.Generator().manual_seed(int(baseline_seed))
+    rand = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
+    spl = int(steps_per_layer)
+
+    def restart(process: Layers) -> np.ndarray:
+        one = [flow_through(X[l], Layers([process.layers[l]], t_end=1.0), spl, method)[-1] for l in range(L)]
+        return np.stack([X[0], *one])
+
+    acts = [head_activity(X[l], flow.layers[l]) for l in range(L)]
+    dense = lambda P: [h.A for h in P.layers]
+    values = lambda P: [h.values for h in P.layers]
     cmp = Comparison(
         real=X,
         sim=traj.x,
         ids=np.array(ids),
-        radius=r if use_radius else np.ones(L),
+        radius=r if (use_radius or not pre) else np.ones(L),
         cluster_eps=cluster_eps,
         tokens=tokens,
         meta=layers.meta.as_dict(),
+        restart=restart(flow),
+        rand=flow_through(X[0], rand, spl, method),
+        rand_restart=restart(rand),
+        attention=np.stack([a.attention for a in acts]),
+        head_speed=np.stack([a.speed for a in acts]),
+        head_collapse=np.stack([a.collapse for a in acts]),
+        head_log_mobility=np.stack([a.log_mobility for a in acts]),
+        total_speed=np.array([a.total_speed for a in acts]),
+        path_A=relative_jumps(dense(flow)),
+        path_V=relative_jumps(values(flow)),
+        path_A_random=relative_jumps(dense(rand)),
+        path_V_random=relative_jumps(values(rand)),
+        heads=(flow, value_factors(layers, r if use_radius else 1.0)),
     )
     return traj, cmp
 
 
-def _tokenize(path_or_name: str, text: str, local_files_only: bool) -> tuple[list[int], list[str]]:
+def tokenize(
+    path_or_name: str, text: str, *, special_tokens: bool = True, local_files_only: bool = True
+) -> tuple[list[int], list[str]]:
+    """``(ids, token strings)`` of ``text`` with the tokenizer saved with the model (a
+    sentence-transformers folder's own tokenizer included); ``special_tokens`` adds the ones the
+    model was trained with (BERT: ``[CLS] ... [SEP]``)."""
     from transformers import AutoTokenizer
 
+    src = str(path_or_name)
+    if Path(src).exists():
+        try:
+            src = str(resolve_folder(src))
+        except HFImportError as e:
+            raise ValueError(str(e)) from e
     try:
-        tok = AutoTokenizer.from_pretrained(str(path_or_name), local_files_only=local_files_only)
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only)
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(
             f"--text needs the tokenizer saved with the model, and {str(path_or_name)!r} has none; "
             "pass token ids with --ids 1,2,3 instead"
         ) from e
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = tok(text, add_special_tokens=special_tokens)["input_ids"]
     return list(ids), tok.convert_ids_to_tokens(ids)
 
 

@@ -17,6 +17,7 @@ rotary embeddings handled exactly). Nothing is downloaded.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,7 @@ class HFMeta:
     rope: bool
     source: str
     sliding_window: int | None = None
+    max_positions: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -104,9 +106,17 @@ class HFLayers(Layers):
     final one; ``meta`` describes the model. :func:`attnflow.hf.on_sphere` folds the norms in.
     """
 
-    def __init__(self, heads: list[Heads], norms: list[Norm], meta: HFMeta):
+    def __init__(
+        self,
+        heads: list[Heads],
+        norms: list[Norm],
+        meta: HFMeta,
+        value_factors: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ):
         super().__init__(heads, t_end=float(len(heads)))
         self.norms, self.meta = norms, meta
+        #: per layer ``(L_h, R_h)`` with ``V_h = L_h R_h``: ``L_h = H W_O^h`` ``(H, d, k)``, ``R_h = W_V^h`` ``(H, k, d)``.
+        self.value_factors = value_factors
 
     def describe(self) -> dict:
         return {**super().describe(), **self.meta.as_dict()}
@@ -126,35 +136,104 @@ def _require_transformers():
         ) from e
 
 
+def resolve_folder(path: str | os.PathLike) -> Path:
+    """The folder holding ``config.json`` and the weights: ``path`` itself (``save_pretrained``), or,
+    for a sentence-transformers folder, the ``Transformer`` module named in its ``modules.json``
+    (the root, ``path: ""``, or a sub-folder such as ``0_Transformer/``)."""
+    p = Path(path)
+    if not p.is_dir():
+        if p.exists():
+            raise HFImportError(f"{str(p)!r} is a file; pass the folder a model was saved into with save_pretrained()")
+        raise HFImportError(
+            f"no Hugging Face model at {str(p)!r} on disk: attnflow never downloads weights. Pass the folder a model "
+            "was saved into with save_pretrained() (it holds config.json and the weights)."
+        )
+    modules = p / "modules.json"
+    if modules.is_file():
+        try:
+            entries = json.loads(modules.read_text())
+            sub = [e.get("path", "") for e in entries if str(e.get("type", "")).endswith("models.Transformer")]
+        except (ValueError, AttributeError, TypeError) as e:
+            raise HFImportError(f"{str(modules)!r} is not a valid sentence-transformers modules.json ({e})") from e
+        if not sub:
+            raise HFImportError(
+                f"{str(modules)!r} names no sentence_transformers.models.Transformer module: the folder holds no "
+                "transformer to import"
+            )
+        return p / sub[0] if sub[0] else p
+    if not (p / "config.json").is_file() and (p / "0_Transformer" / "config.json").is_file():
+        return p / "0_Transformer"
+    if not (p / "config.json").is_file():
+        raise HFImportError(
+            f"{str(p)!r} has no config.json (nor a sentence-transformers modules.json): supported layouts are a "
+            "save_pretrained() folder and a sentence-transformers folder"
+        )
+    return p
+
+
+def _read_config(folder: Path):
+    from transformers import AutoConfig
+
+    cfg = folder / "config.json"
+    try:
+        json.loads(cfg.read_text())
+    except (OSError, ValueError) as e:
+        raise HFImportError(f"{str(cfg)!r} is not valid JSON ({e}); the model's config is corrupt or truncated") from e
+    try:
+        return AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HFImportError(f"{str(cfg)!r} is not a usable model config ({e})") from e
+
+
 def load_model(path_or_name: str | os.PathLike, *, local_files_only: bool = True):
-    """The checkpoint's base model (``AutoModel``, float32, eager attention, eval mode)."""
+    """The checkpoint's base model (``AutoModel``, float32, eager attention, eval mode).
+
+    ``path_or_name``: a ``save_pretrained`` folder or a sentence-transformers folder
+    (:func:`resolve_folder`); with ``local_files_only=False``, also a hub name (then downloads are
+    transformers' business, never attnflow's default)."""
     _require_transformers()
     from transformers import AutoConfig, AutoModel
 
     src = str(path_or_name)
-    if local_files_only and not Path(src).is_dir() and Path(src).exists():
-        raise HFImportError(f"{src!r} is a file; pass the folder a model was saved into with save_pretrained()")
-    try:
-        config = AutoConfig.from_pretrained(src, local_files_only=local_files_only)
-    except (OSError, ValueError) as e:
-        if local_files_only:
-            raise HFImportError(
-                f"no Hugging Face model at {src!r} on disk: attnflow never downloads weights. Pass the folder "
-                "a model was saved into with save_pretrained() (it holds config.json and the weights), or the "
-                "name of a model already in the local Hugging Face cache."
-            ) from e
-        raise HFImportError(f"could not load a model config from {src!r}: {e}") from e
+    if Path(src).exists():
+        folder = resolve_folder(src)
+        config = _read_config(folder)
+        src = str(folder)
+    else:  # a name: only from the local Hugging Face cache unless local_files_only=False
+        try:
+            config = AutoConfig.from_pretrained(src, local_files_only=local_files_only)
+        except (OSError, ValueError) as e:
+            if local_files_only:
+                raise HFImportError(
+                    f"no Hugging Face model at {src!r} on disk: attnflow never downloads weights. Pass the folder "
+                    "a model was saved into with save_pretrained() (it holds config.json and the weights), a "
+                    "sentence-transformers folder, or the name of a model already in the local Hugging Face cache."
+                ) from e
+            raise HFImportError(f"could not load a model config from {src!r}: {e}") from e
     model_type = getattr(config, "model_type", "?")
     if model_type not in SUPPORTED:
         raise HFImportError(
             f"model type {model_type!r} at {src!r} is not supported; supported types: {', '.join(sorted(SUPPORTED))}"
         )
     try:
-        model = AutoModel.from_pretrained(
-            src, local_files_only=local_files_only, attn_implementation="eager", dtype=torch.float32
+        model, info = AutoModel.from_pretrained(
+            src,
+            local_files_only=local_files_only,
+            attn_implementation="eager",
+            dtype=torch.float32,
+            output_loading_info=True,
         )
-    except OSError as e:
-        raise HFImportError(f"{src!r} has a config but no readable weights ({e})") from e
+    except Exception as e:  # safetensors, torch and transformers each raise their own kind
+        raise HFImportError(
+            f"the weights at {src!r} cannot be read, they are missing, truncated or corrupt "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from e
+    missing = [k for k in info.get("missing_keys", []) if "attention" in k or "attn" in k or "norm" in k.lower()]
+    if missing:
+        raise HFImportError(
+            f"the weights at {src!r} lack {len(missing)} attention or norm tensors (first: {sorted(missing)[0]!r}); "
+            "the checkpoint is incomplete"
+        )
     return model.eval()
 
 
@@ -163,6 +242,7 @@ def load_heads(path_or_name: str | os.PathLike, *, local_files_only: bool = True
 
     ``path_or_name``: a folder written by ``save_pretrained`` (or a name already in the local
     Hugging Face cache). Returns an :class:`HFLayers` (a :class:`~attnflow.weights.Layers`).
+    A sentence-transformers folder (``modules.json``) is read as it is (:func:`resolve_folder`).
     """
     return extract(load_model(path_or_name, local_files_only=local_files_only), source=str(path_or_name))
 
@@ -305,7 +385,8 @@ def extract(model, *, source: str = "") -> HFLayers:
     rope, rope_scale = _rope(model, k)
     norm_mods, pre_norm = norm_modules(model, blks)
     norms = [read_norm(m) for m in norm_mods]
-    heads = [_layer_heads(lm, H, Hkv, k, d, rope, rope_scale) for lm in mods]
+    built = [_layer_heads(lm, H, Hkv, k, d, rope, rope_scale) for lm in mods]
+    heads = [b[0] for b in built]
     arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     meta = HFMeta(
         architecture=arch,
@@ -321,11 +402,25 @@ def extract(model, *, source: str = "") -> HFLayers:
         rope=rope is not None,
         source=source,
         sliding_window=getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None,
+        max_positions=max_positions(config),
     )
-    return HFLayers(heads, norms, meta)
+    return HFLayers(heads, norms, meta, value_factors=[b[1] for b in built])
 
 
-def _layer_heads(lm: LayerModules, H: int, Hkv: int, k: int, d: int, rope, rope_scale: float) -> Heads:
+def max_positions(config) -> int | None:
+    """The longest token sequence the model has position embeddings for (``None``: no fixed limit
+    is recorded; rotary models still have ``max_position_embeddings``, which we enforce)."""
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if n is None:
+        return None
+    if getattr(config, "model_type", "") == "roberta":  # RoBERTa's positions start at pad_token_id + 1
+        n -= int(getattr(config, "pad_token_id", 1) or 1) + 1
+    return int(n)
+
+
+def _layer_heads(
+    lm: LayerModules, H: int, Hkv: int, k: int, d: int, rope, rope_scale: float
+) -> tuple[Heads, tuple[torch.Tensor, torch.Tensor]]:
     group = H // Hkv
     kv = torch.arange(H) // group  # query head h reads key/value head h // (H / H_kv)
 
@@ -345,7 +440,7 @@ def _layer_heads(lm: LayerModules, H: int, Hkv: int, k: int, d: int, rope, rope_
     V = H * Wo @ Wv  # (H, d, d): the average over heads reproduces the sum
     bO = lm.b["o"] if lm.b["o"] is not None else torch.zeros(d, dtype=torch.float64)
     bV = H * (Wo @ bv.unsqueeze(-1)).squeeze(-1) + bO
-    return Heads(
+    heads = Heads(
         K=K.contiguous(),
         Q=Q.contiguous(),
         V=V.contiguous(),
@@ -355,3 +450,4 @@ def _layer_heads(lm: LayerModules, H: int, Hkv: int, k: int, d: int, rope, rope_
         causal=lm.causal,
         rope=rope,
     )
+    return heads, ((H * Wo).contiguous(), Wv.contiguous())

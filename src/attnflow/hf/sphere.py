@@ -24,11 +24,26 @@ def norm_map(norm: Norm, d: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     return math.sqrt(d) * norm.gamma[:, None] * P, norm.beta
 
 
-def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0) -> Heads:
-    """Heads acting on sphere points ``x`` as ``heads`` act on ``y = norm(z)``; values divided by ``radius``.
+def pull_back(norm: Norm, d: int) -> torch.Tensor:
+    """``D = diag(1 / (sqrt(d) gamma))``: a change ``dy`` of the norm's output ``y = sqrt(d) gamma * x + beta``
+    is the change ``D dy`` of its sphere point ``x`` (post-norm models, where attention adds to ``y``)."""
+    if bool((norm.gamma == 0).any()):
+        raise ValueError(
+            "a LayerNorm gain is exactly zero: the post-norm pull-back D = diag(1/(sqrt(d) gamma)) is undefined"
+        )
+    return torch.diag(1.0 / (math.sqrt(d) * norm.gamma))
 
-    With ``y = M x + beta``: ``Q' = Q M``, ``b_Q' = b_Q + Q beta`` (same for ``K``), ``V' = V M / r``,
-    ``b_V' = (b_V + V beta) / r``.
+
+def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0, *, post_norm: bool = False) -> Heads:
+    """Heads acting on sphere points ``x`` as ``heads`` act on ``y = norm(z)``.
+
+    With ``y = M x + beta``: ``Q' = Q M``, ``b_Q' = b_Q + Q beta`` (same for ``K``) and
+
+    * pre-norm (GPT-2, Llama; attention adds to the norm's input ``h``, ``|P h| ~ r``):
+      ``V' = V M / r``, ``b_V' = (b_V + V beta) / r``;
+    * post-norm (BERT; attention adds to the norm's *output* ``y``): ``V' = D V M``,
+      ``b_V' = D (b_V + V beta)`` with ``D`` = :func:`pull_back`, so that ``y + attn(y)`` is exactly
+      ``sqrt(d) gamma * (x + u) + beta`` with ``u`` the field (``radius`` is not used).
     """
     h = heads.to(dtype=torch.float64)
     M, beta = norm_map(norm, h.d)
@@ -41,14 +56,16 @@ def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0) -> Heads:
 
     Q = h.Q if h.Q is not None else torch.eye(h.d, dtype=torch.float64).expand(h.H, h.d, h.d)
     V = h.values
+    out = pull_back(norm, h.d) if post_norm else torch.eye(h.d, dtype=torch.float64) / radius
+    bV = shifted(V, h.bias_v)
     return replace(
         h,
         Q=Q @ M,
         K=h.K @ M,
-        V=V @ M / radius,
+        V=out @ V @ M,
         bias_q=shifted(Q, h.bias_q),
         bias_k=shifted(h.K, h.bias_k),
-        bias_v=None if shifted(V, h.bias_v) is None else shifted(V, h.bias_v) / radius,
+        bias_v=None if bV is None else bV @ out.T,
     )
 
 
@@ -56,15 +73,20 @@ def on_sphere(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> Layers
     """The imported layers as a flow of sphere points: layer ``l`` reads ``y = norm_l(x)`` (its own
     norm folded into ``Q, K, V`` by :func:`fold_norm`), one unit of time per layer.
 
-    ``radius`` (one number or one per layer) divides the values: with the real residual stream's
-    size ``r_l = |P h|`` there, one Euler step of size 1 moves ``x`` as the attention block moves
-    ``h / r_l`` (to first order).
+    Pre-norm models: ``radius`` (one number or one per layer) divides the values; with the real
+    residual stream's size ``r_l = |P h|`` there, one Euler step of size 1 moves ``x`` as the
+    attention block moves ``h / r_l``. Post-norm models (``layers.meta.pre_norm`` false): the values
+    are pulled back through the norm (exact for every token; ``radius`` is not used).
     """
     L = layers.L
     r = np.broadcast_to(np.asarray(radius, dtype=np.float64), (L,))
     if not np.all(r > 0):
         raise ValueError(f"radius must be positive; got {r.tolist()}")
-    return Layers([fold_norm(layers.layers[l], layers.norms[l], float(r[l])) for l in range(L)], t_end=float(L))
+    post = not layers.meta.pre_norm
+    return Layers(
+        [fold_norm(layers.layers[l], layers.norms[l], float(r[l]), post_norm=post) for l in range(L)],
+        t_end=float(L),
+    )
 
 
 @dataclass(frozen=True)
@@ -127,3 +149,19 @@ def to_gradient_flow(layers: Layers) -> GradientFlowProjection:
         value_gap=np.array(gap),
         dropped=tuple(sorted(dropped)),
     )
+
+
+def value_factors(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer ``(L'_h, R'_h)`` with ``L'_h R'_h`` the folded value ``V'_h`` of :func:`on_sphere`
+    (``(H, d, k)`` and ``(H, k, d)``): the rank-``k`` form in which a run folder stores the values."""
+    if layers.value_factors is None:
+        raise ValueError("these layers were built without their value factors; import them with extract()")
+    L = layers.L
+    r = np.broadcast_to(np.asarray(radius, dtype=np.float64), (L,))
+    out = []
+    for l, (Lf, Rf) in enumerate(layers.value_factors):
+        d = Lf.shape[1]
+        M, _ = norm_map(layers.norms[l], d)
+        left = pull_back(layers.norms[l], d) if not layers.meta.pre_norm else torch.eye(d, dtype=torch.float64) / r[l]
+        out.append((left @ Lf.to(torch.float64), Rf.to(torch.float64) @ M))
+    return out

@@ -53,11 +53,15 @@ def capture_attention(model, inputs: dict[str, torch.Tensor]) -> list[tuple[torc
     return [(s["y"][0], s["o"][0]) for s in seen]
 
 
-def verify_model(model, layers: HFLayers | None = None, *, n_tokens: int = 12, seed: int = 0) -> list[LayerCheck]:
-    """Compare, layer by layer and in float32, ``sum_h w_h out_h(y)`` with the module's output."""
+def verify_model(
+    model, layers: HFLayers | None = None, *, n_tokens: int = 12, seed: int = 0, ids: list[int] | None = None
+) -> list[LayerCheck]:
+    """Compare, layer by layer and in float32, ``sum_h w_h out_h(y)`` with the module's output
+    (on the token ``ids`` given, else on ``n_tokens`` seeded random ones)."""
     layers = layers if layers is not None else extract(model)
+    inputs = sample_inputs(model, n_tokens, seed) if ids is None else {"input_ids": torch.tensor([list(ids)])}
     checks = []
-    for l, (y, o) in enumerate(capture_attention(model, sample_inputs(model, n_tokens, seed))):
+    for l, (y, o) in enumerate(capture_attention(model, inputs)):
         ours = velocity(y.float(), layers.layers[l].to(dtype=torch.float32), model="mha", project=False)
         err = float((ours - o).abs().max())
         scale = float(o.abs().max())

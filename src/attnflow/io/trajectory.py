@@ -31,10 +31,16 @@ from attnflow.io.store import CONFIG, DATASET, FIGURES, PROVENANCE, is_complete,
 FIGURE_WRITER = "attnflow.viz.plotting:plot_run"
 
 
-def figure_writer(reference: str = FIGURE_WRITER) -> Callable[[Any, Path], Any]:
-    """The function a ``"module:function"`` reference names (imported when figures are drawn)."""
+def resolve_reference(reference: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` reference names, imported when it is first needed (the
+    way plugin entry points are): the figure writer, or an ``hf`` dataset's ``heads_reader``."""
     module, _, name = reference.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def figure_writer(reference: str = FIGURE_WRITER) -> Callable[[Any, Path], Any]:
+    """The figure writer ``traj.save(figures=True)`` calls (see :data:`FIGURE_WRITER`)."""
+    return resolve_reference(reference)
 
 
 @dataclass
@@ -115,11 +121,15 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
     seed = int(ds.attrs.get("seed", -1))
     if config is None and isinstance(ds.attrs.get("config"), str):
         config = json.loads(ds.attrs["config"])
+    if "A" in ds:
+        A, V = np.asarray(ds["A"].values), np.asarray(ds["V"].values) if "V" in ds else None
+    else:  # heads stored compactly (hf runs: factors once per layer); the "module:function" rebuilds them
+        A, V = resolve_reference(str(ds.attrs["heads_reader"]))(ds)
     return Trajectory(
         t=np.asarray(ds["time"].values, dtype=np.float64),
         x=np.asarray(ds["x"].values),
-        A=np.asarray(ds["A"].values),
-        V=np.asarray(ds["V"].values) if "V" in ds else None,
+        A=A,
+        V=V,
         diagnostics={k: np.asarray(ds[k].values, dtype=np.float64) for k in DIAGNOSTICS if k in ds},
         token_weights=np.asarray(ds["token_weights"].values),
         head_weights=np.asarray(ds["head_weights"].values),
