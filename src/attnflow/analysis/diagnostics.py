@@ -11,7 +11,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, _log_abs_energy, _log_slope, field_stats
+from attnflow.dynamics.fields import FieldStats, field_stats
 
 DIAGNOSTICS: dict[str, str] = {
     "energy": "interaction energy F(mu, t)",
@@ -385,15 +385,15 @@ def state_diagnostics(
     ``F``, ``b`` and ``|dF|`` use ``A`` alone (MODEL.md defines them for symmetric ``A``; for other
     heads they are the same formulas, reported for comparison).
     """
-    st: FieldStats = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w)
-    log_abs_F = float(_log_abs_energy(st, a))
-    log_b = -st.log_S
-    speed2 = float((a * (v * v).sum(-1) * torch.exp(st.log_S)).sum())
+    st: FieldStats = field_stats(x, heads.without_values(), a, w)
+    log_abs_F = float(st.log_abs_energy(a))
+    log_b = st.log_mobility()
+    speed2 = float(st.speed_sq(v, a))
     mn, mean = pairwise_inner(x)
     return {
         "energy": -_safe_exp(log_abs_F),
         "log_abs_energy": log_abs_F,
-        "slope": _safe_exp(float(_log_slope(x, st, a))),
+        "slope": _safe_exp(float(st.log_slope(x, a))),
         "metric_speed": math.sqrt(speed2) if math.isfinite(speed2) else math.inf,
         "mobility_min": _safe_exp(float(log_b.min())),
         "mobility_max": _safe_exp(float(log_b.max())),

@@ -23,7 +23,7 @@ from attnflow.core.heads import Heads, goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.fields import FieldStats
 from attnflow.kernels.dispatch import head_stats
-from attnflow.kernels.fastsum import fast_attention_stats
+from attnflow.kernels.fastsum import fast_stats
 
 #: Operator norm of every head in the benchmark (the "beta" of the targets).
 BETA = 4.0
@@ -210,10 +210,10 @@ def bench_size(
         xt = torch.as_tensor(x)
         At = torch.as_tensor(A)
         at, wt = torch.full((N,), 1.0 / N, dtype=torch.float64), torch.full((H,), 1.0 / H, dtype=torch.float64)
-        res = fast_attention_stats(xt, At, At, at, tol=fast_tol)
+        res = fast_stats(xt, At, At, at, tol=fast_tol)
 
         def f_fast(y: torch.Tensor) -> torch.Tensor:
-            r = fast_attention_stats(y, At, At, at, fast_plan=res.plan)
+            r = fast_stats(y, At, At, at, fast_plan=res.plan)
             return project_tangent(y, FieldStats(r.out, r.logZ, torch.log(wt)).mixed_output("mha"))
 
         t_eval = _best(lambda: f_fast(xt), repeats)

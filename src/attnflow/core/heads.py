@@ -92,6 +92,15 @@ class Heads:
             and self.rope is None
         )
 
+    def without_values(self) -> Heads:
+        """The same heads with the value side dropped (``V = None``, so ``V_h = A_h``; no value bias).
+
+        What the energy ``F``, the mobility ``b`` and the slope ``|dF|`` need: they depend on the
+        logits alone. The query/key factors, their biases, the causal mask and the rotary embedding
+        are all kept (``Heads(K=h.K, Q=h.Q)`` would silently drop them).
+        """
+        return replace(self, V=None, bias_v=None)
+
     def to(self, dtype: torch.dtype | None = None, device=None) -> Heads:
         conv = lambda t: None if t is None else t.to(dtype=dtype or t.dtype, device=device or t.device)
         return replace(

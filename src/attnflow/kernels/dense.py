@@ -10,7 +10,7 @@ else in attnflow (the three fields, energy, mobility, slope) is a cheap function
 Token masses enter as the log-bias ``log a_j``, and every exponential is shifted by its row
 maximum (log-sum-exp), so nothing overflows at large ``beta``.
 
-:func:`attention_stats` is the fast path. Two interchangeable dense backends compute it:
+:func:`dense_stats` is the fast path. Two interchangeable dense backends compute it:
 
 * ``"flash"``: PyTorch's fused attention kernel, which streams over key blocks and returns the
   log-sum-exp beside the output (on CPU ``aten::_scaled_dot_product_flash_attention_for_cpu``, on
@@ -20,7 +20,7 @@ maximum (log-sum-exp), so nothing overflows at large ``beta``.
   ``block_elements`` logits are held at once. Works for every dtype and device.
 
 ``"auto"`` picks ``"flash"`` where the fused kernel supports the dtype and device, else
-``"stream"``. :func:`attention_stats_reference` is the plain numpy transcription of the formulas,
+``"stream"``. :func:`reference_stats` is the plain numpy transcription of the formulas,
 kept for tests. The O(N) fast summation for ``d <= 4`` lives in :mod:`attnflow.fastsum`.
 """
 
@@ -32,11 +32,11 @@ import torch
 #: Upper bound on the number of logits held in memory at once by the streamed kernel.
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
 
-#: Dense backends of :func:`attention_stats`.
+#: Dense backends of :func:`dense_stats`.
 KERNEL_BACKENDS: tuple[str, ...] = ("auto", "flash", "stream")
 
 
-def attention_stats(
+def dense_stats(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor | None,
@@ -169,7 +169,7 @@ def _fused(q, k, v):
     return res[0], res[1]
 
 
-def attention_stats_reference(
+def reference_stats(
     x: np.ndarray,
     A: np.ndarray,
     V: np.ndarray,
@@ -181,7 +181,7 @@ def attention_stats_reference(
     """Plain numpy transcription of MODEL.md: ``Z_h(x_i) = sum_j a_j exp(x_i^T A_h x_j)`` and
     ``out_h(x_i) = sum_j a_j exp(x_i^T A_h x_j) V_h x_j / Z_h(x_i)``, one head and token at a time.
 
-    Returns ``(out, logZ)`` shaped like :func:`attention_stats`. Shifts by the row maximum only to
+    Returns ``(out, logZ)`` shaped like :func:`dense_stats`. Shifts by the row maximum only to
     stay finite; meant for small ``N`` in tests. ``key_bias`` ``(H, N)`` adds ``c_h(x_j)`` to the
     exponents; ``causal=True`` sums over ``j <= i`` only.
     """
@@ -200,3 +200,8 @@ def attention_stats_reference(
             logZ[h, i] = m + np.log(Z)
             out[h, i] = sum(w[j] * (V[h] @ x[j]) for j in js) / Z
     return out, logZ
+
+
+#: Former names (kept: they are public), see the naming scheme in :mod:`attnflow.kernels`.
+attention_stats = dense_stats
+attention_stats_reference = reference_stats

@@ -72,7 +72,7 @@ class FastSumPlan:
 
 @dataclass(frozen=True)
 class FastSumResult:
-    """Output of :func:`fast_attention_stats`: ``out`` ``(H, N, d)`` (or None), ``logZ`` ``(H, N)``,
+    """Output of :func:`fast_stats`: ``out`` ``(H, N, d)`` (or None), ``logZ`` ``(H, N)``,
     the plan (degree, proved bound) and, when checked, the achieved error on a subset of tokens."""
 
     out: torch.Tensor | None
@@ -347,7 +347,7 @@ class _FeatureBuilder:
         return self.F[:, :nb]
 
 
-def fast_attention_stats(
+def fast_stats(
     x: torch.Tensor,
     A: torch.Tensor,
     V: torch.Tensor | None,
@@ -358,7 +358,7 @@ def fast_attention_stats(
     check: int = 0,
     seed: int = 0,
 ) -> FastSumResult:
-    """``out_h(x_i)`` and ``log Z_h(x_i)`` (as :func:`attnflow.kernels.attention_stats`) by fast summation.
+    """``out_h(x_i)`` and ``log Z_h(x_i)`` (as :func:`attnflow.kernels.dense_stats`) by fast summation.
 
     ``x`` ``(N, d)`` tokens on the sphere (``d <= 4``), ``A`` ``(H, d, d)``, ``V`` ``(H, d, d)`` or
     ``None`` (only ``logZ``), ``a`` ``(N,)`` masses. The relative error of ``Z`` and of ``out``
@@ -467,3 +467,7 @@ def _check(x, A, V, a, out, logZ, check, seed) -> float | None:
         normV = torch.linalg.matrix_norm(V, ord=2).clamp_min(1e-300)[:, None]
         err = max(err, float((torch.linalg.vector_norm(out[:, idx] - exact, dim=-1) / normV).max()))
     return err
+
+
+#: Former name (kept: it is public), see the naming scheme in :mod:`attnflow.kernels`.
+fast_attention_stats = fast_stats

@@ -27,8 +27,8 @@ from attnflow.dynamics.fields import field_stats, prepare
 
 
 def _energy_t(y: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    st = field_stats(y, Heads(K=heads.K, Q=heads.Q), a, w, values=False)
-    return -0.5 * torch.exp(torch.logsumexp(st.log_S + torch.log(a), dim=0))
+    """``F(sum_i a_i delta_{y_i})`` as a differentiable tensor (the heads' values are not used)."""
+    return field_stats(y, heads.without_values(), a, w, values=False).energy(a)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _solve(
 ) -> tuple[torch.Tensor, float, float, int, float]:
     x = x.detach()
     with torch.no_grad():
-        b = torch.exp(-field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False).log_S)
+        b = field_stats(x, heads.without_values(), a, w, values=False).mobility()
         weight = a / (2.0 * tau * b)
 
         scale = abs(float(_energy_t(x, heads, a, w)))
@@ -69,8 +69,7 @@ def _solve(
     with torch.no_grad():
         candidates = [x] if y0 is None else [retract(y0.detach())]
         if y0 is None:
-            st = field_stats(x, heads, a, w)
-            candidates.append(retract(x + tau * project_tangent(x, st.mixed_output("gf"))))
+            candidates.append(retract(x + tau * field_stats(x, heads, a, w).velocity(x, "gf")))
         start = min(candidates, key=lambda c: float(objective(c)))
 
     z = start.clone().requires_grad_(True)
@@ -144,5 +143,5 @@ def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7
         raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")
     heads = f.heads_at(t)
     heads.check_gradient_flow()
-    y, *_ = _solve(x, Heads(K=heads.K, Q=heads.Q), f.a, f.w, float(dt), tol, max_iter, None)
+    y, *_ = _solve(x, heads.without_values(), f.a, f.w, float(dt), tol, max_iter, None)
     return y
