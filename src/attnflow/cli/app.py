@@ -88,5 +88,5 @@ def progress_bar(description: str) -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
-        disable=not sys.stderr.isatty() and not _state.get("force_progress", False),
+        disable=not sys.stderr.isatty(),
     )

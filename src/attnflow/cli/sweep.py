@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, _state, app, console, guarded
+from attnflow.cli.app import UserError, app, console, guarded
 
 
 def _sweep_bar() -> Progress:
@@ -20,7 +20,7 @@ def _sweep_bar() -> Progress:
         TextColumn("{task.fields[ok]} done, {task.fields[failed]} failed, {task.fields[left]} remaining"),
         TimeElapsedColumn(),
         console=console,
-        disable=not sys.stderr.isatty() and not _state.get("force_progress", False),
+        disable=not sys.stderr.isatty(),
     )
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import vonmises_fisher
 
+from attnflow.core.caller import caller_stacklevel
+
 
 def _normalise(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -148,5 +150,8 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     if dev > tol:
         if not normalise:
             raise ValueError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")
-        warnings.warn(f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})", stacklevel=2)
+        warnings.warn(
+            f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})",
+            stacklevel=caller_stacklevel(),
+        )
     return x / norms[:, None]

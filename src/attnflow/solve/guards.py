@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnflow.core.caller import caller_stacklevel
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, state_energy
@@ -182,4 +183,4 @@ class Float32Monitor:
 
 
 def warn(message: str, category: type[Warning]) -> None:
-    warnings.warn(message, category, stacklevel=3)
+    warnings.warn(message, category, stacklevel=caller_stacklevel())
