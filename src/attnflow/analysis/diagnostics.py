@@ -312,8 +312,8 @@ def pairwise_inner(x: torch.Tensor, *, block: int | None = None) -> tuple[float,
         return mn, (float(tot @ tot) - float((x * x).sum())) / (n * (n - 1))
     G = x @ x.T
     off = ~torch.eye(n, dtype=torch.bool, device=x.device)
-    s = float(G.sum() - G.diagonal().sum())
-    return float(G[off].min()), s / (n * (n - 1))
+    total = float(G.sum() - G.diagonal().sum())
+    return float(G[off].min()), total / (n * (n - 1))
 
 
 #: The KD-tree minimum re-checks pairs near its candidate for at most this many tokens, and at most

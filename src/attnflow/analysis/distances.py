@@ -143,6 +143,7 @@ def weighted_wasserstein(
         raise ValueError(f"n_segments must be a positive integer; got {n_segments}")
     w2 = wasserstein_sphere(x, y, a=a, b=b, method="exact")
     plan = w2.plan
+    assert plan is not None  # the exact method returns its plan
     ip, iq = np.nonzero(plan > 1e-14 * plan.max())
     m = torch.from_numpy(plan[ip, iq] / plan[ip, iq].sum())
     X, Y = _cloud(x, "x"), _cloud(y, "y")

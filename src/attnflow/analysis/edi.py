@@ -86,6 +86,7 @@ class StepRecorder:
         d = x.shape[-1]
         dA = self.derivative(t) if self.rule == "quadrature" else None
         out, logZ = head_stats(x, heads, self.a, extra_values=dA)
+        assert out is not None  # values were asked for
         st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
         v = st.velocity(x, self.model)
         speed2 = float(st.speed_sq(v, self.a))

@@ -101,16 +101,19 @@ class Heads:
         """
         return replace(self, V=None, bias_v=None)
 
-    def to(self, dtype: torch.dtype | None = None, device=None) -> Heads:
-        conv = lambda t: None if t is None else t.to(dtype=dtype or t.dtype, device=device or t.device)
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Heads:
+        def conv(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype=dtype or t.dtype, device=device or t.device)
+
+        opt = lambda t: None if t is None else conv(t)
         return replace(
             self,
             K=conv(self.K),
-            Q=conv(self.Q),
-            V=conv(self.V),
-            bias_q=conv(self.bias_q),
-            bias_k=conv(self.bias_k),
-            bias_v=conv(self.bias_v),
+            Q=opt(self.Q),
+            V=opt(self.V),
+            bias_q=opt(self.bias_q),
+            bias_k=opt(self.bias_k),
+            bias_v=opt(self.bias_v),
             rope=None if self.rope is None else self.rope.to(device=device or self.rope.device),
         )
 

@@ -69,7 +69,7 @@ def vmf_mixture(n: int, d: int, k: int = 3, kappa: float = 20.0, seed: int | Non
     if k < 1 or kappa <= 0:
         raise ValueError(f"need k >= 1 components and kappa > 0; got k={k}, kappa={kappa}")
     rng = np.random.default_rng(seed)
-    means = uniform(k, d, seed=rng.integers(2**32))
+    means = uniform(k, d, seed=int(rng.integers(2**32)))
     labels = rng.integers(0, k, n)
     x = np.empty((n, d))
     for j in range(k):

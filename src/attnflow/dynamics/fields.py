@@ -51,7 +51,15 @@ def masses(weights: ArrayLike | None, n: int, name: str, like_t: torch.Tensor) -
     return w
 
 
-def prepare(x: ArrayLike, A, V=None, token_weights=None, head_weights=None, *, energy_only: bool = False):
+def prepare(
+    x: ArrayLike,
+    A: ArrayLike | Heads,
+    V: ArrayLike | None = None,
+    token_weights: ArrayLike | None = None,
+    head_weights: ArrayLike | None = None,
+    *,
+    energy_only: bool = False,
+) -> tuple[torch.Tensor, Heads, torch.Tensor, torch.Tensor]:
     """Convert the public arguments into ``(x, heads, a, w)`` torch objects of one dtype.
 
     ``energy_only`` drops any value matrices: ``F``, ``b`` and ``|dF|`` are defined by ``A`` alone.
@@ -200,8 +208,8 @@ def _finite_or_raise(value: torch.Tensor, what: str, hint: str) -> torch.Tensor:
 
 def velocity(
     x: ArrayLike,
-    A,
-    V=None,
+    A: ArrayLike | Heads,
+    V: ArrayLike | None = None,
     *,
     model: Model = "mha",
     token_weights: ArrayLike | None = None,
@@ -219,7 +227,9 @@ def velocity(
     return like(field_stats(xt, heads, a, w).velocity(xt, model, project=project), x)
 
 
-def log_energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> tuple[float, float]:
+def log_energy(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> tuple[float, float]:
     """``(sign, log|F|)`` of the energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
 
     Like ``numpy.linalg.slogdet``: finite at any ``beta``. The sign is -1 for positive masses.
@@ -235,7 +245,9 @@ def state_energy(x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor
     return -math.exp(float(st.log_abs_energy(a)))
 
 
-def energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def energy(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Interaction energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
 
     Raises ``OverflowError`` (pointing to :func:`log_energy`) when ``F`` leaves float range.
@@ -246,13 +258,17 @@ def energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLi
     return like(F, x)
 
 
-def log_mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def log_mobility(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """``log b(x_i) = -log sum_h w_h Z_h(x_i)``, shape ``(N,)``; finite at any ``beta``."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     return like(field_stats(xt, heads, a, w, values=False).log_mobility(), x)
 
 
-def mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def mobility(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Effective mobility ``b(x_i) = (sum_h w_h / m_h(x_i))^{-1} = 1 / sum_h w_h Z_h(x_i)``, shape ``(N,)``.
 
     The ``w``-weighted harmonic mean of the per-head mobilities ``m_h = 1/Z_h``.
@@ -262,13 +278,17 @@ def mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> Array
     return like(_finite_or_raise(b, "the mobility", "log_mobility()"), x)
 
 
-def log_slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> float:
+def log_slope(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> float:
     """``log |dF|(mu)``; finite at any ``beta`` (``-inf`` exactly at a critical point)."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     return float(field_stats(xt, heads, a, w).log_slope(xt, a))
 
 
-def slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def slope(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Metric slope ``|dF|(mu) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}`` with
     ``g(x) = -P_x sum_h w_h sum_j a_j exp(x^T A_h x_j) A_h x_j`` (``A_h`` symmetric)."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
@@ -279,7 +299,14 @@ def slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLik
     return like(s, x)
 
 
-def metric_speed(x: ArrayLike, v: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def metric_speed(
+    x: ArrayLike,
+    v: ArrayLike,
+    A: ArrayLike | Heads,
+    *,
+    token_weights: ArrayLike | None = None,
+    head_weights: ArrayLike | None = None,
+) -> ArrayLike:
     """Metric speed ``||v||_mu = (sum_i a_i |v(x_i)|^2 / b(x_i))^{1/2}`` of a field ``v`` at ``mu``."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     vt = to_tensor(v, dtype=xt.dtype)

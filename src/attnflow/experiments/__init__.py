@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from attnflow.experiments.common import ExperimentResult, to_jsonable, write_experiment
 from attnflow.experiments.edi import experiment_edi
@@ -64,7 +65,7 @@ def reproduce(
             on_done(res)
     if name == "all":
         out.mkdir(parents=True, exist_ok=True)
-        combined = {
+        combined: dict[str, Any] = {
             r.name: {**to_jsonable(r.headline), "passed": r.passed, "seconds": round(r.seconds, 1)} for r in results
         }
         combined["passed"] = all(r.passed for r in results)

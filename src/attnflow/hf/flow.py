@@ -105,9 +105,13 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
     finally:
         for h in hooks:
             h.remove()
-    X = np.stack([layers.norms[l].to_sphere(ins[l]).numpy() for l in range(len(mods))])
+    seen_in = [t for t in ins if t is not None]
+    seen_out = [t for t in outs if t is not None]
+    if len(seen_in) != len(mods) or len(seen_out) != len(mods):
+        raise ValueError(f"{len(mods) - len(seen_in)} of the model's layer norms did not run in the forward pass")
+    X = np.stack([layers.norms[l].to_sphere(seen_in[l]).numpy() for l in range(len(mods))])
     # Pre-norm: attention adds to the norm's input h; post-norm (BERT): to the norm's output y.
-    stream = ins if pre_norm else outs
+    stream = seen_in if pre_norm else seen_out
     r = []
     for l in range(layers.L):
         s = stream[l].to(torch.float64)
@@ -147,6 +151,7 @@ def run_prompt(
     tokens: list[str] = []
     if text is not None:
         ids, tokens = _tokenize(path_or_name, text, local_files_only)
+    assert ids is not None  # one of ids and text was given (checked above)
     ids = [int(i) for i in ids]
     vocab = int(model.config.vocab_size)
     bad = [i for i in ids if not 0 <= i < vocab]
@@ -208,7 +213,8 @@ def _tokenize(path_or_name: str, text: str, local_files_only: bool) -> tuple[lis
             "pass token ids with --ids 1,2,3 instead"
         ) from e
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    return list(ids), tok.convert_ids_to_tokens(ids)
+    names = tok.convert_ids_to_tokens(ids)
+    return list(ids), [names] if isinstance(names, str) else list(names)
 
 
 COMPARISON = "hf_comparison.zarr"

@@ -41,6 +41,7 @@ def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0) -> Heads:
 
     Q = h.Q if h.Q is not None else torch.eye(h.d, dtype=torch.float64).expand(h.H, h.d, h.d)
     V = h.values
+    bias_v = shifted(V, h.bias_v)
     return replace(
         h,
         Q=Q @ M,
@@ -48,11 +49,11 @@ def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0) -> Heads:
         V=V @ M / radius,
         bias_q=shifted(Q, h.bias_q),
         bias_k=shifted(h.K, h.bias_k),
-        bias_v=None if shifted(V, h.bias_v) is None else shifted(V, h.bias_v) / radius,
+        bias_v=None if bias_v is None else bias_v / radius,
     )
 
 
-def on_sphere(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> Layers:
+def on_sphere(layers: HFLayers, radius: float | Sequence[float] | np.ndarray = 1.0) -> Layers:
     """The imported layers as a flow of sphere points: layer ``l`` reads ``y = norm_l(x)`` (its own
     norm folded into ``Q, K, V`` by :func:`fold_norm`), one unit of time per layer.
 

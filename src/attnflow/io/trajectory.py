@@ -108,7 +108,7 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
         seed=None if seed < 0 else seed,
         config=config,
         provenance=provenance or {},
-        steps={k: np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
+        steps={str(k): np.asarray(ds[k].values) for k in ds.data_vars if ds[k].dims == ("step",)},
         steps_info={k[len("steps_") :]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
     )
 

@@ -90,7 +90,16 @@ def _flash_supported(q: torch.Tensor) -> bool:
     return q.device.type == "cuda" and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _stream(q, k, v, log_a, block_elements, *, key_bias=None, causal=False):
+def _stream(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor | None,
+    log_a: torch.Tensor,
+    block_elements: int,
+    *,
+    key_bias: torch.Tensor | None = None,
+    causal: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     N = q.shape[-2]
     batch = int(np.prod(q.shape[:-2]))  # every leading dim, heads included
     rows = max(1, block_elements // max(1, batch * k.shape[-2]))
@@ -100,16 +109,19 @@ def _stream(q, k, v, log_a, block_elements, *, key_bias=None, causal=False):
     kt = k.transpose(-1, -2)
     if rows >= N:
         return _block(q, kt, v, bias, 0 if causal else None)
-    outs, lzs = [], []
+    outs: list[torch.Tensor | None] = []
+    lzs: list[torch.Tensor] = []
     for s in range(0, N, rows):
         o, lz = _block(q[..., s : s + rows, :], kt, v, bias, s if causal else None)
         outs.append(o)
         lzs.append(lz)
-    out = None if v is None else torch.cat(outs, dim=-2)
+    out = None if v is None else torch.cat([o for o in outs if o is not None], dim=-2)
     return out, torch.cat(lzs, dim=-1)
 
 
-def _block(q, kt, v, bias, row0: int | None = None):
+def _block(
+    q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor | None, bias: torch.Tensor, row0: int | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     logits = q @ kt + bias
     if row0 is not None:
         # Causal mask for query rows row0.. : key j is visible to query i iff j <= i.
@@ -123,7 +135,9 @@ def _block(q, kt, v, bias, row0: int | None = None):
     return p @ v, logZ
 
 
-def _flash(q, k, v, log_a):
+def _flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, log_a: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     lead, (H, N, r) = q.shape[:-3], q.shape[-3:]
     M = k.shape[-2]
     q = q.reshape(-1, H, N, r)
@@ -160,7 +174,7 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
 
 
-def _fused(q, k, v):
+def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if q.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=1.0)
         return out, lse

@@ -190,9 +190,10 @@ def folder_status(run_dir: str | Path) -> str:
     if (p / CHECKPOINT).is_file():
         with contextlib.suppress(ValueError, OSError):
             ck = load_checkpoint(p / CHECKPOINT)
-    if stopped or (ck is not None and ck.stopped):
+    reason = stopped or (ck.stopped if ck is not None else None)
+    if reason:
         return (
-            f"{name} is an INCOMPLETE run: it was stopped by the numerical guard ({stopped or ck.stopped}). The last good "
+            f"{name} is an INCOMPLETE run: it was stopped by the numerical guard ({reason}). The last good "
             f"state (t = {ck.t if ck else float('nan'):.6g}) is in checkpoint.npz and dataset.zarr; start a new run with a "
             "smaller integration.dt or method 'jko'."
         )

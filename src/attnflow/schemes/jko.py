@@ -17,6 +17,7 @@ lower ``F + cost``, and the cost is non-negative).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +25,9 @@ from attnflow.core.arrays import ArrayLike, like, to_tensor
 from attnflow.core.geometry import geodesic_distance_sq, project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
+
+if TYPE_CHECKING:  # annotation only: the integrators module registers this stepper
+    from attnflow.schemes.integrators import Field
 
 
 def _energy_t(y: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -84,7 +88,7 @@ def _solve(
         line_search_fn="strong_wolfe",
     )
 
-    def closure():
+    def closure() -> torch.Tensor:
         opt.zero_grad()
         f = objective(retract(z))
         f.backward()
@@ -95,6 +99,7 @@ def _solve(
     yg = y.clone().requires_grad_(True)
     f = objective(yg)
     f.backward()
+    assert yg.grad is not None
     rg = float((torch.linalg.vector_norm(to_position * project_tangent(y, yg.grad), dim=-1)).max())
     with torch.no_grad():
         E = float(_energy_t(y, heads, a, w))
@@ -103,7 +108,7 @@ def _solve(
 
 def jko_step(
     x: ArrayLike,
-    A,
+    A: ArrayLike | Heads,
     tau: float,
     *,
     token_weights: ArrayLike | None = None,
@@ -137,7 +142,9 @@ def jko_step(
     )
 
 
-def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7, max_iter: int = 200) -> torch.Tensor:
+def jko_field_step(
+    f: Field, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7, max_iter: int = 200
+) -> torch.Tensor:
     """The ``jko`` stepper of :data:`attnflow.INTEGRATORS`: one movement with the heads at ``t``."""
     if f.model != "gf":
         raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")

@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import imageio_ffmpeg
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba_array
 
 from attnflow.io.trajectory import (
@@ -153,7 +154,9 @@ def render_movie(
     w, h = s.resolution
     dpi = 100
     fig = plt.figure(figsize=(w / dpi, h / dpi), dpi=dpi)
-    ax = fig.add_axes([0.0, 0.0, 1.0, 0.92])
+    canvas = fig.canvas
+    assert isinstance(canvas, FigureCanvasAgg)  # the Agg backend, selected above
+    ax = fig.add_axes((0.0, 0.0, 1.0, 0.92))
     lim = 1.0 if view.on_sphere else (float(np.linalg.norm(view.xyz, axis=-1).max()) or 1.0)
     ax.set_xlim(-1.08 * lim * w / (0.92 * h), 1.08 * lim * w / (0.92 * h))
     ax.set_ylim(-1.08 * lim, 1.08 * lim)
@@ -225,7 +228,7 @@ def render_movie(
                 f"clusters = {int(labels.max()) + 1:4d}"
             )
             fig.canvas.draw()
-            writer.send(fig.canvas.buffer_rgba())
+            writer.send(canvas.buffer_rgba())
             if progress is not None:
                 progress(f + 1, n_frames)
         writer.close()
