@@ -16,7 +16,9 @@ from attnflow.cli.app import UserError, app, console, guarded
 def reproduce(
     name: str = typer.Argument(..., help="ou, oscillating, heads, edi, stability-input, stability-weights or all."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (all of them in about 3 minutes; part of CI)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default runs/reproduce[/NAME])."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Output folder (default runs/reproduce/NAME, or runs/reproduce for all)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Base seed of every run."),
     full: bool = typer.Option(False, "--full", help="heads: also H = 128, 256."),
     readme: Optional[Path] = typer.Option(
