@@ -52,8 +52,8 @@ def _masses(m: ArrayLike | None, n: int, name: str) -> np.ndarray:
 
 
 def geodesic_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``M_ij = d(x_i, y_j)^2`` (:func:`attnflow.geometry.pairwise_geodesic_distance_sq`) as NumPy."""
-    return pairwise_geodesic_distance_sq(torch.from_numpy(x), torch.from_numpy(y)).numpy()
+    """``M_ij = d(x_i, y_j)^2`` (:func:`attnflow.geometry.pairwise_geodesic_distance_sq`)."""
+    return pairwise_geodesic_distance_sq(x, y)
 
 
 def wasserstein_sphere(

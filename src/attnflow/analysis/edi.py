@@ -90,8 +90,8 @@ class StepRecorder:
         st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
         v = st.velocity(x, self.model)
         speed2 = float(st.speed_sq(v, self.a))
-        # |dF|^2 from its log; for model gf the gf field is v itself.
-        slope2 = float(torch.exp(2.0 * st.log_slope(x, self.a, v if self.model == "gf" else None)))
+        # |dF|^2 = ||v_gf||_mu^2 (v = -b g): the metric speed of the gf field, v itself for model gf.
+        slope2 = float(st.speed_sq(v if self.model == "gf" else st.velocity(x, "gf"), self.a))
         dFdt = 0.0 if dA is None else float(st.energy_rate(x, self.a, out[..., d:]))
         F = float(st.energy(self.a))
         return v, speed2, slope2, dFdt, F

@@ -135,7 +135,7 @@ def stationarity(
         st = field_stats(xt, heads, a, w)
     u = st.mixed_output("gf")
     v = st.velocity(xt, "gf")
-    slope = torch.exp(st.log_slope(xt, a, v))
+    slope = torch.sqrt(st.speed_sq(v, a))  # |dF| = ||v_gf||_mu
     full = torch.sqrt(st.speed_sq(u, a))  # |grad| in the mobility metric: b |S u|^2 = |u|^2 / b
     return Stationarity(
         slope=float(slope),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import overload
+
+import numpy as np
 import torch
 
 
@@ -35,13 +38,23 @@ def geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return u * ratio * ratio
 
 
-def pairwise_geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+@overload
+def pairwise_geodesic_distance_sq(x: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+@overload
+def pairwise_geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
+def pairwise_geodesic_distance_sq(
+    x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor
+) -> np.ndarray | torch.Tensor:
     """``M_ij = d(x_i, y_j)^2 = arccos(<x_i, y_j>)^2`` for unit rows ``x`` ``(N, d)``, ``y`` ``(M, d)``.
 
     The Gram-matrix form (``O(N M)`` memory, the ground cost of ``W_2``); near ``d = 0`` it has the
     ``arccos`` rounding of about ``1e-8``, so use :func:`geodesic_distance_sq` for matched rows.
+    NumPy arrays (what the optimal-transport solver takes) are computed in NumPy, tensors in torch.
     """
-    return torch.arccos(torch.clamp(x @ y.transpose(-1, -2), -1.0, 1.0)) ** 2
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        return np.arccos(np.clip(x @ y.T, -1.0, 1.0)) ** 2
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    return torch.arccos(torch.clamp(xt @ yt.transpose(-1, -2), -1.0, 1.0)) ** 2
 
 
 def slerp(p: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -153,7 +153,7 @@ class FieldStats:
 
     def speed_sq(self, v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """Squared metric speed ``||v||_mu^2 = sum_i a_i |v(x_i)|^2 / b(x_i)`` of a field ``v`` ``(N, d)``."""
-        return (a * (v * v).sum(-1) * self.inverse_mobility()).sum(-1)
+        return (a * self.inverse_mobility() * (v * v).sum(-1)).sum(-1)
 
     def log_slope(self, x: torch.Tensor, a: torch.Tensor, v_gf: torch.Tensor | None = None) -> torch.Tensor:
         """``log |dF|(mu)`` with ``|dF|^2 = sum_i a_i b(x_i) |g(x_i)|^2 = sum_i a_i S(x_i) |v_gf(x_i)|^2``.

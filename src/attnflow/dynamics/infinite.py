@@ -131,7 +131,7 @@ class GaussianHeads:
     def slope(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``|dF|(mu, Theta) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}`` with ``g = -Zbar P_x u``."""
         xt, a, st = self._prepared(x, token_weights)
-        return like(torch.exp(st.log_slope(xt, a)), x)
+        return like(torch.sqrt(st.speed_sq(st.velocity(xt, "gf"), a)), x)  # |dF| = ||v_gf||_mu
 
 
 class GaussianStatic:
