@@ -22,3 +22,8 @@ def caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+class AttnflowWarning(UserWarning):
+    """Base of attnflow's own warnings about what a user gave it (the CLI reports them as one line,
+    whichever line they point at)."""

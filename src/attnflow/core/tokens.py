@@ -8,7 +8,11 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import vonmises_fisher
 
-from attnflow.core.caller import caller_stacklevel
+from attnflow.core.caller import AttnflowWarning, caller_stacklevel
+
+
+class TokenWarning(AttnflowWarning):
+    """Tokens read from a file were changed (projected onto the unit sphere)."""
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -152,6 +156,7 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
             raise ValueError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")
         warnings.warn(
             f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})",
+            TokenWarning,
             stacklevel=caller_stacklevel(),
         )
     return x / norms[:, None]

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
+from attnflow.core.caller import AttnflowWarning
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.store import (
     CONFIG,
@@ -220,9 +221,9 @@ def reported_warnings(report: Callable[[str], None]) -> Iterator[None]:
         old = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, (StabilityWarning, PrecisionWarning)) or f"{os.sep}attnflow{os.sep}" in str(
-                filename
-            ):
+            if issubclass(
+                category, (StabilityWarning, PrecisionWarning, AttnflowWarning)
+            ) or f"{os.sep}attnflow{os.sep}" in str(filename):
                 report(str(message))
             else:
                 old(message, category, filename, lineno, file, line)
