@@ -58,3 +58,41 @@ def test_ruff_lint_and_format_are_clean():
     assert lint.returncode == 0, lint.stdout[-3000:]
     fmt = subprocess.run([str(BIN / "ruff"), "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stdout[-3000:]
+
+
+def _mypy(tree: Path) -> subprocess.CompletedProcess:
+    """mypy with the project's configuration on the package at ``tree/src/attnflow``.
+
+    The project's cache (``.mypy_cache``) keeps the third-party stubs (torch, numpy) checked once.
+    """
+    return subprocess.run(
+        [
+            str(BIN / "mypy"),
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(tree / "src" / "attnflow"),
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_mypy_finds_nothing_and_rejects_a_planted_type_error(tmp_path):
+    res = _mypy(ROOT)
+    assert res.returncode == 0 and "Success: no issues found" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+    # Negative control: a copy with two planted defects, a type error anywhere and an unannotated
+    # function in the fully typed core.
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "src" / "attnflow", tree / "src" / "attnflow", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tree / "src" / "attnflow" / "viz" / "plotting.py", "a") as fh:
+        fh.write('\n\ndef _planted() -> int:\n    return "not an int"\n')
+    with open(tree / "src" / "attnflow" / "core" / "geometry.py", "a") as fh:
+        fh.write("\n\ndef _planted_untyped(x):\n    return x\n")
+    res = _mypy(tree)
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert "viz/plotting.py" in res.stdout and "[return-value]" in res.stdout, res.stdout[-3000:]
+    assert "core/geometry.py" in res.stdout and "[no-untyped-def]" in res.stdout, res.stdout[-3000:]

@@ -60,7 +60,7 @@ _EXPORTS: dict[str, str] = {
     "render_movie": "attnflow.viz.movie",
     "BACKENDS": "attnflow.kernels.dispatch",
     **dict.fromkeys(["Ensemble", "simulate_ensemble"], "attnflow.solve.ensemble"),
-    **dict.fromkeys(["FastSumResult", "fast_attention_stats"], "attnflow.kernels.fastsum"),
+    **dict.fromkeys(["FastSumResult", "fast_stats", "fast_attention_stats"], "attnflow.kernels.fastsum"),
 }
 
 #: Public submodules reachable as attributes (``af.weights``, ``af.tokens``, ``af.hf``).
@@ -127,6 +127,7 @@ __all__ = [
     "Ensemble",
     "simulate_ensemble",
     "FastSumResult",
+    "fast_stats",
     "fast_attention_stats",
 ]
 
@@ -175,7 +176,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
     from attnflow.io.trajectory import Trajectory, load
     from attnflow.kernels.dispatch import BACKENDS
-    from attnflow.kernels.fastsum import FastSumResult, fast_attention_stats
+    from attnflow.kernels.fastsum import FastSumResult, fast_attention_stats, fast_stats
     from attnflow.runs.runner import folder_status, resume_folder, run_to_folder
     from attnflow.schemes.integrators import INTEGRATORS
     from attnflow.schemes.jko import JKOResult, jko_step

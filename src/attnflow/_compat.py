@@ -54,7 +54,7 @@ class _CallableModule(ModuleType):
     """A module that calls its function of the same name (see :data:`_CALLABLE_ALIASES`)."""
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        return self.simulate(*args, **kwargs)  # type: ignore[attr-defined]
+        return self.simulate(*args, **kwargs)
 
 
 class _AliasLoader(importlib.abc.Loader):

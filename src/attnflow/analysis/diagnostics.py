@@ -11,7 +11,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, _log_abs_energy, _log_slope, field_stats
+from attnflow.dynamics.fields import FieldStats, field_stats
 from attnflow.kernels.dispatch import KernelOptions
 
 DIAGNOSTICS: dict[str, str] = {
@@ -350,8 +350,8 @@ def pairwise_inner(x: torch.Tensor, *, block: int | None = None) -> tuple[float,
         return mn, (float(tot @ tot) - float((x * x).sum())) / (n * (n - 1))
     G = x @ x.T
     off = ~torch.eye(n, dtype=torch.bool, device=x.device)
-    s = float(G.sum() - G.diagonal().sum())
-    return float(G[off].min()), s / (n * (n - 1))
+    total = float(G.sum() - G.diagonal().sum())
+    return float(G[off].min()), total / (n * (n - 1))
 
 
 #: The KD-tree minimum re-checks pairs near its candidate for at most this many tokens, and at most
@@ -427,10 +427,10 @@ def state_diagnostics(
     heads' ``A`` alone at ``x`` (``out_h`` with ``V = A`` and ``log Z_h``) when the caller already has
     it (the simulation loop gets it from the field's own pass); otherwise it is computed here.
     """
-    st: FieldStats = stats if stats is not None else field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, options=options)
-    log_abs_F = float(_log_abs_energy(st, a))
-    log_b = -st.log_S
-    speed2 = float((a * (v * v).sum(-1) * torch.exp(st.log_S)).sum())
+    st: FieldStats = stats if stats is not None else field_stats(x, heads.without_values(), a, w, options=options)
+    log_abs_F = float(st.log_abs_energy(a))
+    log_b = st.log_mobility()
+    speed2 = float(st.speed_sq(v, a))
     if x.shape[0] <= GRAM_BLOCK_TOKENS:
         clusters, mn, mean = gram_diagnostics(x, cluster_eps)
     else:
@@ -439,7 +439,7 @@ def state_diagnostics(
     return {
         "energy": -_safe_exp(log_abs_F),
         "log_abs_energy": log_abs_F,
-        "slope": _safe_exp(float(_log_slope(x, st, a))),
+        "slope": _safe_exp(float(st.log_slope(x, a))),
         "metric_speed": math.sqrt(speed2) if math.isfinite(speed2) else math.inf,
         "mobility_min": _safe_exp(float(log_b.min())),
         "mobility_max": _safe_exp(float(log_b.max())),

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, to_numpy
-from attnflow.core.geometry import geodesic_distance_sq, retract
+from attnflow.core.geometry import geodesic_distance_sq, pairwise_geodesic_distance_sq, retract, slerp
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import masses, prepare
-from attnflow.kernels.dense import attention_stats
+from attnflow.dynamics.fields import FieldStats, masses, prepare
+from attnflow.kernels.dense import dense_stats
 
 METHODS = ("auto", "exact", "sinkhorn", "sliced")
 
@@ -52,8 +52,8 @@ def _masses(m: ArrayLike | None, n: int, name: str) -> np.ndarray:
 
 
 def geodesic_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``M_ij = d(x_i, y_j)^2 = arccos(<x_i, y_j>)^2``."""
-    return np.arccos(np.clip(x @ y.T, -1.0, 1.0)) ** 2
+    """``M_ij = d(x_i, y_j)^2`` (:func:`attnflow.geometry.pairwise_geodesic_distance_sq`)."""
+    return pairwise_geodesic_distance_sq(x, y)
 
 
 def wasserstein_sphere(
@@ -116,17 +116,6 @@ def weighted_wasserstein_bounds(
     return float(np.exp(-alpha / 2) * w2), float(np.exp(alpha / 2) * w2)
 
 
-def _slerp(p: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """Points ``s`` of the way along the great circle from ``p_i`` to ``q_i``; ``(K, n, d)``."""
-    cos = (p * q).sum(-1).clamp(-1.0, 1.0)
-    theta = torch.arccos(cos)
-    u = q - cos[:, None] * p
-    nu = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
-    u = torch.where(nu > 1e-12, u / nu.clamp(min=1e-300), torch.zeros_like(u))
-    ang = s[:, None, None] * theta[None, :, None]
-    return torch.cos(ang) * p[None] + torch.sin(ang) * u[None]
-
-
 def weighted_wasserstein(
     x: ArrayLike,
     y: ArrayLike,
@@ -154,21 +143,21 @@ def weighted_wasserstein(
         raise ValueError(f"n_segments must be a positive integer; got {n_segments}")
     w2 = wasserstein_sphere(x, y, a=a, b=b, method="exact")
     plan = w2.plan
+    assert plan is not None  # the exact method returns its plan
     ip, iq = np.nonzero(plan > 1e-14 * plan.max())
     m = torch.from_numpy(plan[ip, iq] / plan[ip, iq].sum())
     X, Y = _cloud(x, "x"), _cloud(y, "y")
     p0, p1 = torch.from_numpy(X[ip]), torch.from_numpy(Y[iq])
     _, heads, _, w = prepare(p0, A, None, None, head_weights, energy_only=True)
-    heads = Heads(K=heads.K, Q=heads.Q)
     s = torch.linspace(0.0, 1.0, n_segments + 1, dtype=torch.float64)
-    path0 = _slerp(p0, p1, s)  # (K+1, n, d)
+    path0 = slerp(p0, p1, s)  # (K+1, n, d)
     logm = torch.log(m)
 
     def inv_b(z: torch.Tensor) -> torch.Tensor:
         # 1/b = sum_h w_h Z_h; a batch of K+1 measures through the kernel's leading batch dims.
         q, k = heads.factors(z)
-        _, logZ = attention_stats(q, k, None, logm.expand(z.shape[0], -1))
-        return torch.exp(torch.logsumexp(logZ + torch.log(w)[None, :, None], dim=-2))
+        _, logZ = dense_stats(q, k, None, logm.expand(z.shape[0], -1))
+        return FieldStats(out=None, logZ=logZ, log_w=torch.log(w)).inverse_mobility()
 
     def action(inner: torch.Tensor) -> torch.Tensor:
         z = torch.cat([p0[None], retract(inner), p1[None]], dim=0)

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnflow.core.geometry import geodesic_distance_sq, project_tangent
+from attnflow.core.geometry import geodesic_distance_sq
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, _log_abs_energy, field_stats, state_energy
+from attnflow.dynamics.fields import FieldStats, field_stats, state_energy
 from attnflow.kernels.dispatch import head_stats
 from attnflow.schemes.integrators import Integrator, get_integrator
 
@@ -90,19 +90,14 @@ class StepRecorder:
         d = x.shape[-1]
         dA = self.derivative(t) if self.rule == "quadrature" else None
         out, logZ = head_stats(x, heads, self.a, options=self.options, extra_values=dA)
+        assert out is not None  # values were asked for
         st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
-        v = project_tangent(x, st.mixed_output(self.model))
-        S = torch.exp(st.log_S)
-        speed2 = float((self.a * S * (v * v).sum(-1)).sum())
-        # |dF|^2 = sum_i a_i b |g|^2 = sum_i a_i S |P_x u_gf|^2; for model gf that is v itself.
-        g = v if self.model == "gf" else project_tangent(x, st.mixed_output("gf"))
-        slope2 = float((self.a * S * (g * g).sum(-1)).sum())
-        dFdt = 0.0
-        if dA is not None:
-            c = st.head_mix("gf")  # w_h Z_h / S
-            xAx = (out[..., d:] * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
-            dFdt = float(-0.5 * (self.a * S * (c * xAx).sum(0)).sum())
-        F = -float(torch.exp(_log_abs_energy(st, self.a)))
+        v = st.velocity(x, self.model)
+        speed2 = float(st.speed_sq(v, self.a))
+        # |dF|^2 = ||v_gf||_mu^2 (v = -b g): the metric speed of the gf field, v itself for model gf.
+        slope2 = float(st.speed_sq(v if self.model == "gf" else st.velocity(x, "gf"), self.a))
+        dFdt = 0.0 if dA is None else float(st.energy_rate(x, self.a, out[..., d:]))
+        F = float(st.energy(self.a))
         self.last = (t, x, v, st)
         return v, speed2, slope2, dFdt, F
 
@@ -127,9 +122,7 @@ class StepRecorder:
         else:
             # A minimising movement: the De Giorgi form of the budget, d(mu_k, mu_{k+1})^2 / tau for
             # int |mu'|^2 (the cost the step paid, mobility frozen at mu_k) and tau |dF|^2(mu_{k+1}, t_k).
-            b0 = torch.exp(
-                -field_stats(x, Heads(K=heads0.K, Q=heads0.Q), self.a, self.w, values=False, options=self.options).log_S
-            )
+            b0 = field_stats(x, heads0.without_values(), self.a, self.w, values=False, options=self.options).mobility()
             speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
             slope = dt * self._evaluate_with(heads0, t, y)[2]
             stages, b = [start[1:4], end[1:4]], (0.5, 0.5)

@@ -20,9 +20,7 @@ from scipy.integrate import quad
 
 from attnflow.config import build, parse_config
 from attnflow.core.arrays import ArrayLike, to_tensor
-from attnflow.core.geometry import project_tangent
-from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import field_stats, masses, prepare
+from attnflow.dynamics.fields import FieldStats, field_stats, masses, prepare
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.weights.processes import Constant, Layers, OrnsteinUhlenbeck, Oscillating, WeightProcess
 
@@ -126,19 +124,19 @@ def stationarity(
     ``A_inf``: finite heads ``(H, d, d)`` (or :class:`Heads`) or an infinite-head law
     (:class:`attnflow.infinite.GaussianHeads`, e.g. ``GaussianOU(...).stationary()``).
     """
+    st: FieldStats
     if isinstance(A_inf, GaussianHeads):
         xt = to_tensor(x)
         a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        logZ, u = A_inf._stats(xt, a)
-        S = torch.exp(logZ)
+        st = A_inf.law_stats(xt, a)
     else:
         xt, heads, a, w = prepare(x, A_inf, None, token_weights, head_weights, energy_only=True)
         heads.check_gradient_flow()
-        st = field_stats(xt, Heads(K=heads.K, Q=heads.Q), a, w)
-        u, S = st.mixed_output("gf"), torch.exp(st.log_S)
-    v = project_tangent(xt, u)
-    slope = torch.sqrt((a * S * (v * v).sum(-1)).sum())
-    full = torch.sqrt((a * S * (u * u).sum(-1)).sum())
+        st = field_stats(xt, heads, a, w)
+    u = st.mixed_output("gf")
+    v = st.velocity(xt, "gf")
+    slope = torch.sqrt(st.speed_sq(v, a))  # |dF| = ||v_gf||_mu
+    full = torch.sqrt(st.speed_sq(u, a))  # |grad| in the mobility metric: b |S u|^2 = |u|^2 / b
     return Stationarity(
         slope=float(slope),
         relative=float(slope / full) if float(full) > 0 else 0.0,

@@ -14,6 +14,8 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +25,7 @@ from attnflow.core.heads import Heads, goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.fields import FieldStats
 from attnflow.kernels.dispatch import head_stats
-from attnflow.kernels.fastsum import fast_attention_stats
+from attnflow.kernels.fastsum import fast_stats
 
 #: Operator norm of every head in the benchmark (the "beta" of the targets).
 BETA = 4.0
@@ -185,10 +187,11 @@ def bench_size(
             at, wt = torch.full((N,), 1.0 / N, dtype=dtype), torch.full((H,), 1.0 / H, dtype=dtype)
             f = _torch_field(heads, at, wt, "flash")
             f(xt)
-            t_eval = _best(lambda f=f, xt=xt: f(xt), repeats)
-            mem = peak_extra_mib(lambda f=f, xt=xt: f(xt))
+            evaluate = partial(f, xt)  # bound now, not at call time (no late-binding closure)
+            t_eval = _best(evaluate, repeats)
+            mem = peak_extra_mib(evaluate)
             err = _subset_error(f(xt).double().numpy(), x, A, a, w, idx)
-            run, note = _run_time(lambda k, f=f, xt=xt: _euler_torch(f, xt, k), t_eval, steps, time_budget_s)
+            run, note = _run_time(partial(_euler_torch, f, xt), t_eval, steps, time_budget_s)
             rows.append(
                 BenchRow(
                     N,
@@ -210,10 +213,10 @@ def bench_size(
         xt = torch.as_tensor(x)
         At = torch.as_tensor(A)
         at, wt = torch.full((N,), 1.0 / N, dtype=torch.float64), torch.full((H,), 1.0 / H, dtype=torch.float64)
-        res = fast_attention_stats(xt, At, At, at, tol=fast_tol)
+        res = fast_stats(xt, At, At, at, tol=fast_tol)
 
         def f_fast(y: torch.Tensor) -> torch.Tensor:
-            r = fast_attention_stats(y, At, At, at, fast_plan=res.plan)
+            r = fast_stats(y, At, At, at, fast_plan=res.plan)
             return project_tangent(y, FieldStats(r.out, r.logZ, torch.log(wt)).mixed_output("mha"))
 
         t_eval = _best(lambda: f_fast(xt), repeats)
@@ -265,6 +268,7 @@ def run_benchmarks(quick: bool = False, progress: Callable[[str], None] | None =
     """All sizes of the quick or full suite; returns a JSON-ready dict."""
     torch.manual_seed(0)
     exp_rate = exp_throughput(1 << 24 if quick else 1 << 26)
+    plan_: list[dict[str, Any]]
     if quick:
         plan_ = [
             dict(N=1024, d=3, H=8),

@@ -120,7 +120,7 @@ LOOP_HEADER = ("N", "d", "H", "dtype", "save_every", "eval", "simulate / step", 
 
 def loop_table_rows(rows: list[dict]) -> list[tuple[str, ...]]:
     """The overhead table as strings."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in rows:
         split = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["split"].items(), key=lambda kv: -kv[1]))
         out.append((

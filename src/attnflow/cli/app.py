@@ -33,6 +33,11 @@ def _type_word(param: Any, ctx: Any) -> str:
     return _TYPE_WORDS.get(label, label.upper())
 
 
+def _constant(word: str) -> Any:
+    """A ``display_type_rich`` that always shows ``word``."""
+    return lambda ctx: word
+
+
 def _tidy(param: Any, ctx: Any) -> None:
     """Display a parameter the one way attnflow's help uses: flags without a placeholder, values as
     ``--out PATH``, positional arguments as ``RUN_DIR`` (required) or ``[CONFIG]`` (optional)."""
@@ -41,7 +46,7 @@ def _tidy(param: Any, ctx: Any) -> None:
     if isinstance(param, typer.core.TyperArgument):
         word = _type_word(param, ctx)
         param.metavar = param.name.upper()
-        param.display_type_rich = lambda ctx, _w=word: _w  # the type column beside the name
+        param.display_type_rich = _constant(word)  # type: ignore[method-assign]  # the type column
     elif getattr(param, "is_flag", False):
         param.metavar = ""
     elif param.metavar is None:
@@ -60,10 +65,10 @@ class _TidyParams:
         return params
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        rv = [self.options_metavar] if self.options_metavar else []  # type: ignore[attr-defined]
+        rv: list[str] = [self.options_metavar] if self.options_metavar else []  # type: ignore[attr-defined]
         for p in self.get_params(ctx):
             if isinstance(p, typer.core.TyperArgument):
-                name = p.metavar + ("..." if p.nargs != 1 else "")
+                name = (p.metavar or p.name or "").upper() + ("..." if p.nargs != 1 else "")
                 rv.append(name if p.required else f"[{name}]")
         if isinstance(self, typer.core.TyperGroup):
             rv.append(self.subcommand_metavar)
@@ -185,5 +190,5 @@ def progress_bar(description: str, unit: str = "steps") -> Progress:
         TimeRemainingColumn(),
         console=console,
         transient=False,
-        disable=not sys.stderr.isatty() and not _state.get("force_progress", False),
+        disable=not sys.stderr.isatty(),
     )

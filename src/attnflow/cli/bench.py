@@ -86,8 +86,8 @@ def bench(
     )
     for h in HEADER:
         table.add_column(h, justify="left" if h in ("backend", "dtype") else "right")
-    for row in table_rows(result):
-        table.add_row(*row)
+    for cells in table_rows(result):
+        table.add_row(*cells)
     Console(width=max(Console().width, 170)).print(table)
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -49,7 +49,7 @@ def run(
     from attnflow.config import apply_overrides, load_config, preset_config
     from attnflow.runs.runner import reported_warnings, resume_folder, run_to_folder
 
-    every = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
+    every: dict[str, Any] = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
     if resume is not None:
         if config is not None or preset is not None or out is not None or set_ or seed is not None:
             raise UserError(

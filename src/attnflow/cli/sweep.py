@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, _state, app, console, guarded, say
+from attnflow.cli.app import UserError, app, console, guarded, say
 
 
 def _sweep_bar() -> Progress:
@@ -21,7 +21,7 @@ def _sweep_bar() -> Progress:
         TextColumn("{task.fields[ok]} done, {task.fields[failed]} failed, {task.fields[left]} remaining"),
         TimeElapsedColumn(),
         console=console,
-        disable=not sys.stderr.isatty() and not _state.get("force_progress", False),
+        disable=not sys.stderr.isatty(),
     )
 
 

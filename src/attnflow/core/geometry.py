@@ -1,7 +1,10 @@
-"""Geometry of the unit sphere S^{d-1}: retraction, tangent projection P_x, geodesic distance."""
+"""Geometry of the unit sphere S^{d-1}: retraction, tangent projection P_x, geodesic distance, geodesics."""
 
 from __future__ import annotations
 
+from typing import overload
+
+import numpy as np
 import torch
 
 
@@ -33,6 +36,36 @@ def geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     s_safe = torch.where(small, torch.ones_like(s), torch.clamp(s, max=1.0))
     ratio = torch.where(small, 1.0 + u / 24.0, torch.asin(s_safe) / s_safe)  # asin(s)/s, s^2 = u/4
     return u * ratio * ratio
+
+
+@overload
+def pairwise_geodesic_distance_sq(x: np.ndarray, y: np.ndarray) -> np.ndarray: ...
+@overload
+def pairwise_geodesic_distance_sq(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
+def pairwise_geodesic_distance_sq(
+    x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor
+) -> np.ndarray | torch.Tensor:
+    """``M_ij = d(x_i, y_j)^2 = arccos(<x_i, y_j>)^2`` for unit rows ``x`` ``(N, d)``, ``y`` ``(M, d)``.
+
+    The Gram-matrix form (``O(N M)`` memory, the ground cost of ``W_2``); near ``d = 0`` it has the
+    ``arccos`` rounding of about ``1e-8``, so use :func:`geodesic_distance_sq` for matched rows.
+    NumPy arrays (what the optimal-transport solver takes) are computed in NumPy, tensors in torch.
+    """
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        return np.arccos(np.clip(x @ y.T, -1.0, 1.0)) ** 2
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    return torch.arccos(torch.clamp(xt @ yt.transpose(-1, -2), -1.0, 1.0)) ** 2
+
+
+def slerp(p: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Points a fraction ``s`` ``(K,)`` of the way along the great circles from ``p_i`` to ``q_i``: ``(K, n, d)``."""
+    cos = (p * q).sum(-1).clamp(-1.0, 1.0)
+    theta = torch.arccos(cos)
+    u = q - cos[:, None] * p
+    nu = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
+    u = torch.where(nu > 1e-12, u / nu.clamp(min=1e-300), torch.zeros_like(u))
+    ang = s[:, None, None] * theta[None, :, None]
+    return torch.cos(ang) * p[None] + torch.sin(ang) * u[None]
 
 
 def sphere_deviation(x: torch.Tensor) -> float:

@@ -77,6 +77,14 @@ class Heads:
         return self.K if self.Q is None else self.Q.transpose(1, 2) @ self.K
 
     @property
+    def queries(self) -> torch.Tensor:
+        """Query matrices ``Q_h`` (the identity when none were given, as then ``A_h = K_h``)."""
+        if self.Q is not None:
+            return self.Q
+        eye = torch.eye(self.K.shape[-1], dtype=self.K.dtype, device=self.K.device)
+        return eye.expand(self.K.shape[0], -1, -1)
+
+    @property
     def values(self) -> torch.Tensor:
         """Value matrices ``V_h`` (``A_h`` when none were given)."""
         return self.A if self.V is None else self.V
@@ -92,16 +100,28 @@ class Heads:
             and self.rope is None
         )
 
-    def to(self, dtype: torch.dtype | None = None, device=None) -> Heads:
-        conv = lambda t: None if t is None else t.to(dtype=dtype or t.dtype, device=device or t.device)
+    def without_values(self) -> Heads:
+        """The same heads with the value side dropped (``V = None``, so ``V_h = A_h``; no value bias).
+
+        What the energy ``F``, the mobility ``b`` and the slope ``|dF|`` need: they depend on the
+        logits alone. The query/key factors, their biases, the causal mask and the rotary embedding
+        are all kept (``Heads(K=h.K, Q=h.Q)`` would silently drop them).
+        """
+        return replace(self, V=None, bias_v=None)
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Heads:
+        def conv(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype=dtype or t.dtype, device=device or t.device)
+
+        opt = lambda t: None if t is None else conv(t)
         return replace(
             self,
             K=conv(self.K),
-            Q=conv(self.Q),
-            V=conv(self.V),
-            bias_q=conv(self.bias_q),
-            bias_k=conv(self.bias_k),
-            bias_v=conv(self.bias_v),
+            Q=opt(self.Q),
+            V=opt(self.V),
+            bias_q=opt(self.bias_q),
+            bias_k=opt(self.bias_k),
+            bias_v=opt(self.bias_v),
             rope=None if self.rope is None else self.rope.to(device=device or self.rope.device),
         )
 

@@ -8,6 +8,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import vonmises_fisher
 
+from attnflow.core.caller import AttnflowWarning, caller_stacklevel
+
+
+class TokenWarning(AttnflowWarning):
+    """Tokens read from a file were changed (projected onto the unit sphere)."""
+
 
 def _normalise(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -67,7 +73,7 @@ def vmf_mixture(n: int, d: int, k: int = 3, kappa: float = 20.0, seed: int | Non
     if k < 1 or kappa <= 0:
         raise ValueError(f"need k >= 1 components and kappa > 0; got k={k}, kappa={kappa}")
     rng = np.random.default_rng(seed)
-    means = uniform(k, d, seed=rng.integers(2**32))
+    means = uniform(k, d, seed=int(rng.integers(2**32)))
     labels = rng.integers(0, k, n)
     x = np.empty((n, d))
     for j in range(k):
@@ -148,5 +154,9 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     if dev > tol:
         if not normalise:
             raise ValueError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")
-        warnings.warn(f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})", stacklevel=2)
+        warnings.warn(
+            f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})",
+            TokenWarning,
+            stacklevel=caller_stacklevel(),
+        )
     return x / norms[:, None]

@@ -1,6 +1,6 @@
 """The three dynamics of docs/model.md and the gradient-flow quantities, on top of the kernel.
 
-With ``logZ_h(x_i)`` and ``out_h(x_i)`` from :func:`attnflow.kernels.attention_stats`:
+With ``logZ_h(x_i)`` and ``out_h(x_i)`` from :func:`attnflow.kernels.head_stats`:
 
 * ``mha``: ``v(x) = P_x sum_h w_h out_h(x)``;
 * ``gf``:  ``v(x) = -b(x) g(x) = P_x sum_h [w_h Z_h(x) / sum_h' w_h' Z_h'(x)] out_h(x)`` (``V = A``);
@@ -51,7 +51,15 @@ def masses(weights: ArrayLike | None, n: int, name: str, like_t: torch.Tensor) -
     return w
 
 
-def prepare(x: ArrayLike, A, V=None, token_weights=None, head_weights=None, *, energy_only: bool = False):
+def prepare(
+    x: ArrayLike,
+    A: ArrayLike | Heads,
+    V: ArrayLike | None = None,
+    token_weights: ArrayLike | None = None,
+    head_weights: ArrayLike | None = None,
+    *,
+    energy_only: bool = False,
+) -> tuple[torch.Tensor, Heads, torch.Tensor, torch.Tensor]:
     """Convert the public arguments into ``(x, heads, a, w)`` torch objects of one dtype.
 
     ``energy_only`` drops any value matrices: ``F``, ``b`` and ``|dF|`` are defined by ``A`` alone.
@@ -60,8 +68,8 @@ def prepare(x: ArrayLike, A, V=None, token_weights=None, head_weights=None, *, e
     if xt.ndim != 2:
         raise ValueError(f"x must have shape (N, d); got {tuple(xt.shape)}")
     heads = as_heads(A, V)
-    if energy_only and heads.V is not None:
-        heads = Heads(K=heads.K, Q=heads.Q)
+    if energy_only:
+        heads = heads.without_values()
     if heads.d != xt.shape[1]:
         raise ValueError(f"tokens have dimension d={xt.shape[1]} but the heads act on d={heads.d}")
     heads = heads.to(dtype=xt.dtype, device=xt.device)
@@ -75,7 +83,16 @@ class FieldStats:
     """One kernel pass at a state: ``out_h(x_i)`` ``(H, N, d)`` (or None) and ``logZ_h(x_i)`` ``(H, N)``.
 
     Leading batch dimensions (``(B, H, N, d)``, ``(B, H, N)``; ``log_w`` ``(H,)`` or ``(B, H)``) are
-    allowed: every head reduction runs over the head axis ``-2`` of ``logZ``.
+    allowed: every head reduction runs over the head axis ``-2`` of ``logZ``, every token sum over
+    the last axis.
+
+    Its methods are the one home of the gradient-flow formulas on top of the kernel: the fields
+    (:meth:`velocity`), the energy ``F`` (:meth:`log_abs_energy`, :meth:`energy`), the mobility
+    ``b`` (:meth:`log_mobility`, :meth:`mobility`, :meth:`inverse_mobility`), the slope ``|dF|``
+    (:meth:`log_slope`), the metric speed (:meth:`speed_sq`) and ``dF/dt`` (:meth:`energy_rate`).
+    All are torch operations, differentiable by autograd. Any kernel may produce the object: the
+    finite heads (:func:`field_stats`), a batch of systems, or the infinite-head closed forms
+    (:meth:`attnflow.infinite.GaussianHeads.law_stats`, one "head" with ``log_w = 0``).
     """
 
     out: torch.Tensor | None
@@ -84,7 +101,7 @@ class FieldStats:
 
     @property
     def log_S(self) -> torch.Tensor:
-        """``log sum_h w_h Z_h(x_i)`` = ``-log b(x_i)``, shape ``(N,)``."""
+        """``log S(x_i) = log sum_h w_h Z_h(x_i)`` = ``-log b(x_i)``, shape ``(N,)``."""
         return torch.logsumexp(self.logZ + self.log_w[..., :, None], dim=-2)
 
     def head_mix(self, model: str) -> torch.Tensor:
@@ -105,7 +122,58 @@ class FieldStats:
 
     def mixed_output(self, model: str) -> torch.Tensor:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
+        if self.out is None:
+            raise ValueError("these statistics were computed without values (values=False); the field needs them")
         return (self.head_mix(model).unsqueeze(-1) * self.out).sum(-3)
+
+    def velocity(self, x: torch.Tensor, model: str, *, project: bool = True) -> torch.Tensor:
+        """The field ``v(x_i) = P_x sum_h c_h(x_i) out_h(x_i)`` of ``model`` (``project=False``: no ``P_x``)."""
+        u = self.mixed_output(model)
+        return project_tangent(x, u) if project else u
+
+    def log_abs_energy(self, a: torch.Tensor) -> torch.Tensor:
+        """``log |F(mu)| = log(1/2 sum_i a_i S(x_i))``: finite at any ``beta`` (``F`` itself is negative)."""
+        return torch.logsumexp(self.log_S + torch.log(a), dim=-1) - math.log(2.0)
+
+    def energy(self, a: torch.Tensor) -> torch.Tensor:
+        """Energy ``F(mu) = -1/2 sum_h w_h sum_i a_i Z_h(x_i)`` (``-inf`` past the float range)."""
+        return -torch.exp(self.log_abs_energy(a))
+
+    def log_mobility(self) -> torch.Tensor:
+        """``log b(x_i) = -log sum_h w_h Z_h(x_i)``, shape ``(N,)``."""
+        return -self.log_S
+
+    def mobility(self) -> torch.Tensor:
+        """Effective mobility ``b(x_i) = 1 / sum_h w_h Z_h(x_i)``, shape ``(N,)``."""
+        return torch.exp(self.log_mobility())
+
+    def inverse_mobility(self) -> torch.Tensor:
+        """``1 / b(x_i) = S(x_i) = sum_h w_h Z_h(x_i)``, shape ``(N,)``."""
+        return torch.exp(self.log_S)
+
+    def speed_sq(self, v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """Squared metric speed ``||v||_mu^2 = sum_i a_i |v(x_i)|^2 / b(x_i)`` of a field ``v`` ``(N, d)``."""
+        return (a * self.inverse_mobility() * (v * v).sum(-1)).sum(-1)
+
+    def log_slope(self, x: torch.Tensor, a: torch.Tensor, v_gf: torch.Tensor | None = None) -> torch.Tensor:
+        """``log |dF|(mu)`` with ``|dF|^2 = sum_i a_i b(x_i) |g(x_i)|^2 = sum_i a_i S(x_i) |v_gf(x_i)|^2``.
+
+        ``v_gf = -b g`` is the ``gf`` field (:meth:`velocity`; pass it when already computed). Finite at
+        any ``beta``; ``-inf`` exactly at a critical point.
+        """
+        v = self.velocity(x, "gf") if v_gf is None else v_gf
+        sq = (v * v).sum(-1)
+        return 0.5 * torch.logsumexp(torch.log(a) + self.log_S + torch.log(sq), dim=-1)
+
+    def energy_rate(self, x: torch.Tensor, a: torch.Tensor, dA_out: torch.Tensor) -> torch.Tensor:
+        """``dF/dt = -1/2 sum_h w_h sum_ij a_i a_j (x_i^T dA_h/dt x_j) exp(x_i^T A_h x_j)`` at frozen tokens.
+
+        ``dA_out`` ``(H, N, d)``: ``sum_j p_hij dA_h/dt x_j``, the kernel's averages of ``dA_h/dt``
+        (``extra_values`` of :func:`attnflow.kernels.head_stats`).
+        """
+        c = self.head_mix("gf")  # w_h Z_h / S
+        xAx = (dA_out * x.unsqueeze(-3)).sum(-1)  # x_i . (sum_j p_hij dA_h x_j)
+        return -0.5 * (a * self.inverse_mobility() * (c * xAx).sum(-2)).sum(-1)
 
 
 def field_stats(
@@ -148,8 +216,8 @@ def _finite_or_raise(value: torch.Tensor, what: str, hint: str) -> torch.Tensor:
 
 def velocity(
     x: ArrayLike,
-    A,
-    V=None,
+    A: ArrayLike | Heads,
+    V: ArrayLike | None = None,
     *,
     model: Model = "mha",
     token_weights: ArrayLike | None = None,
@@ -164,86 +232,93 @@ def velocity(
     """
     xt, heads, a, w = prepare(x, A, V, token_weights, head_weights)
     check_model(model, heads)
-    u = field_stats(xt, heads, a, w).mixed_output(model)
-    return like(project_tangent(xt, u) if project else u, x)
+    return like(field_stats(xt, heads, a, w).velocity(xt, model, project=project), x)
 
 
-def log_energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> tuple[float, float]:
+def log_energy(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> tuple[float, float]:
     """``(sign, log|F|)`` of the energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
 
     Like ``numpy.linalg.slogdet``: finite at any ``beta``. The sign is -1 for positive masses.
     """
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     st = field_stats(xt, heads, a, w, values=False)
-    return -1.0, float(_log_abs_energy(st, a))
-
-
-def _log_abs_energy(st: FieldStats, a: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp(st.log_S + torch.log(a), dim=0) - math.log(2.0)
+    return -1.0, float(st.log_abs_energy(a))
 
 
 def state_energy(
     x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, options: KernelOptions | None = None
 ) -> float:
     """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form."""
-    st = field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options)
-    return -math.exp(float(_log_abs_energy(st, a)))
+    st = field_stats(x, heads.without_values(), a, w, values=False, options=options)
+    return -math.exp(float(st.log_abs_energy(a)))
 
 
-def energy(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def energy(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Interaction energy ``F(mu) = -1/2 sum_h w_h sum_{i,j} a_i a_j exp(x_i^T A_h x_j)``.
 
     Raises ``OverflowError`` (pointing to :func:`log_energy`) when ``F`` leaves float range.
     """
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     st = field_stats(xt, heads, a, w, values=False)
-    F = -_finite_or_raise(torch.exp(_log_abs_energy(st, a)), "the energy", "log_energy()")
+    F = -_finite_or_raise(torch.exp(st.log_abs_energy(a)), "the energy", "log_energy()")
     return like(F, x)
 
 
-def log_mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def log_mobility(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """``log b(x_i) = -log sum_h w_h Z_h(x_i)``, shape ``(N,)``; finite at any ``beta``."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
-    return like(-field_stats(xt, heads, a, w, values=False).log_S, x)
+    return like(field_stats(xt, heads, a, w, values=False).log_mobility(), x)
 
 
-def mobility(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def mobility(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Effective mobility ``b(x_i) = (sum_h w_h / m_h(x_i))^{-1} = 1 / sum_h w_h Z_h(x_i)``, shape ``(N,)``.
 
     The ``w``-weighted harmonic mean of the per-head mobilities ``m_h = 1/Z_h``.
     """
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
-    b = torch.exp(-field_stats(xt, heads, a, w, values=False).log_S)
+    b = field_stats(xt, heads, a, w, values=False).mobility()
     return like(_finite_or_raise(b, "the mobility", "log_mobility()"), x)
 
 
-def _log_slope(xt: torch.Tensor, st: FieldStats, a: torch.Tensor) -> torch.Tensor:
-    # b |g|^2 = S |P_x u_gf|^2 with S = sum_h w_h Z_h and u_gf the gf head mixture.
-    v = project_tangent(xt, st.mixed_output("gf"))
-    sq = (v * v).sum(-1)
-    return 0.5 * torch.logsumexp(torch.log(a) + st.log_S + torch.log(sq), dim=0)
-
-
-def log_slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> float:
+def log_slope(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> float:
     """``log |dF|(mu)``; finite at any ``beta`` (``-inf`` exactly at a critical point)."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
-    return float(_log_slope(xt, field_stats(xt, heads, a, w), a))
+    return float(field_stats(xt, heads, a, w).log_slope(xt, a))
 
 
-def slope(x: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def slope(
+    x: ArrayLike, A: ArrayLike | Heads, *, token_weights: ArrayLike | None = None, head_weights: ArrayLike | None = None
+) -> ArrayLike:
     """Metric slope ``|dF|(mu) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}`` with
     ``g(x) = -P_x sum_h w_h sum_j a_j exp(x^T A_h x_j) A_h x_j`` (``A_h`` symmetric)."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     heads.check_gradient_flow()
-    s = torch.exp(_log_slope(xt, field_stats(xt, heads, a, w), a))
+    s = torch.exp(field_stats(xt, heads, a, w).log_slope(xt, a))
     if not bool(torch.isfinite(s)):
         raise OverflowError("the slope leaves the float range at these weights; use log_slope() instead")
     return like(s, x)
 
 
-def metric_speed(x: ArrayLike, v: ArrayLike, A, *, token_weights=None, head_weights=None) -> ArrayLike:
+def metric_speed(
+    x: ArrayLike,
+    v: ArrayLike,
+    A: ArrayLike | Heads,
+    *,
+    token_weights: ArrayLike | None = None,
+    head_weights: ArrayLike | None = None,
+) -> ArrayLike:
     """Metric speed ``||v||_mu = (sum_i a_i |v(x_i)|^2 / b(x_i))^{1/2}`` of a field ``v`` at ``mu``."""
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     vt = to_tensor(v, dtype=xt.dtype)
     st = field_stats(xt, heads, a, w, values=False)
-    return like(torch.sqrt((a * (vt * vt).sum(-1) * torch.exp(st.log_S)).sum()), x)
+    return like(torch.sqrt(st.speed_sq(vt, a)), x)

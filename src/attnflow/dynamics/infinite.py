@@ -30,8 +30,7 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, like, to_numpy, to_tensor
-from attnflow.core.geometry import project_tangent
-from attnflow.dynamics.fields import masses
+from attnflow.dynamics.fields import FieldStats, masses
 from attnflow.weights.processes import Constant, OrnsteinUhlenbeck
 
 
@@ -84,8 +83,13 @@ class GaussianHeads:
             torch.from_numpy(self.omega).to(x)
         )
 
-    def _stats(self, x: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log Zbar(x_i), u(x_i))`` with ``u = sum_j a_j E[A exp(x^T A x_j)] x_j / Zbar``."""
+    def law_stats(self, x: torch.Tensor, a: torch.Tensor) -> FieldStats:
+        """The ``H = inf`` kernel pass as :class:`~attnflow.fields.FieldStats` of one "head" of mass 1.
+
+        ``logZ = log Zbar(x_i)`` (shape ``(1, N)``) and ``out = u(x_i)`` (shape ``(1, N, d)``) with
+        ``u = sum_j a_j E[A exp(x^T A x_j)] x_j / Zbar``, so that the ``gf`` formulas of
+        :mod:`attnflow.fields` (energy, mobility, field, slope) give their ``H = inf`` versions.
+        """
         logk, logom = self._pair(x)
         logp = logk + logom[:, None, None] + torch.log(a)[None, None, :]  # (C, N, N)
         logZ = torch.logsumexp(logp, dim=(0, 2))
@@ -97,39 +101,37 @@ class GaussianHeads:
         pj = p.sum(0)  # (N, N)
         G = x @ x.T
         u = u + self.c**2 / 2.0 * ((pj @ n2)[:, None] * x + (pj * G) @ x)
-        return logZ, u
+        return FieldStats(out=u[None], logZ=logZ[None], log_w=torch.zeros(1, dtype=x.dtype, device=x.device))
+
+    def _prepared(self, x: ArrayLike, token_weights: ArrayLike | None) -> tuple[torch.Tensor, torch.Tensor, FieldStats]:
+        xt = to_tensor(x)
+        a = masses(token_weights, xt.shape[0], "token_weights", xt)
+        return xt, a, self.law_stats(xt, a)
 
     def partition(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``Zbar(x_i) = sum_j a_j E exp(x_i^T A x_j)``, shape ``(N,)``."""
-        xt = to_tensor(x)
-        a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        return like(torch.exp(self._stats(xt, a)[0]), x)
+        _, _, st = self._prepared(x, token_weights)
+        return like(st.inverse_mobility(), x)
 
     def energy(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``F(mu, Theta) = -1/2 sum_ij a_i a_j E exp(x_i^T A x_j)``."""
-        xt = to_tensor(x)
-        a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        return like(-0.5 * (a * torch.exp(self._stats(xt, a)[0])).sum(), x)
+        _, a, st = self._prepared(x, token_weights)
+        return like(st.energy(a), x)
 
     def mobility(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``b(x_i) = 1 / Zbar(x_i)``: the harmonic mean of ``m_A = 1/Z_A`` over the law."""
-        xt = to_tensor(x)
-        a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        return like(torch.exp(-self._stats(xt, a)[0]), x)
+        _, _, st = self._prepared(x, token_weights)
+        return like(st.mobility(), x)
 
     def velocity(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``gf`` field ``v(x_i) = -b g = P_x sum_j a_j E[A exp(x^T A x_j)] x_j / Zbar(x_i)`` (Stein)."""
-        xt = to_tensor(x)
-        a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        return like(project_tangent(xt, self._stats(xt, a)[1]), x)
+        xt, _, st = self._prepared(x, token_weights)
+        return like(st.velocity(xt, "gf"), x)
 
     def slope(self, x: ArrayLike, *, token_weights: ArrayLike | None = None) -> ArrayLike:
         """``|dF|(mu, Theta) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}`` with ``g = -Zbar P_x u``."""
-        xt = to_tensor(x)
-        a = masses(token_weights, xt.shape[0], "token_weights", xt)
-        logZ, u = self._stats(xt, a)
-        v = project_tangent(xt, u)
-        return like(torch.sqrt((a * torch.exp(logZ) * (v * v).sum(-1)).sum()), x)
+        xt, a, st = self._prepared(x, token_weights)
+        return like(torch.sqrt(st.speed_sq(st.velocity(xt, "gf"), a)), x)  # |dF| = ||v_gf||_mu
 
 
 class GaussianStatic:

@@ -20,13 +20,18 @@ rigorous; ``attnflow reproduce stability-input`` reports how far the measured gr
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnflow.core.arrays import ArrayLike
 from attnflow.core.heads import Heads, as_heads
 
+if TYPE_CHECKING:  # annotation only: trajectories are built two layers up
+    from attnflow.io.trajectory import Trajectory
 
-def lipschitz_bound(A, V=None, *, model: str = "gf") -> float:
+
+def lipschitz_bound(A: ArrayLike | Heads, V: ArrayLike | None = None, *, model: str = "gf") -> float:
     """``L`` above for heads ``A`` ``(H, d, d)`` (or :class:`Heads`) and values ``V`` (``None``: ``V = A``)."""
     heads: Heads = as_heads(A, V)
     alpha = float(np.linalg.norm(heads.A.detach().cpu().numpy(), ord=2, axis=(1, 2)).max())
@@ -39,7 +44,7 @@ def lipschitz_bound(A, V=None, *, model: str = "gf") -> float:
     raise ValueError(f"lipschitz_bound covers models 'mha' and 'gf'; got {model!r}")
 
 
-def gronwall_exponent(trajectory) -> np.ndarray:
+def gronwall_exponent(trajectory: Trajectory) -> np.ndarray:
     """``int_0^t L(s) ds`` at the saved times, ``L(s)`` from the saved heads (trapezoid rule).
 
     The Gronwall factor is its exponential; work with the exponent, which overflows far later.

@@ -11,12 +11,13 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from attnflow.experiments.common import ExperimentResult, to_jsonable, write_experiment
 from attnflow.experiments.edi import experiment_edi
 from attnflow.experiments.heads import experiment_heads
 from attnflow.experiments.relaxation import experiment_oscillating, experiment_ou
-from attnflow.experiments.report import write_report
+from attnflow.experiments.report import write_reproduce_report
 from attnflow.experiments.stability import experiment_stability_input, experiment_stability_weights
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
@@ -64,10 +65,12 @@ def reproduce(
             on_done(res)
     if name == "all":
         out.mkdir(parents=True, exist_ok=True)
-        combined = {
+        combined: dict[str, Any] = {
             r.name: {**to_jsonable(r.headline), "passed": r.passed, "seconds": round(r.seconds, 1)} for r in results
         }
         combined["passed"] = all(r.passed for r in results)
         (out / "results.json").write_text(json.dumps(to_jsonable(combined), indent=2))
-        write_report(results, out, quick=quick, seed=seed, created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        write_reproduce_report(
+            results, out, quick=quick, seed=seed, created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        )
     return results

@@ -36,7 +36,7 @@ def markdown_table(results: list[ExperimentResult]) -> str:
     return "\n".join(lines)
 
 
-def write_report(results: list[ExperimentResult], out: Path, *, quick: bool, seed: int, created: str) -> None:
+def write_reproduce_report(results: list[ExperimentResult], out: Path, *, quick: bool, seed: int, created: str) -> None:
     total = sum(r.seconds for r in results)
     n_pass = sum(p.passed for _, p in _rows(results))
     n_all = sum(1 for _ in _rows(results))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -10,17 +9,6 @@ import numpy as np
 from attnflow.config import RunConfig, build, parse_config
 from attnflow.io.trajectory import Trajectory
 from attnflow.solve.simulation import simulate
-
-
-def merge(base: dict[str, Any], **sections: Any) -> dict[str, Any]:
-    """``base`` with top-level keys replaced and section dicts updated (a deep copy)."""
-    out = copy.deepcopy(base)
-    for k, v in sections.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = {**out[k], **v}
-        else:
-            out[k] = v
-    return out
 
 
 def run(

@@ -117,12 +117,13 @@ def experiment_stability_weights(quick: bool, seed: int) -> ExperimentResult:
     cfg = base_config(seed, quick)
     rc = parse_config(cfg)
     x0, proc, kwargs = build(rc)
+    assert isinstance(proc, OrnsteinUhlenbeck)  # base_config's weights
     ref = simulate(x0, proc, **kwargs)
     H, d = proc.H, proc.d
     G = goe_heads(H, d, 1.0, seed + 101)
     A0_other = proc.A_bar + goe_heads(H, d, 2.0, seed + 202) * 1.5  # another initialisation law
     epss = [0.3, 0.1, 0.03, 0.01, 0.003]
-    table = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
+    table: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
     for kind in table:
         for eps in epss:
             A0 = proc.A0 + eps * G if kind == "noise" else (1 - eps) * proc.A0 + eps * A0_other

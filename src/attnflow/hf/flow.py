@@ -15,6 +15,7 @@ baselines, not moving at all and the same two runs with random heads of the same
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from attnflow.hf.measures import head_activity, measure_path, random_heads, rela
 from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
 from attnflow.io.trajectory import Trajectory
+from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import INTEGRATORS
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import Layers
@@ -133,9 +135,9 @@ class Comparison:
         data.update(self.analysis_variables())
         return describe(xr.Dataset(data, coords=coords, attrs=attrs), COMPARISON_VARIABLES)
 
-    def analysis_variables(self) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    def analysis_variables(self) -> dict[str, tuple[tuple[str, ...], Any]]:
         """The baselines, clustering measures, head activity and weight path (when computed)."""
-        out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+        out: dict[str, tuple[tuple[str, ...], Any]] = {}
         if self.restart is None or self.rand is None or self.rand_restart is None:
             return out
         lay, blk = ("layer",), ("block",)
@@ -194,12 +196,15 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
     finally:
         for h in hooks:
             h.remove()
-    X = np.stack([layers.norms[l].to_sphere(ins[l]).numpy() for l in range(len(mods))])
+    seen = [t for t in ins if t is not None]
+    if len(seen) != len(mods):
+        raise ValueError(f"{len(mods) - len(seen)} of the model's layer norms did not run in the forward pass")
+    X = np.stack([layers.norms[l].to_sphere(seen[l]).numpy() for l in range(len(mods))])
     if not pre_norm:
         return X, np.ones(layers.L)
     r = []
     for l in range(layers.L):
-        s = ins[l].to(torch.float64)
+        s = seen[l].to(torch.float64)
         if layers.norms[l].kind == "layer":
             s = s - s.mean(-1, keepdim=True)
         r.append(float(torch.linalg.vector_norm(s, dim=-1).mean()))
@@ -214,6 +219,7 @@ class _ConstantField:
     a: torch.Tensor
     w: torch.Tensor
     model: str = "mha"
+    options: KernelOptions | None = None
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
         return velocity(x, self.heads, model="mha")
@@ -293,6 +299,7 @@ def run_prompt(
     tokens: list[str] = []
     if text is not None:
         ids, tokens = tokenize(path_or_name, text, special_tokens=special_tokens, local_files_only=local_files_only)
+    assert ids is not None  # one of ids and text was given (checked above)
     ids = [int(i) for i in ids]
     layers = extract(model, source=str(path_or_name))
     check_prompt(ids, layers, int(model.config.vocab_size))
@@ -358,7 +365,12 @@ def run_prompt(
         path_V=relative_jumps(values(flow)),
         path_A_random=relative_jumps(dense(rand)),
         path_V_random=relative_jumps(values(rand)),
-        heads=(flow, value_factors(layers, r if use_radius else 1.0)),
+        heads=(
+            flow,
+            value_factors(
+                layers, r.tolist() if use_radius and isinstance(r, np.ndarray) else (r if use_radius else 1.0)
+            ),
+        ),
     )
     return traj, cmp
 
@@ -385,13 +397,14 @@ def tokenize(
             "pass token ids with --ids 1,2,3 instead"
         ) from e
     ids = tok(text, add_special_tokens=special_tokens)["input_ids"]
-    return list(ids), tok.convert_ids_to_tokens(ids)
+    names = tok.convert_ids_to_tokens(ids)
+    return list(ids), [names] if isinstance(names, str) else list(names)
 
 
 COMPARISON = "hf_comparison.zarr"
 
 
-def load_comparison(path: str | Path) -> xr.Dataset:
+def load_comparison(path: str | os.PathLike) -> xr.Dataset:
     """The comparison dataset of a folder written by ``attnflow hf run``."""
     p = Path(path) / COMPARISON
     if not p.exists():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -40,8 +41,11 @@ HEADS_READER = "attnflow.hf.folder:dense_heads"
 
 def heads_dataset(flow: Layers, values: list[tuple], t: np.ndarray) -> xr.Dataset:
     """The per-layer factors of the flow's heads: ``A_h = Q_h^T K_h``, ``V_h = VL_h VR_h``."""
-    data = {
-        "hf_Q": (("block", "head", "rank", "dim"), np.stack([h.Q.numpy() for h in flow.layers]).astype(np.float32)),
+    data: dict[str, tuple[tuple[str, ...], Any]] = {
+        "hf_Q": (
+            ("block", "head", "rank", "dim"),
+            np.stack([h.queries.numpy() for h in flow.layers]).astype(np.float32),
+        ),
         "hf_K": (("block", "head", "rank", "dim"), np.stack([h.K.numpy() for h in flow.layers]).astype(np.float32)),
         "hf_VL": (("block", "head", "dim", "rank"), np.stack([v[0].numpy() for v in values]).astype(np.float32)),
         "hf_VR": (("block", "head", "rank", "dim"), np.stack([v[1].numpy() for v in values]).astype(np.float32)),

@@ -60,6 +60,7 @@ class Norm:
         """The normalisation itself (for checks against the module)."""
         z = z.to(torch.float64)
         if self.kind == "layer":
+            assert self.beta is not None  # a layer norm has a shift
             c = z - z.mean(-1, keepdim=True)
             return self.gamma * c / torch.sqrt((c * c).mean(-1, keepdim=True) + self.eps) + self.beta
         return self.gamma * z / torch.sqrt((z * z).mean(-1, keepdim=True) + self.eps)
@@ -277,9 +278,17 @@ def _first(obj: Any, *names: str) -> Any:
     return None
 
 
+def _parameter(m: torch.nn.Module, name: str) -> torch.Tensor:
+    """The module's tensor ``name`` (a parameter or buffer), detached."""
+    t = getattr(m, name)
+    if not isinstance(t, torch.Tensor):
+        raise HFImportError(f"{type(m).__name__}.{name} is not a tensor")
+    return t.detach()
+
+
 def _linear(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(W, b)`` with ``m(y) = W y + b`` for ``nn.Linear`` and GPT-2's ``Conv1D`` (``y W + b``)."""
-    W = m.weight.detach().to(torch.float64)
+    W = _parameter(m, "weight").to(torch.float64)
     if type(m).__name__ == "Conv1D":
         W = W.T
     b = getattr(m, "bias", None)
@@ -342,7 +351,7 @@ def norm_modules(model, blks: list[torch.nn.Module]) -> tuple[list[torch.nn.Modu
 
 
 def read_norm(m: torch.nn.Module) -> Norm:
-    gamma = m.weight.detach().to(torch.float64)
+    gamma = _parameter(m, "weight").to(torch.float64)
     eps = float(_first(m, "eps", "variance_epsilon") or 1e-5)
     if "RMSNorm" in type(m).__name__:
         return Norm("rms", gamma, None, eps)

@@ -86,7 +86,7 @@ def random_heads(heads: Heads, generator: torch.Generator) -> Heads:
     return replace(
         h,
         Q=like(Q, (1, 2)),
-        K=like(h.K, (1, 2)),
+        K=h.K if (K := like(h.K, (1, 2))) is None else K,
         V=Vr,
         bias_q=like(h.bias_q, (1,)),
         bias_k=like(h.bias_k, (1,)),
@@ -126,6 +126,7 @@ def head_activity(x: np.ndarray | torch.Tensor, heads: Heads) -> HeadActivity:
     if h.causal:
         logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     attn = torch.softmax(logits, dim=-1)
+    assert out is not None  # values were asked for
     v = project_tangent(xt.unsqueeze(0), out) / H  # (H, N, d): w_h P_x out_h
     others = xt.sum(0, keepdim=True) - xt  # sum_{j != i} x_j
     collapse = 2.0 * (v * others).sum((-1, -2)) / (n * (n - 1))

@@ -69,7 +69,7 @@ def fold_norm(heads: Heads, norm: Norm, radius: float = 1.0, *, post_norm: bool 
     )
 
 
-def on_sphere(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> Layers:
+def on_sphere(layers: HFLayers, radius: float | Sequence[float] | np.ndarray = 1.0) -> Layers:
     """The imported layers as a flow of sphere points: layer ``l`` reads ``y = norm_l(x)`` (its own
     norm folded into ``Q, K, V`` by :func:`fold_norm`), one unit of time per layer.
 

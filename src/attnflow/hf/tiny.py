@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,7 +20,9 @@ def tiny_config(family: str, *, hidden: int = 32, layers: int = 2, heads: int = 
     """A transformers config of the given family with the given sizes."""
     import transformers as tf
 
-    common = dict(num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, vocab_size=vocab)
+    common: dict[str, Any] = dict(
+        num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, vocab_size=vocab
+    )
     if family == "gpt2":
         return tf.GPT2Config(
             n_embd=hidden,

@@ -24,8 +24,8 @@ def is_hf_run(path: str | os.PathLike) -> bool:
 def comparison_from_dataset(ds: xr.Dataset) -> Comparison:
     """The :class:`Comparison` stored in ``hf_comparison.zarr`` (without the heads themselves)."""
 
-    def get(name: str) -> np.ndarray | None:
-        return np.asarray(ds[name].values) if name in ds else None
+    def get(name: str) -> np.ndarray:
+        return np.asarray(ds[name].values)
 
     meta = {k[3:]: v for k, v in ds.attrs.items() if k.startswith("hf_")}
     return Comparison(
@@ -84,7 +84,7 @@ def head_table(ds: xr.Dataset, top: int = 3) -> tuple[list[str], list[list[str]]
         f"top {top} heads toward collapse (push, share of motion)",
         "log mobility min..max (head)",
     ]
-    rows = []
+    rows: list[list[str]] = []
     if "head_collapse" not in ds:
         return header, rows
     C, S = ds["head_collapse"].values, ds["head_speed"].values

@@ -106,7 +106,7 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
         "extra": ckpt.extra,
         "written": time.time(),
     }
-    arrays = {
+    arrays: dict[str, Any] = {
         "x": ckpt.x,
         "saved_t": ckpt.saved_t,
         "saved_x": ckpt.saved_x,

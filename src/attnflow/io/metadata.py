@@ -11,7 +11,7 @@ what is still bare (the test of every dataset attnflow writes uses it).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS
@@ -100,7 +100,7 @@ SWEEP_COLUMNS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def column_attrs(columns: list[str], parameters: list[str] = ()) -> dict[str, dict[str, str]]:
+def column_attrs(columns: Sequence[str], parameters: Sequence[str] = ()) -> dict[str, dict[str, str]]:
     """``{column: {long_name, units, description}}`` for a sweep table: diagnostics and ``t`` from
     :data:`RUN_VARIABLES`, ``<diagnostic>_end`` / ``_mean`` summaries, swept ``parameters`` and the
     bookkeeping columns of :data:`SWEEP_COLUMNS`."""

@@ -191,7 +191,7 @@ def save_run(
     path: str | os.PathLike,
     *,
     overwrite: bool = False,
-    extra: Callable[[Path], None] | None = None,
+    extra: Callable[[Path], object] | None = None,
 ) -> Path:
     """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
 

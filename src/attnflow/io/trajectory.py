@@ -146,7 +146,7 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
 
 def _step_names(ds: xr.Dataset) -> list[str]:
     """The per-step series of ``ds`` in :data:`STEP_SERIES` order (data variables or coordinates)."""
-    names = [k for k in ds.variables if k != "step" and ds[k].dims == ("step",)]
+    names = [str(k) for k in ds.variables if k != "step" and ds[k].dims == ("step",)]
     order = list(STEP_SERIES)
     return sorted(names, key=lambda k: order.index(k) if k in order else len(order))
 

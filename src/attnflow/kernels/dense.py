@@ -10,7 +10,7 @@ else in attnflow (the three fields, energy, mobility, slope) is a cheap function
 Token masses enter as the log-bias ``log a_j``, and every exponential is shifted by its row
 maximum (log-sum-exp), so nothing overflows at large ``beta``.
 
-:func:`attention_stats` is the fast path. Two interchangeable dense backends compute it:
+:func:`dense_stats` is the fast path. Two interchangeable dense backends compute it:
 
 * ``"flash"``: PyTorch's fused attention kernel, which streams over key blocks and returns the
   log-sum-exp beside the output (on CPU ``aten::_scaled_dot_product_flash_attention_for_cpu``, on
@@ -20,7 +20,7 @@ maximum (log-sum-exp), so nothing overflows at large ``beta``.
   ``block_elements`` logits are held at once. Works for every dtype and device.
 
 ``"auto"`` picks ``"flash"`` where the fused kernel supports the dtype and device, else
-``"stream"``. :func:`attention_stats_reference` is the plain numpy transcription of the formulas,
+``"stream"``. :func:`reference_stats` is the plain numpy transcription of the formulas,
 kept for tests. The O(N) fast summation for ``d <= 4`` lives in :mod:`attnflow.fastsum`.
 """
 
@@ -32,11 +32,11 @@ import torch
 #: Upper bound on the number of logits held in memory at once by the streamed kernel.
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
 
-#: Dense backends of :func:`attention_stats`.
+#: Dense backends of :func:`dense_stats`.
 KERNEL_BACKENDS: tuple[str, ...] = ("auto", "flash", "stream")
 
 
-def attention_stats(
+def dense_stats(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor | None,
@@ -90,7 +90,16 @@ def _flash_supported(q: torch.Tensor) -> bool:
     return q.device.type == "cuda" and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _stream(q, k, v, log_a, block_elements, *, key_bias=None, causal=False):
+def _stream(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor | None,
+    log_a: torch.Tensor,
+    block_elements: int,
+    *,
+    key_bias: torch.Tensor | None = None,
+    causal: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     N = q.shape[-2]
     batch = int(np.prod(q.shape[:-2]))  # every leading dim, heads included
     rows = max(1, block_elements // max(1, batch * k.shape[-2]))
@@ -100,16 +109,19 @@ def _stream(q, k, v, log_a, block_elements, *, key_bias=None, causal=False):
     kt = k.transpose(-1, -2)
     if rows >= N:
         return _block(q, kt, v, bias, 0 if causal else None)
-    outs, lzs = [], []
+    outs: list[torch.Tensor | None] = []
+    lzs: list[torch.Tensor] = []
     for s in range(0, N, rows):
         o, lz = _block(q[..., s : s + rows, :], kt, v, bias, s if causal else None)
         outs.append(o)
         lzs.append(lz)
-    out = None if v is None else torch.cat(outs, dim=-2)
+    out = None if v is None else torch.cat([o for o in outs if o is not None], dim=-2)
     return out, torch.cat(lzs, dim=-1)
 
 
-def _block(q, kt, v, bias, row0: int | None = None):
+def _block(
+    q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor | None, bias: torch.Tensor, row0: int | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     logits = q @ kt + bias
     if row0 is not None:
         # Causal mask for query rows row0.. : key j is visible to query i iff j <= i.
@@ -123,7 +135,9 @@ def _block(q, kt, v, bias, row0: int | None = None):
     return p @ v, logZ
 
 
-def _flash(q, k, v, log_a):
+def _flash(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, log_a: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     lead, (H, N, r) = q.shape[:-3], q.shape[-3:]
     M = k.shape[-2]
     q = q.reshape(-1, H, N, r)
@@ -160,7 +174,7 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[-1]))
 
 
-def _fused(q, k, v):
+def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if q.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=1.0)
         return out, lse
@@ -169,7 +183,7 @@ def _fused(q, k, v):
     return res[0], res[1]
 
 
-def attention_stats_reference(
+def reference_stats(
     x: np.ndarray,
     A: np.ndarray,
     V: np.ndarray,
@@ -181,7 +195,7 @@ def attention_stats_reference(
     """Plain numpy transcription of docs/model.md: ``Z_h(x_i) = sum_j a_j exp(x_i^T A_h x_j)`` and
     ``out_h(x_i) = sum_j a_j exp(x_i^T A_h x_j) V_h x_j / Z_h(x_i)``, one head and token at a time.
 
-    Returns ``(out, logZ)`` shaped like :func:`attention_stats`. Shifts by the row maximum only to
+    Returns ``(out, logZ)`` shaped like :func:`dense_stats`. Shifts by the row maximum only to
     stay finite; meant for small ``N`` in tests. ``key_bias`` ``(H, N)`` adds ``c_h(x_j)`` to the
     exponents; ``causal=True`` sums over ``j <= i`` only.
     """
@@ -200,3 +214,8 @@ def attention_stats_reference(
             logZ[h, i] = m + np.log(Z)
             out[h, i] = sum(w[j] * (V[h] @ x[j]) for j in js) / Z
     return out, logZ
+
+
+#: Former names (kept: they are public), see the naming scheme in :mod:`attnflow.kernels`.
+attention_stats = dense_stats
+attention_stats_reference = reference_stats

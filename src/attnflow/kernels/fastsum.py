@@ -35,8 +35,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,7 +74,7 @@ class FastSumPlan:
 
 @dataclass(frozen=True)
 class FastSumResult:
-    """Output of :func:`fast_attention_stats`: ``out`` ``(H, N, d)`` (or None), ``logZ`` ``(H, N)``,
+    """Output of :func:`fast_stats`: ``out`` ``(H, N, d)`` (or None), ``logZ`` ``(H, N)``,
     the plan (degree, proved bound) and, when checked, the achieved error on a subset of tokens."""
 
     out: torch.Tensor | None
@@ -206,7 +208,7 @@ def power_coefficients(beta: float, degree: int) -> np.ndarray:
     return t_coef / beta**n if beta > 0 else np.eye(1, degree + 1)[0]
 
 
-def kernel_coefficients(A, fp: FastSumPlan):
+def kernel_coefficients(A: np.ndarray | torch.Tensor, fp: FastSumPlan) -> tuple[Any, Any]:
     """``(C_P, C_{P-1})`` with ``p(x^T A_h y) = phi_P(x)^T C_P[h] phi_P(y) + phi_{P-1}(x)^T C_{P-1}[h] phi_{P-1}(y)`` on the sphere.
 
     ``A`` ``(H, d, d)`` numpy or torch (float64 on ``A``'s device); the result has the same type.
@@ -243,7 +245,7 @@ COEFFICIENT_CACHE_ENTRIES = 8
 _LOCAL = threading.local()
 
 
-def _cache(name: str, factory):
+def _cache(name: str, factory: Callable[[], Any]) -> Any:
     value = getattr(_LOCAL, name, None)
     if value is None:
         value = factory()
@@ -284,9 +286,9 @@ class _FeatureBuilder:
     measured slower than the arithmetic itself.
     """
 
-    def __init__(self, P: int, d: int, n: int, dtype: torch.dtype, device) -> None:
+    def __init__(self, P: int, d: int, n: int, dtype: torch.dtype, device: torch.device | str) -> None:
         self.P, self.d, self.n = P, d, n
-        kw = dict(dtype=dtype, device=device)
+        kw: dict[str, Any] = dict(dtype=dtype, device=device)
         self.pw = torch.empty(P + 1, d, n, **kw)  # pw[i, k] = x_k^i
         self.pwr = torch.empty(P + 1, d, n, **kw)  # pwr[i, k] = x_k^(P - i)
         # tables[k]: monomials of every degree m <= P in x_k..x_{d-1}, stacked by degree
@@ -347,7 +349,7 @@ class _FeatureBuilder:
         return self.F[:, :nb]
 
 
-def fast_attention_stats(
+def fast_stats(
     x: torch.Tensor,
     A: torch.Tensor,
     V: torch.Tensor | None,
@@ -358,7 +360,7 @@ def fast_attention_stats(
     check: int = 0,
     seed: int = 0,
 ) -> FastSumResult:
-    """``out_h(x_i)`` and ``log Z_h(x_i)`` (as :func:`attnflow.kernels.attention_stats`) by fast summation.
+    """``out_h(x_i)`` and ``log Z_h(x_i)`` (as :func:`attnflow.kernels.dense_stats`) by fast summation.
 
     ``x`` ``(N, d)`` tokens on the sphere (``d <= 4``), ``A`` ``(H, d, d)``, ``V`` ``(H, d, d)`` or
     ``None`` (only ``logZ``), ``a`` ``(N,)`` masses. The relative error of ``Z`` and of ``out``
@@ -440,7 +442,7 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
     return G
 
 
-def _builder(P: int, d: int, n: int, device) -> _FeatureBuilder:
+def _builder(P: int, d: int, n: int, device: torch.device) -> _FeatureBuilder:
     """The float64 feature workspace for ``(P, d)``, kept between calls (the buffers are reused)."""
     kept: dict[str, object] = _cache("builder", dict)
     key = (P, d, n, str(device))
@@ -450,7 +452,16 @@ def _builder(P: int, d: int, n: int, device) -> _FeatureBuilder:
     return kept["value"]  # type: ignore[return-value]
 
 
-def _check(x, A, V, a, out, logZ, check, seed) -> float | None:
+def _check(
+    x: torch.Tensor,
+    A: torch.Tensor,
+    V: torch.Tensor | None,
+    a: torch.Tensor,
+    out: torch.Tensor | None,
+    logZ: torch.Tensor,
+    check: int,
+    seed: int,
+) -> float | None:
     """Largest relative error of ``Z`` and of ``out`` (per ``||V_h||``) on ``check`` random tokens."""
     if check <= 0:
         return None
@@ -461,9 +472,13 @@ def _check(x, A, V, a, out, logZ, check, seed) -> float | None:
     logits = s + torch.log(a)
     lz = torch.logsumexp(logits, dim=-1)
     err = float(torch.expm1((logZ[:, idx] - lz).abs()).max())
-    if V is not None:
+    if V is not None and out is not None:
         p = torch.exp(logits - lz.unsqueeze(-1))
         exact = (p @ x) @ V.transpose(-1, -2)
         normV = torch.linalg.matrix_norm(V, ord=2).clamp_min(1e-300)[:, None]
         err = max(err, float((torch.linalg.vector_norm(out[:, idx] - exact, dim=-1) / normV).max()))
     return err
+
+
+#: Former name (kept: it is public), see the naming scheme in :mod:`attnflow.kernels`.
+fast_attention_stats = fast_stats

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
+from attnflow.core.caller import AttnflowWarning
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.store import (
     CONFIG,
@@ -190,9 +191,10 @@ def folder_status(run_dir: str | Path) -> str:
     if (p / CHECKPOINT).is_file():
         with contextlib.suppress(ValueError, OSError):
             ck = load_checkpoint(p / CHECKPOINT)
-    if stopped or (ck is not None and ck.stopped):
+    reason = stopped or (ck.stopped if ck is not None else None)
+    if reason:
         return (
-            f"{name} is an INCOMPLETE run: it was stopped by the numerical guard ({stopped or ck.stopped}). The last good "
+            f"{name} is an INCOMPLETE run: it was stopped by the numerical guard ({reason}). The last good "
             f"state (t = {ck.t if ck else float('nan'):.6g}) is in checkpoint.npz and dataset.zarr; start a new run with a "
             "smaller integration.dt or method 'jko'."
         )
@@ -219,9 +221,9 @@ def reported_warnings(report: Callable[[str], None]) -> Iterator[None]:
         old = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, (StabilityWarning, PrecisionWarning)) or f"{os.sep}attnflow{os.sep}" in str(
-                filename
-            ):
+            if issubclass(
+                category, (StabilityWarning, PrecisionWarning, AttnflowWarning)
+            ) or f"{os.sep}attnflow{os.sep}" in str(filename):
                 report(str(message))
             else:
                 old(message, category, filename, lineno, file, line)

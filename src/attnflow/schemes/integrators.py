@@ -24,10 +24,21 @@ from attnflow.schemes.jko import jko_field_step
 class Field(Protocol):
     """What a stepper is given: the field ``v_t(x)`` plus what defines it (for implicit schemes)."""
 
-    model: str
-    a: torch.Tensor  # token masses (N,)
-    w: torch.Tensor  # head masses (H,)
-    options: KernelOptions | None  # how the kernel evaluates it (None: the defaults)
+    # Read-only members, so that frozen dataclasses qualify too.
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def a(self) -> torch.Tensor:
+        """Token masses ``(N,)``."""
+
+    @property
+    def w(self) -> torch.Tensor:
+        """Head masses ``(H,)``."""
+
+    @property
+    def options(self) -> KernelOptions | None:
+        """How the kernel evaluates the field (``None``: the defaults)."""
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor: ...
 

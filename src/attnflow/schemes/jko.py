@@ -17,6 +17,7 @@ lower ``F + cost``, and the cost is non-negative).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,12 +27,15 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
 from attnflow.kernels.dispatch import KernelOptions
 
+if TYPE_CHECKING:  # annotation only: the integrators module registers this stepper
+    from attnflow.schemes.integrators import Field
+
 
 def _energy_t(
     y: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, options: KernelOptions | None = None
 ) -> torch.Tensor:
-    st = field_stats(y, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options)
-    return -0.5 * torch.exp(torch.logsumexp(st.log_S + torch.log(a), dim=0))
+    """``F(sum_i a_i delta_{y_i})`` as a differentiable tensor (the heads' values are not used)."""
+    return field_stats(y, heads.without_values(), a, w, values=False, options=options).energy(a)
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ def _solve(
 ) -> tuple[torch.Tensor, float, float, int, float]:
     x = x.detach()
     with torch.no_grad():
-        b = torch.exp(-field_stats(x, Heads(K=heads.K, Q=heads.Q), a, w, values=False, options=options).log_S)
+        b = field_stats(x, heads.without_values(), a, w, values=False, options=options).mobility()
         weight = a / (2.0 * tau * b)
 
         scale = abs(float(_energy_t(x, heads, a, w, options)))
@@ -73,8 +77,7 @@ def _solve(
     with torch.no_grad():
         candidates = [x] if y0 is None else [retract(y0.detach())]
         if y0 is None:
-            st = field_stats(x, heads, a, w, options=options)
-            candidates.append(retract(x + tau * project_tangent(x, st.mixed_output("gf"))))
+            candidates.append(retract(x + tau * field_stats(x, heads, a, w, options=options).velocity(x, "gf")))
         start = min(candidates, key=lambda c: float(objective(c)))
 
     z = start.clone().requires_grad_(True)
@@ -89,7 +92,7 @@ def _solve(
         line_search_fn="strong_wolfe",
     )
 
-    def closure():
+    def closure() -> torch.Tensor:
         opt.zero_grad()
         f = objective(retract(z))
         f.backward()
@@ -100,6 +103,7 @@ def _solve(
     yg = y.clone().requires_grad_(True)
     f = objective(yg)
     f.backward()
+    assert yg.grad is not None
     rg = float((torch.linalg.vector_norm(to_position * project_tangent(y, yg.grad), dim=-1)).max())
     with torch.no_grad():
         E = float(_energy_t(y, heads, a, w, options))
@@ -108,7 +112,7 @@ def _solve(
 
 def jko_step(
     x: ArrayLike,
-    A,
+    A: ArrayLike | Heads,
     tau: float,
     *,
     token_weights: ArrayLike | None = None,
@@ -142,11 +146,13 @@ def jko_step(
     )
 
 
-def jko_field_step(f, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7, max_iter: int = 200) -> torch.Tensor:
+def jko_field_step(
+    f: Field, t: float, x: torch.Tensor, dt: float, *, tol: float = 1e-7, max_iter: int = 200
+) -> torch.Tensor:
     """The ``jko`` stepper of :data:`attnflow.INTEGRATORS`: one movement with the heads at ``t``."""
     if f.model != "gf":
         raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")
     heads = f.heads_at(t)
     heads.check_gradient_flow()
-    y, *_ = _solve(x, Heads(K=heads.K, Q=heads.Q), f.a, f.w, float(dt), tol, max_iter, None, f.options)
+    y, *_ = _solve(x, heads.without_values(), f.a, f.w, float(dt), tol, max_iter, None, f.options)
     return y

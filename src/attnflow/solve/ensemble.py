@@ -9,11 +9,10 @@ diagrams over ``(t, beta)`` are made.
 
 from __future__ import annotations
 
-import math
 import time as _time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +23,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import MODELS, FieldStats, check_model, masses
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.schemes.integrators import get_integrator
+from attnflow.schemes.integrators import INTEGRATORS, MOVEMENTS, Field, get_integrator
 from attnflow.solve.guards import NumericalInstability
 from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
 from attnflow.solve.observers import ProgressReport
@@ -58,11 +57,11 @@ class Ensemble:
     def B(self) -> int:
         return int(self.x.shape[1])
 
-    def to_xarray(self):
+    def to_xarray(self) -> Any:
         """An ``xarray.Dataset`` with dims ``time, member, token, dim``."""
-        import xarray as xr
+        import xarray as xr  # loaded only when asked for, like the other optional outputs
 
-        data = {"x": (("time", "member", "token", "dim"), self.x)}
+        data: dict[str, Any] = {"x": (("time", "member", "token", "dim"), self.x)}
         data.update({k: (("time", "member"), v) for k, v in self.diagnostics.items()})
         return xr.Dataset(
             data,
@@ -101,7 +100,7 @@ class EnsembleField:
         for b, sampler in enumerate(self.samplers):
             h = sampler(t).to(dtype=self.dtype, device=self.device)
             beta = self.betas[b]
-            out.append(Heads(K=h.K * beta, Q=h.Q, V=h.V))  # V = None keeps V = beta A
+            out.append(replace(h, K=h.K * beta))  # V = None keeps V = beta A
         return out
 
     def matrices(self, t: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,7 +175,7 @@ def simulate_ensemble(
         None if procs is None else len(procs),
     )
     X = retract(X.expand(B, -1, -1).clone())
-    seed_list = list(seeds) if seeds is not None else [None] * B
+    seed_list: list[int | None] = list(seeds) if seeds is not None else [None] * B
     seed_list = seed_list * B if len(seed_list) == 1 else seed_list
     beta_arr = np.ones(B) if beta_arr is None else np.broadcast_to(beta_arr, (B,)).copy()
     processes = [as_process(p) for p in procs] if procs is not None else [as_process(weights)] * B
@@ -185,6 +184,11 @@ def simulate_ensemble(
     d, H = X.shape[2], processes[0].H
     if any(p.d != d or p.H != H for p in processes):
         raise ValueError(f"every member's weights must act on d={d} with H={H} heads")
+    if method in MOVEMENTS:
+        raise ValueError(
+            f"method {method!r} is a minimising movement of one token cloud; ensembles step with an explicit "
+            f"method: one of {', '.join(INTEGRATORS)}"
+        )
     stepper = get_integrator(method)
     a = masses(token_weights, X.shape[1], "token_weights", X)
     w = masses(head_weights, H, "head_weights", X)
@@ -194,6 +198,9 @@ def simulate_ensemble(
     for h in f.heads_at(t0):
         check_model(model, h)
 
+    # An explicit stepper only calls the field (jko, which reads heads_at, was refused above), so the
+    # batched field stands in for a single-cloud Field.
+    field = cast(Field, f)
     saver = _EnsembleSaver(f, a)
     start = _time.perf_counter()
     saver.record(float(t0), X)
@@ -201,7 +208,7 @@ def simulate_ensemble(
     costs = Costs({})
     try:
         run_loop(
-            lambda t, Y, h: stepper.step(f, t, Y, h), X, t0=t0, dt=dt, k0=0, n_steps=n_steps,
+            lambda t, Y, h: stepper.step(field, t, Y, h), X, t0=t0, dt=dt, k0=0, n_steps=n_steps,
             save_every=int(save_every), recorders=[saver], observers=observers, costs=costs,
         )  # fmt: skip
     except StepFailed as e:
@@ -237,8 +244,7 @@ class _EnsembleSaver:
 
     def record(self, t: float, Y: torch.Tensor) -> None:
         st = self.f.stats(t, Y, values=False)
-        log_a = torch.log(self.a)
-        log_F = torch.logsumexp(st.log_S + log_a, dim=-1) - math.log(2.0)
+        log_F = st.log_abs_energy(self.a)
         m = (self.a[:, None] * Y).sum(-2)
         N = Y.shape[1]
         s2 = (Y.sum(-2) ** 2).sum(-1)

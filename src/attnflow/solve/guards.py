@@ -6,7 +6,7 @@
 * :func:`stability_estimate` ``L`` from the weights and :func:`step_warning`: explicit steps with
   ``dt * L`` beyond the method's stable range give a :class:`StabilityWarning` with a suggested step.
 * :class:`Float32Monitor`: in float32 runs, compares the energy error that float32 rounding adds in
-  one step with the integrator's own truncation error (the EDI budget of the step); a run whose
+  one step with the integrator's own truncation error (the step error, by Richardson); a run whose
   rounding drift exceeds the budget gets a :class:`PrecisionWarning`.
 """
 
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from attnflow.core.caller import caller_stacklevel
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, state_energy
@@ -36,7 +39,7 @@ class NumericalInstability(FloatingPointError):
     """The simulation produced NaN/inf. ``checkpoint``: the last good state (resumable);
     ``trajectory``: everything recorded up to and including that state; ``step``, ``t``: where it failed."""
 
-    def __init__(self, message: str, *, step: int, t: float, checkpoint=None, trajectory=None):
+    def __init__(self, message: str, *, step: int, t: float, checkpoint: Any = None, trajectory: Any = None) -> None:
         super().__init__(message)
         self.step, self.t = step, t
         self.checkpoint, self.trajectory = checkpoint, trajectory
@@ -119,7 +122,7 @@ def _energy64(
 
 @dataclass
 class Float32Monitor:
-    """Energy drift of a float32 run against the EDI budget of its steps.
+    """Energy drift of a float32 run against the truncation error of its steps (``step_error``).
 
     At a state ``x`` with the heads frozen, one step in float32 and the same step in float64 differ
     in energy by the rounding error ``r``; one step against two half steps (float64) differ by the
@@ -131,11 +134,11 @@ class Float32Monitor:
     budget: float = 0.0
     checks: int = 0
     scale: float = 0.0
-    per_check: list = field(default_factory=list)
+    per_check: list[Any] = field(default_factory=list)
 
     def check(
         self,
-        step,
+        step: Callable[..., torch.Tensor],
         model: str,
         heads: Heads,
         a: torch.Tensor,
@@ -151,7 +154,19 @@ class Float32Monitor:
         except OverflowError:  # the float32 shadow step overflowed (usa): nothing to compare here
             pass
 
-    def _check(self, step, model, heads, a, w, t, x, dt, weight, options) -> None:
+    def _check(
+        self,
+        step: Callable[..., torch.Tensor],
+        model: str,
+        heads: Heads,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        t: float,
+        x: torch.Tensor,
+        dt: float,
+        weight: int,
+        options: KernelOptions | None,
+    ) -> None:
         a64, w64 = a.to(torch.float64), w.to(torch.float64)
         h64 = heads.to(dtype=torch.float64)
         f64 = _Frozen(model, h64, a64, w64, options)
@@ -176,7 +191,7 @@ class Float32Monitor:
     def summary(self) -> dict:
         return {
             "rounding_drift": self.rounding,
-            "edi_budget": self.budget,
+            "step_error": self.budget,
             "checks": self.checks,
             "flagged": self.flagged,
         }
@@ -190,4 +205,4 @@ class Float32Monitor:
 
 
 def warn(message: str, category: type[Warning]) -> None:
-    warnings.warn(message, category, stacklevel=3)
+    warnings.warn(message, category, stacklevel=caller_stacklevel())

@@ -262,7 +262,9 @@ def _simulate(
         saver.restore(ck)
         if monitor is not None and "float32" in ck.extra:
             s32 = ck.extra["float32"]
-            monitor.rounding, monitor.budget, monitor.checks = s32["rounding_drift"], s32["edi_budget"], s32["checks"]
+            # "edi_budget" is the key checkpoints of earlier versions wrote for the step error.
+            monitor.rounding, monitor.checks = s32["rounding_drift"], s32["checks"]
+            monitor.budget = s32["step_error"] if "step_error" in s32 else s32["edi_budget"]
         if recorder is not None:
             recorder.rows = [tuple(r) for r in ck.extra.get("edi_rows", [])]
     if checkpoint is not None and resume is None:

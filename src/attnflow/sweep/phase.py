@@ -111,9 +111,9 @@ def phase_diagram(out: str | os.PathLike, x: str, y: str, color: str, where: lis
     others = [k for k in swept if k not in (xk, yk) and k not in fixed and frame[k].nunique() > 1]
     if others:
         k = others[0]
-        values = ", ".join(map(str, sorted(frame[k].unique(), key=str)))
+        listed = ", ".join(map(str, sorted(frame[k].unique(), key=str)))
         raise ConfigError(
-            f"parameter {k} also varies (values {values}); fix it with --where {k}=VALUE so each cell averages seeds only."
+            f"parameter {k} also varies (values {listed}); fix it with --where {k}=VALUE so each cell averages seeds only."
         )
     grouped = frame.groupby([yk, xk])[ck].agg(["mean", "count"])
     xs = np.array(sorted(frame[xk].unique()))

@@ -26,6 +26,7 @@ import copy
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -140,7 +141,7 @@ def parse_sweep(data: Any, source: str = "") -> SweepSpec:
         raise ConfigError(format_validation_error(e, source, kind="sweep file")) from None
 
 
-def load_sweep(path: str | Path) -> tuple[SweepSpec, Path]:
+def load_sweep(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
     """Read and validate a sweep YAML file; returns the spec and the folder relative paths refer to."""
     p = Path(path)
     if not p.is_file():

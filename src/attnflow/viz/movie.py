@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import imageio_ffmpeg
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba_array
 
 from attnflow.io.trajectory import (
@@ -156,7 +157,9 @@ def render_movie(
     w, h = s.resolution
     dpi = 100
     fig = plt.figure(figsize=(w / dpi, h / dpi), dpi=dpi)
-    ax = fig.add_axes([0.0, 0.0, 1.0, 0.92])
+    canvas = fig.canvas
+    assert isinstance(canvas, FigureCanvasAgg)  # the Agg backend, selected above
+    ax = fig.add_axes((0.0, 0.0, 1.0, 0.92))
     lim = 1.0 if view.on_sphere else (float(np.linalg.norm(view.xyz, axis=-1).max()) or 1.0)
     ax.set_xlim(-1.08 * lim * w / (0.92 * h), 1.08 * lim * w / (0.92 * h))
     ax.set_ylim(-1.08 * lim, 1.08 * lim)
@@ -202,7 +205,7 @@ def render_movie(
                 order = np.argsort(q[side, 2])
                 dots.set_offsets(q[side][order, :2])
                 dots.set_sizes(area[side][order])
-                dots.set_facecolors(rgba[c[side][order]])
+                dots.set_facecolor(rgba[c[side][order]])
             if wire is not None:
                 for line, ln_front, ln_behind in zip(wire, front, behind):
                     g = line @ P.T
@@ -214,14 +217,14 @@ def render_movie(
                 g = f - s.trails + age
                 if g >= 0:
                     trail_dots[age].set_offsets(xyz[g] @ P[:2].T)
-                    trail_dots[age].set_facecolors(token_rgba)
+                    trail_dots[age].set_facecolor(token_rgba)
                 else:
                     trail_dots[age].set_offsets(empty)
             title.set_text(
                 f"{traj.model}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   clusters = {len(mass):4d}"
             )
             fig.canvas.draw()
-            writer.send(fig.canvas.buffer_rgba())
+            writer.send(canvas.buffer_rgba())
             if progress is not None:
                 progress(f + 1, n_frames)
         writer.close()
