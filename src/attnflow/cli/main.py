@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded, progress_bar
+from attnflow.cli.app import UserError, app, confirm_heavy, console, guarded, progress_bar
 
 
 @app.command()
@@ -33,6 +34,12 @@ def run(
     checkpoint_seconds: float = typer.Option(
         60.0, "--checkpoint-seconds", min=0.0, help="Checkpoint every M seconds (0: off)."
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
+    ),
 ) -> None:
     """Simulate a config (or a preset) and write a run folder (checkpointed; see --resume).
 
@@ -45,10 +52,10 @@ def run(
       attnflow run --resume runs/ou2
     """
     from attnflow.config import apply_overrides, load_config, preset_config
-    from attnflow.runs.runner import reported_warnings, resume_folder, run_to_folder
+    from attnflow.runs.runner import check_out, reported_warnings, resume_folder, run_estimate, run_to_folder
 
     every = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
-    warn = lambda m: console.print(f"[bold yellow]warning:[/] {m}", highlight=False, soft_wrap=True)
+    warn = lambda m: console.print(f"[bold yellow]warning:[/] {escape(str(m))}", highlight=False, soft_wrap=True)
     if resume is not None:
         if config is not None or preset is not None or out is not None or set_ or seed is not None:
             raise UserError(
@@ -59,7 +66,10 @@ def run(
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
             )
-        console.print(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}")
+        console.print(
+            escape(f"resumed {resume} from step {traj.provenance.get('resumed_from_step', 0)}; wrote {resume}"),
+            highlight=False,
+        )
         _summary(resume)
         return
     if out is None:
@@ -72,29 +82,34 @@ def run(
     overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    if out.exists() and not force:
-        from attnflow.io.store import is_complete
-
-        hint = (
-            "" if is_complete(out) else f" It holds an unfinished run: continue it with 'attnflow run --resume {out}'."
-        )
-        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
+    check_out(out, force)
+    confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
     n_steps = round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
         task = bar.add_task(cfg.name, total=n_steps)
         traj = run_to_folder(
             cfg, out, force=force, figures=figures, progress=lambda k, n: bar.update(task, completed=k), **every
         )
-    console.print(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
+    console.print(
+        escape(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)"), highlight=False
+    )
     _summary(out)
 
 
 def _summary(path: Path) -> None:
+    import warnings
+
+    from attnflow.io.store import DataWarning
     from attnflow.io.trajectory import load
 
-    traj = load(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        traj = load(path)
+    for w in caught:
+        if issubclass(w.category, DataWarning):
+            console.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False, soft_wrap=True)
     d = traj.diagnostics
-    table = Table(title=f"run {path}", show_header=True)
+    table = Table(title=escape(f"run {path}"), show_header=True)
     table.add_column("quantity")
     table.add_column(f"t = {traj.t[0]:.3g}", justify="right")
     table.add_column(f"t = {traj.t[-1]:.3g}", justify="right")
@@ -123,7 +138,7 @@ def _summary(path: Path) -> None:
         ("attnflow", traj.provenance.get("attnflow_version")),
         ("git commit", traj.provenance.get("git_commit")),
     ]:
-        info.add_row(str(k), str(v))
+        info.add_row(escape(str(k)), escape(str(v)))
     Console().print(info)
 
 
@@ -165,4 +180,4 @@ def plot(
     traj = load(run_dir)
     paths = plot_run(traj, out or run_dir / FIGURES)
     for p in paths:
-        console.print(f"wrote {p}")
+        console.print(escape(f"wrote {p}"), highlight=False)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, _state, app, console, guarded
+from attnflow.cli.app import UserError, _state, app, confirm_heavy, console, guarded
 
 
 def _sweep_bar() -> Progress:
@@ -39,6 +40,12 @@ def sweep(
         None, "--batch", min=1, help="Points per Dask task (default: the file's 'batch')."
     ),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run points recorded as failed again."),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
+    ),
 ) -> None:
     """Run every point of a parameter sweep on Dask; write DIR/results.parquet (one row per point).
 
@@ -69,10 +76,13 @@ def sweep(
             batch=batch,
             retry_failed=retry_failed,
             on_progress=progress,
+            confirm=lambda est: confirm_heavy(est, f"sweep {sweep_file.name!r}", yes),
         )
     console.print(
-        f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "
-        f"{report.ok} ok, {report.failed} failed ({report.wall_s:.1f} s). Table: {out / 'results.parquet'}",
+        escape(
+            f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "
+            f"{report.ok} ok, {report.failed} failed ({report.wall_s:.1f} s). Table: {out / 'results.parquet'}"
+        ),
         highlight=False,
         soft_wrap=True,
     )
@@ -113,4 +123,4 @@ def sweep_plot(
     short = lambda k: k.split(".")[-1]
     path = out or sweep_dir / "figures" / f"phase_{short(pd.x)}_{short(pd.y)}_{pd.color}.png"
     plot_phase_diagram(pd, path, log_x=log_x, log_y=log_y)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(escape(f"wrote {path}"), highlight=False)

@@ -6,19 +6,19 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from attnflow.cli.app import UserError, app, console, guarded
 
 
 def _complete_run(run_dir: Path) -> None:
-    from attnflow.io.store import is_complete
+    from attnflow.io.store import folder_kind, is_complete
+    from attnflow.runs.runner import folder_status
 
-    if not run_dir.is_dir():
+    if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}; make one with 'attnflow run --preset ou --out {run_dir}'.")
     if not is_complete(run_dir):
-        raise UserError(
-            f"{str(run_dir)!r} is not a complete run folder (no finished provenance.json): the run did not finish."
-        )
+        raise UserError(folder_status(run_dir))
 
 
 @app.command()
@@ -48,7 +48,7 @@ def report(
 
     _complete_run(run_dir)
     path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+    console.print(escape(f"wrote {path}  ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)"), highlight=False)
 
 
 @app.command()
@@ -103,4 +103,4 @@ def movie(
     with progress_bar("movie") as bar:
         task = bar.add_task("movie", total=frames)
         path = render_movie(run_dir, out, settings, progress=lambda k, n: bar.update(task, completed=k, total=n))
-    console.print(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)")
+    console.print(escape(f"wrote {path}  ({path.stat().st_size / 1e6:.2f} MB)"), highlight=False)
