@@ -12,6 +12,7 @@ last good state there as well (``checkpoint.npz`` and a partial ``dataset.zarr``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -43,7 +44,7 @@ from attnflow.io.store import (
     write_dataset,
 )
 from attnflow.io.trajectory import Trajectory
-from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning
+from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, trajectory_problem
 from attnflow.solve.preflight import Estimate, estimate, preflight
 from attnflow.solve.simulate import simulate
 from attnflow.viz.plotting import plot_run
@@ -91,12 +92,13 @@ def _simulate_into(
     ck = Checkpointer(out / CHECKPOINT, every_steps=every_steps, every_seconds=every_seconds, on_begin=on_begin)
     try:
         traj = simulate(x0, process, progress=progress, checkpoint=ck, resume=resume, **kwargs)
+        _refuse_garbage(traj, cfg, out)
     except NumericalInstability as e:
         _keep_last_good_state(e, cfg, out)
         kept = "" if final == out else f" {str(final)!r} still holds the old result, untouched."
+        where = "checkpoint.npz, and the trajectory so far in dataset.zarr" if e.checkpoint else "dataset.zarr"
         raise NumericalInstability(
-            f"{e} The last good state is saved in {str(out)!r} (checkpoint.npz, and the trajectory so far in "
-            f"dataset.zarr); the folder is marked incomplete.{kept}",
+            f"{e} The last good state is saved in {str(out)!r} ({where}); the folder is marked incomplete.{kept}",
             step=e.step,
             t=e.t,
             checkpoint=e.checkpoint,
@@ -137,16 +139,53 @@ def _check_config_text(path: Path) -> None:
         )
 
 
+def _refuse_garbage(traj: Trajectory, cfg: RunConfig, out: Path) -> None:
+    """Stop a finished run whose saved states are degenerate (:func:`attnflow.solve.guards.trajectory_problem`)
+    as the NaN guard would: the good states before it are kept, the folder marked incomplete."""
+    bad = trajectory_problem(traj)
+    if bad is None:
+        return
+    k, why = bad
+    if k == 0:
+        raise NumericalInstability(f"the initial state is degenerate: {why}.", step=0, t=float(traj.t[0]))
+    keep = slice(0, k)
+    partial = dataclasses.replace(
+        traj,
+        t=traj.t[keep],
+        x=traj.x[keep],
+        A=traj.A[keep],
+        V=None if traj.V is None else traj.V[keep],
+        diagnostics={n: v[keep] for n, v in traj.diagnostics.items()},
+        steps={},
+        steps_info={},
+    )
+    stopped = f"{why} at t={traj.t[k]:.6g}"
+    e = NumericalInstability(
+        f"{why} at t={traj.t[k]:.6g}; the last good saved state is t={traj.t[k - 1]:.6g}. Lower integration.dt, or "
+        "use the implicit method='jko' for stiff cases.",
+        step=-1,
+        t=float(traj.t[k]),
+        checkpoint=None,
+        trajectory=partial,
+    )
+    e.stopped = stopped
+    raise e
+
+
 def _keep_last_good_state(e: NumericalInstability, cfg: RunConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not (out / CONFIG).is_file():
         (out / CONFIG).write_text(_config_text(cfg))
-    save_checkpoint(out / CHECKPOINT, e.checkpoint)
+    if e.checkpoint is not None:
+        save_checkpoint(out / CHECKPOINT, e.checkpoint)
+    elif e.trajectory is None:
+        return
     partial = e.trajectory
     partial.seed = cfg.seed
     write_dataset(trajectory_to_dataset(partial), out / DATASET)
     record = provenance_record(partial)
-    record.update({"complete": False, "stopped": e.checkpoint.stopped})
+    stopped = e.checkpoint.stopped if e.checkpoint is not None else getattr(e, "stopped", str(e))
+    record.update({"complete": False, "stopped": stopped})
     (out / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
 
 
@@ -275,6 +314,12 @@ def resume_folder(
     with output_lock(run_dir, what="run folder"):
         if not (run_dir / CONFIG).is_file():
             raise ResumeError(f"cannot resume {name}: it has no config.yaml, so it was not started by 'attnflow run'.")
+        stopped = (read_provenance(run_dir) or {}).get("stopped")
+        if stopped:
+            raise ResumeError(
+                f"cannot resume {name}: the run was stopped by the numerical guard ({stopped}); resuming would hit "
+                "the same blow-up. Start a new run with a smaller integration.dt (or method 'jko')."
+            )
         _check_config_text(run_dir / CONFIG)
         cfg = load_config(run_dir / CONFIG)
         ck_path = run_dir / CHECKPOINT
