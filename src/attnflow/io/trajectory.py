@@ -22,6 +22,8 @@ import xarray as xr
 import yaml
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS
+from attnflow.config.errors import ConfigError
+from attnflow.config.yamlsafe import load_yaml
 from attnflow.core.heads import Heads
 from attnflow.io.store import (
     CONFIG,
@@ -139,8 +141,8 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
     config = None
     if (p / CONFIG).is_file():
         try:
-            config = yaml.safe_load((p / CONFIG).read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+            config = load_yaml((p / CONFIG).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, ConfigError):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not valid YAML.") from None
         if config is not None and not isinstance(config, dict):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
