@@ -281,11 +281,12 @@ def file_digest(path: Path) -> str:
 
 
 def write_manifest(folder: Path) -> Path:
-    """Record the SHA-256 of every file under ``folder`` (but the manifest and provenance) in ``manifest.json``."""
+    """Record the SHA-256 of every data file under ``folder`` in ``manifest.json``: the dataset and the
+    config (figures are drawings of the data that ``attnflow plot`` redraws, so they are left out)."""
     files = {}
     for q in sorted(folder.rglob("*")):
         rel = q.relative_to(folder).as_posix()
-        if q.is_file() and rel not in (MANIFEST, PROVENANCE):
+        if q.is_file() and rel not in (MANIFEST, PROVENANCE) and not rel.startswith(f"{FIGURES}/"):
             files[rel] = file_digest(q)
     out = folder / MANIFEST
     out.write_text(json.dumps({"format": MANIFEST_FORMAT, "algorithm": "sha256", "files": files}, indent=0))

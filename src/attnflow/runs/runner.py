@@ -360,14 +360,8 @@ def folder_status(run_dir: str | Path) -> str:
     kind = folder_kind(p)
     if kind == "missing":
         return f"there is no run folder at {name}."
-    if kind == "empty":
-        return f"{name} is an empty folder, not a run folder."
-    if kind in ("file", "special"):
-        return f"{name} is not a folder, so it is not a run folder."
-    if kind == "sweep":
-        return f"{name} is a sweep folder, not a run folder; see 'attnflow sweep-plot'."
-    if kind == "foreign":
-        return f"{name} is {what_it_is(p)}, not a run folder."
+    if kind not in ("run", "unfinished"):
+        return f"{name} is not a complete run folder: it is {what_it_is(p)}."
     stopped = (read_provenance(p) or {}).get("stopped")
     ck = None
     if (p / CHECKPOINT).is_file():

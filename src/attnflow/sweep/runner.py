@@ -203,7 +203,7 @@ def run_sweep(
     if confirm is not None:
         confirm(est)
     owned = None
-    if client is None and scheduler is not None:
+    if client is None and scheduler is not None and (retry_failed or any(p.id not in done for p in points)):
         # Reach the scheduler before anything is written: an unreachable one leaves no folder behind.
         client, _ = _start_client(scheduler, None)
         owned = client
