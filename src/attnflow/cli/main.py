@@ -151,10 +151,10 @@ def show(run_dir: Path = typer.Argument(..., help="A run folder written by 'attn
 
       attnflow show runs/ou
     """
-    from attnflow.io.store import is_complete
+    from attnflow.io.store import folder_kind, is_complete
     from attnflow.runs.runner import folder_status
 
-    if not run_dir.is_dir():
+    if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}.")
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))

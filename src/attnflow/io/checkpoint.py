@@ -134,7 +134,7 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`; a damaged file is a ``ValueError``."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and p.name != CHECKPOINT:  # a run folder: its checkpoint
         p = p / CHECKPOINT
     if p.exists() and not p.is_file():
         raise ValueError(f"checkpoint {str(p)!r} is not a file (a folder or a device), so it is not a checkpoint")

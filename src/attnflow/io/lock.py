@@ -29,7 +29,7 @@ try:  # POSIX only
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OutputBusy", "lock_path", "output_lock", "holder"]
+__all__ = ["OutputBusy", "busy", "lock_path", "output_lock", "holder"]
 
 
 class OutputBusy(ValueError):
@@ -57,6 +57,40 @@ def holder(path: str | os.PathLike) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def busy(path: str | os.PathLike) -> dict | None:
+    """The holder record when another process holds the lock of ``path`` now, else ``None``."""
+    lp = lock_path(path)
+    if fcntl is None or str(lp) in _held:
+        return None
+    try:
+        fd = os.open(lp, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder(path) or {"pid": "?"}
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def refuse_if_busy(path: str | os.PathLike, what: str = "output") -> None:
+    """Raise :class:`OutputBusy` when another process is writing ``path`` now."""
+    info = busy(path)
+    if info is not None:
+        raise OutputBusy(_busy_message(path, info, what), info)
+
+
+def _busy_message(path: str | os.PathLike, info: dict, what: str) -> str:
+    return (
+        f"{str(path)!r} is being written by {_describe(info)}; one {what} has one writer at a time. Wait for "
+        "that command to finish (or stop it), or choose another output."
+    )
 
 
 def _describe(info: dict) -> str:
@@ -124,18 +158,14 @@ def output_lock(path: str | os.PathLike, *, what: str = "output") -> Iterator[Pa
                 break
             time.sleep(0.025)
         _remove_empty(created)
-        raise OutputBusy(
-            f"{str(path)!r} is being written by {_describe(info)}; one {what} has one writer at a time. Wait for "
-            "that command to finish (or stop it), or choose another output.",
-            info,
-        ) from None
+        raise OutputBusy(_busy_message(path, info, what), info) from None
     except OSError:
         _remove_empty(created)
         raise
     try:
         record = {
             "pid": os.getpid(),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python",
+            "command": _command(),
             "host": platform.node(),
             "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
@@ -155,6 +185,15 @@ def output_lock(path: str | os.PathLike, *, what: str = "output") -> Iterator[Pa
         os.close(fd)
         if not Path(path).exists():
             _remove_empty(created)
+
+
+def _command() -> str:
+    """This process's command line, short: ``attnflow run ...`` for the CLI, else the interpreter's argv."""
+    argv = list(sys.argv)
+    if argv and argv[0] and argv[0] != "-c":
+        name = Path(argv[0]).name
+        return " ".join(["attnflow" if name in ("__main__.py", "attnflow") else name, *argv[1:]])
+    return " ".join(" ".join(a.split()) for a in getattr(sys, "orig_argv", argv)) or "python"
 
 
 def _make_parents(folder: Path) -> list[Path]:

@@ -27,7 +27,7 @@ import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
-from attnflow.io.lock import output_lock
+from attnflow.io.lock import output_lock, refuse_if_busy
 from attnflow.io.store import (
     CONFIG,
     DATASET,
@@ -111,14 +111,14 @@ def _simulate_into(
     return traj
 
 
-#: The last line of the ``config.yaml`` of a run in progress: the SHA-256 of the text above it, so
+#: The first line of the ``config.yaml`` of a run in progress: the SHA-256 of the text below it, so
 #: that ``--resume`` tells a truncated or edited file from a checkpoint of another run.
 _SUM_PREFIX = "# attnflow-sha256: "
 
 
 def _config_text(cfg: RunConfig) -> str:
     body = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-    return f"{body}{_SUM_PREFIX}{hashlib.sha256(body.encode()).hexdigest()}\n"
+    return f"{_SUM_PREFIX}{hashlib.sha256(body.encode()).hexdigest()}\n{body}"
 
 
 def _check_config_text(path: Path) -> None:
@@ -129,10 +129,10 @@ def _check_config_text(path: Path) -> None:
         raise ResumeError(
             f"cannot resume: {str(path)!r} cannot be read as text; the run's config is damaged."
         ) from None
-    body, sep, tail = text.rpartition(_SUM_PREFIX)
-    if not sep:
+    if not text.startswith(_SUM_PREFIX):
         return  # written by an older attnflow: nothing to check against
-    if hashlib.sha256(body.encode()).hexdigest() != tail.strip():
+    head, _, body = text.partition("\n")
+    if hashlib.sha256(body.encode()).hexdigest() != head.removeprefix(_SUM_PREFIX).strip():
         raise ResumeError(
             f"cannot resume: {str(path)!r} is damaged (truncated or edited): it no longer matches the checksum "
             "written with it when the run started."
@@ -197,6 +197,7 @@ def check_out(out: str | Path, force: bool = False) -> None:
     device, a folder of other files, a sweep) is refused even with ``force``.
     """
     out = Path(out)
+    refuse_if_busy(out, "run folder")
     kind = folder_kind(out)
     name = repr(str(out))
     if kind == "missing":
@@ -302,6 +303,7 @@ def resume_folder(
     """
     run_dir = Path(run_dir)
     name = repr(str(run_dir))
+    refuse_if_busy(run_dir, "run folder")
     kind = folder_kind(run_dir)
     if kind == "missing":
         raise ResumeError(f"cannot resume {name}: there is no such run folder.")
@@ -362,7 +364,13 @@ def folder_status(run_dir: str | Path) -> str:
         return f"there is no run folder at {name}."
     if kind not in ("run", "unfinished"):
         return f"{name} is not a complete run folder: it is {what_it_is(p)}."
-    stopped = (read_provenance(p) or {}).get("stopped")
+    prov = read_provenance(p)
+    if prov is None and (p / PROVENANCE).exists():
+        return f"{name} is not a complete run folder: its provenance.json is damaged (not a JSON object)."
+    stopped = (prov or {}).get("stopped")
+    if prov is not None and not stopped and "complete" in prov and prov["complete"] is not True:
+        shown = json.dumps(prov["complete"])[:40]
+        return f'{name} is not a complete run folder: its provenance.json says "complete": {shown}, not true.'
     ck = None
     if (p / CHECKPOINT).is_file():
         with contextlib.suppress(ValueError, OSError):

@@ -102,7 +102,7 @@ def suggested_step(L: float, method: str, span: float) -> float:
         for m in (5.0, 2.0, 1.0):
             c = m * 10.0**e
             n = round(span / c)
-            if c <= target and n >= 1 and abs(n * c - span) <= 1e-9 * span:
+            if c <= target and 1 <= n <= MAX_ADVISED_STEPS and abs(n * c - span) <= 1e-9 * span:
                 return c
     return span / math.ceil(span / target)
 
