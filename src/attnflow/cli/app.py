@@ -72,7 +72,7 @@ def os_error_message(e: OSError) -> str:
     """``e`` as one sentence naming the path and the reason."""
     where = " -> ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None)
     why = e.strerror or str(e)
-    return f"cannot write or read {where}: {why}." if where else f"{why}."
+    return f"cannot use {where}: {why}." if where else f"{why}."
 
 
 def guarded(fn):
@@ -95,7 +95,7 @@ def guarded(fn):
         ) as e:
             if _state["debug"]:
                 raise
-            fail(str(e))
+            fail(os_error_message(e) if isinstance(e, OSError) and e.strerror and e.filename else str(e))
         except OSError as e:
             if _state["debug"] or e.errno not in USER_OS_ERRORS:
                 raise
