@@ -9,6 +9,7 @@ traceback; ``--debug`` shows the traceback for bug reports.
 
 from __future__ import annotations
 
+import errno
 import functools
 import re
 import sys
@@ -139,6 +140,30 @@ def warn(message: str) -> None:
     say(message, "bold yellow", "warning:")
 
 
+#: Operating-system errors that are the user's to fix (a path below a file, no permission, a full or
+#: read-only disk, a directory where a file belongs): reported in one paragraph like user mistakes.
+USER_OS_ERRORS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+    errno.EDQUOT,
+    errno.ENOENT,
+}
+
+
+def os_error_message(e: OSError) -> str:
+    """``e`` as one sentence naming the path and the reason."""
+    where = " -> ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None)
+    why = e.strerror or str(e)
+    return f"cannot use {where}: {why}." if where else f"{why}."
+
+
 def guarded(fn):
     """Turn user errors into one-paragraph messages with exit code 2 (tracebacks under --debug)."""
 
@@ -158,7 +183,17 @@ def guarded(fn):
         ) as e:
             if _state["debug"]:
                 raise
-            fail(str(e))
+            fail(os_error_message(e) if isinstance(e, OSError) and e.strerror and e.filename else str(e))
+        except OSError as e:
+            if _state["debug"] or e.errno not in USER_OS_ERRORS:
+                raise
+            fail(str(e) if e.errno is None or not e.strerror else os_error_message(e))
+        except RecursionError:
+            if _state["debug"]:
+                raise
+            fail(
+                "the input is nested too deeply to read (thousands of levels); attnflow configs are a few levels deep."
+            )
 
     return wrapper
 
@@ -177,6 +212,25 @@ def main(
     ),
 ) -> None:
     _state["debug"] = debug
+
+
+def confirm_heavy(est, what: str, yes: bool) -> None:
+    """Ask before starting what the pre-flight estimate ``est`` calls heavy (``--yes``: proceed, say so).
+
+    Without a terminal to ask on and without ``--yes`` the command is refused (exit code 2).
+    """
+    if not est.heavy:
+        return
+    text = f"{what} will take {est.describe()}."
+    if yes:
+        console.print(f"[bold yellow]warning:[/] {escape(text)} Starting (--yes).", highlight=False, soft_wrap=True)
+        return
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        console.print(f"[bold yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+        if typer.confirm("Start it?", default=False, err=True):
+            return
+        raise typer.Exit(2)
+    raise UserError(f"{text} Pass --yes to start it anyway, or make it smaller.")
 
 
 def progress_bar(description: str, unit: str = "steps") -> Progress:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, guarded, progress_bar, say, warn
+from attnflow.cli.app import UserError, app, confirm_heavy, guarded, progress_bar, say, warn
 
 
 @app.command()
@@ -35,6 +35,12 @@ def run(
     checkpoint_seconds: float = typer.Option(
         60.0, "--checkpoint-seconds", min=0.0, help="Checkpoint every M seconds (0: off)."
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
+    ),
 ) -> None:
     """Simulate a config (or a preset) and write a run folder (checkpointed; see --resume).
 
@@ -47,7 +53,7 @@ def run(
       attnflow run --resume runs/ou2
     """
     from attnflow.config import apply_overrides, load_config, preset_config
-    from attnflow.runs.runner import reported_warnings, resume_folder, run_to_folder
+    from attnflow.runs.runner import check_out, reported_warnings, resume_folder, run_estimate, run_to_folder
 
     every: dict[str, Any] = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
     if resume is not None:
@@ -73,13 +79,8 @@ def run(
     overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    if out.exists() and not force:
-        from attnflow.io.store import is_complete
-
-        hint = (
-            "" if is_complete(out) else f" It holds an unfinished run: continue it with 'attnflow run --resume {out}'."
-        )
-        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
+    check_out(out, force)
+    confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
     n_steps = round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
         task = bar.add_task(escape(cfg.name), total=n_steps)
@@ -116,17 +117,23 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     the dataset's attributes, else the config) and the provenance; ``None`` where not recorded.
     """
     import json
+    import warnings
 
     import numpy as np
     import xarray as xr
 
-    from attnflow.io.store import DATASET
+    from attnflow.io.store import DATASET, DataWarning
     from attnflow.io.trajectory import load
     from attnflow.sweep.table import time_to_cluster
 
     attrs = dict(xr.open_zarr(path / DATASET).attrs)
     try:
-        traj = load(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DataWarning)
+            traj = load(path)
+        for w in caught:
+            if issubclass(w.category, DataWarning):
+                warn(str(w.message))
     except KeyError as e:
         raise UserError(
             f"{str(path)!r} holds no token trajectory (its dataset lacks {e}); it is an experiment's summary: "
@@ -261,11 +268,11 @@ def show(
     """
     import json
 
-    from attnflow.io.store import is_complete
+    from attnflow.io.store import folder_kind, is_complete
     from attnflow.runs.runner import folder_status
 
     wanted = _parse_times(times)
-    if not run_dir.is_dir():
+    if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}.")
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))

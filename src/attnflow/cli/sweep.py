@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, app, console, guarded, say
+from attnflow.cli.app import UserError, app, confirm_heavy, console, guarded, say
 
 
 def _sweep_bar() -> Progress:
@@ -40,6 +40,12 @@ def sweep(
         None, "--batch", min=1, help="Points per Dask task (default: the file's 'batch')."
     ),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run points recorded as failed again."),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
+    ),
 ) -> None:
     """Run every point of a parameter sweep on Dask; write DIR/results.parquet (one row per point).
 
@@ -70,6 +76,7 @@ def sweep(
             batch=batch,
             retry_failed=retry_failed,
             on_progress=progress,
+            confirm=lambda est: confirm_heavy(est, f"sweep {sweep_file.name!r}", yes),
         )
     say(
         f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "

@@ -11,14 +11,13 @@ from attnflow.cli.app import UserError, app, guarded, say
 
 
 def _complete_run(run_dir: Path) -> None:
-    from attnflow.io.store import is_complete
+    from attnflow.io.store import folder_kind, is_complete
+    from attnflow.runs.runner import folder_status
 
-    if not run_dir.is_dir():
+    if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}; make one with 'attnflow run --preset ou --out {run_dir}'.")
     if not is_complete(run_dir):
-        raise UserError(
-            f"{str(run_dir)!r} is not a complete run folder (no finished provenance.json): the run did not finish."
-        )
+        raise UserError(folder_status(run_dir))
 
 
 @app.command()

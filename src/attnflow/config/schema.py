@@ -16,10 +16,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from attnflow.config.errors import ConfigError
+from attnflow.config.yamlsafe import YAMLLimitError, excerpt, load_yaml
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Unknown fields, NaN and infinities are refused; so are ``true``/``false`` where a number belongs."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                f = cls.model_fields.get(name) if isinstance(name, str) else None
+                if isinstance(value, bool) and f is not None and f.annotation is not bool:
+                    raise ValueError(f"'{name}' must be a number or a name, not the boolean {str(value).lower()}")
+        return data
 
 
 class TokensConfig(_Strict):
@@ -214,14 +227,50 @@ _BRANCH_TAGS = {"ou", "constant", "oscillating", "layers", "int", "str", "float"
 def format_validation_error(err: ValidationError, source: str, *, kind: str = "config") -> str:
     """One paragraph naming every offending field and the value it had (``kind``: what was read)."""
     parts = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:8]:
         loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and (p in _BRANCH_TAGS or "[" in p)))
-        where = f"field '{loc}'" if loc else kind.split()[0]
+        where = f"field '{excerpt_text(loc, 100)}'" if loc else kind.split()[0]
         got = e.get("input")
-        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        msg = e["msg"].removeprefix("Value error, ")
+        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {excerpt(got)})"
+        msg = excerpt_text(e["msg"].removeprefix("Value error, "), 300)
         parts.append(f"{where}: {msg}{shown}")
+    if len(errors) > 8:
+        parts.append(f"and {len(errors) - 8} more")
     return f"invalid {kind} {source}: " + "; ".join(parts) + "."
+
+
+def excerpt_text(text: str, limit: int = 300) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_yaml_file(p: Path, kind: str = "config file") -> Any:
+    """The YAML document in file ``p``, bounded (:mod:`attnflow.config.yamlsafe`); every failure is a
+    :class:`ConfigError` naming the file."""
+    src = excerpt(str(p), 200)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise ConfigError(f"{kind} {src} cannot be read ({e.strerror or e}).") from None
+    if size > 4 * 1_000_000:
+        raise ConfigError(f"{kind} {src} is {size:,} bytes long; a {kind} is a few kB of YAML text.")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{kind} {src} is not a text (UTF-8) file; a {kind} is YAML text.") from None
+    except OSError as e:
+        raise ConfigError(f"{kind} {src} cannot be read ({e.strerror or e}).") from None
+    try:
+        return load_yaml(text)
+    except YAMLLimitError as e:
+        raise ConfigError(f"{kind} {src} is refused: {e}.") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        why = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{kind} {src} is not valid YAML: {excerpt_text(why, 200)}{at}.") from None
 
 
 def parse_config(data: Any, source: str = "") -> RunConfig:
@@ -241,17 +290,11 @@ def parse_config(data: Any, source: str = "") -> RunConfig:
 def load_config(path: str | Path) -> RunConfig:
     """Read and validate a YAML config file."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"config file {str(p)!r} does not exist.")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {str(p)!r} is not a text (UTF-8) file; a config is YAML text.") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-        why = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {' '.join(str(why).split())}{at}.") from None
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file (a folder or a device); give a YAML file.")
+    data = read_yaml_file(p)
     return parse_config(data, f"in {str(p)!r}")
 
 
@@ -261,21 +304,47 @@ def preset_config(name: str) -> RunConfig:
     return parse_config(copy.deepcopy(PRESETS[name]), f"preset {name!r}")
 
 
+#: The weight-process classes by their ``process`` name (for switching process with ``--set``).
+_PROCESSES: dict[str, type[BaseModel]] = {
+    "constant": ConstantWeights,
+    "ou": OUWeights,
+    "oscillating": OscillatingWeights,
+    "layers": LayersWeights,
+}
+#: Longest ``--set`` item (characters).
+MAX_OVERRIDE_CHARS = 10_000
+
+
 def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML) and re-validate."""
+    """Apply ``key.sub=value`` overrides (values parsed as bounded YAML) and re-validate.
+
+    Setting ``weights.process`` to another process drops the fields the new process does not have
+    (``--set weights.process=constant`` on the ``ou`` preset drops ``rate``, ``sigma``, ...).
+    """
     data = cfg.model_dump(mode="json")
     for item in overrides:
+        shown = excerpt(item)
+        if len(item) > MAX_OVERRIDE_CHARS:
+            raise ConfigError(f"override {shown} is {len(item):,} characters long; a --set item is a key and a value.")
         if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key.subkey=value")
+            raise ConfigError(f"override {shown} must look like key.subkey=value")
         key, raw = item.split("=", 1)
         node = data
         parts = key.strip().split(".")
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
-                raise ConfigError(f"override {item!r}: {p!r} is not a section of the config")
+                raise ConfigError(f"override {shown}: {excerpt(p)} is not a section of the config")
             node = node[p]
         try:
-            node[parts[-1]] = yaml.safe_load(raw)
+            value = load_yaml(raw)
+        except YAMLLimitError as e:
+            raise ConfigError(f"override {shown}: the value is refused: {e}.") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML ({' '.join(str(e).split())})") from None
+            raise ConfigError(f"override {shown}: the value is not valid YAML ({excerpt_text(e, 200)})") from None
+        if parts == ["weights", "process"] and isinstance(value, str) and value != node.get("process"):
+            keep = _PROCESSES.get(value)
+            if keep is not None:
+                for name in [n for n in node if n not in keep.model_fields]:
+                    del node[name]
+        node[parts[-1]] = value
     return parse_config(data, "after --set overrides")

@@ -126,10 +126,16 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
             x = np.loadtxt(p, delimiter=",", ndmin=2)
         else:
             raise ValueError(f"token file {str(p)!r} must end in .npy or .csv")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         if "must end in" in str(e):
             raise
-        raise ValueError(f"could not read token file {str(p)!r}: {e}") from None
+        why = " ".join(str(e).split())
+        if "pickled data" in why:  # numpy's words for any .npy whose header it cannot parse
+            why = "it is not a valid .npy array file"
+        raise ValueError(f"could not read token file {str(p)!r}: {why[:200]}") from None
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        kind = "complex numbers" if np.issubdtype(x.dtype, np.complexfloating) else f"dtype {x.dtype}"
+        raise ValueError(f"token file {str(p)!r} must hold real numbers; it holds {kind}")
     return check_tokens(np.asarray(x, dtype=np.float64), source=str(p), normalise=normalise, tol=tol)
 
 
@@ -140,16 +146,15 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     if not np.isfinite(x).all():
         bad = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
         raise ValueError(f"{source}: row {bad} contains NaN or inf")
-    # Rows like (1e300, 1e300) overflow |x|: measure the direction of x / max|x_i| instead.
-    big = np.abs(x).max(axis=1) > 1e150
-    if big.any():
-        x = x.copy()
-        x[big] /= np.abs(x[big]).max(axis=1, keepdims=True)
-    norms = np.linalg.norm(x, axis=1)
-    if (norms == 0).any():
-        raise ValueError(
-            f"{source}: row {int(np.flatnonzero(norms == 0)[0])} is the zero vector, which has no direction"
-        )
+    # Rows like (1e300, 1e300) overflow |x| and rows like (1e-200, 0) underflow it: measure
+    # |x_i| = m_i |x_i / m_i| with m_i = max_k |x_ik|, so only a row of zeros has no direction.
+    m = np.abs(x).max(axis=1)
+    if (m == 0).any():
+        raise ValueError(f"{source}: row {int(np.flatnonzero(m == 0)[0])} is the zero vector, which has no direction")
+    unit = x / m[:, None]
+    scaled = np.linalg.norm(unit, axis=1)
+    with np.errstate(over="ignore"):
+        norms = m * scaled
     dev = float(np.abs(norms - 1).max())
     if dev > tol:
         if not normalise:
@@ -159,4 +164,8 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
             TokenWarning,
             stacklevel=caller_stacklevel(),
         )
-    return x / norms[:, None]
+    plain = (m > 1e-150) & (m < 1e150)  # rows whose norm is computed directly, exactly as before
+    out = unit / scaled[:, None]
+    if plain.any():
+        out[plain] = x[plain] / np.linalg.norm(x[plain], axis=1)[:, None]
+    return out

@@ -134,16 +134,26 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`; a damaged file is a ``ValueError``."""
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and p.name != CHECKPOINT:  # a run folder: its checkpoint
         p = p / CHECKPOINT
+    if p.exists() and not p.is_file():
+        raise ValueError(f"checkpoint {str(p)!r} is not a file (a folder or a device), so it is not a checkpoint")
     if not p.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(p)!r}")
+    if not zipfile.is_zipfile(p):
+        raise ValueError(
+            f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint (it is not a .npz archive; truncated?)"
+        )
     try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
         meta = json.loads(str(data["meta"]))
         if meta.get("format") != FORMAT:
             raise ValueError(f"unknown format {meta.get('format')!r}")
+        if not 0 <= int(meta["step"]) <= int(meta["n_steps"]):
+            raise ValueError(f"its step {meta['step']} lies outside the run's 0..{meta['n_steps']} steps")
+        if len(data["saved_t"]) < 1:
+            raise ValueError("it records no saved state")
         state = dict(meta["sampler"])
         state.update({k.removeprefix("sampler."): v for k, v in data.items() if k.startswith("sampler.")})
         return Checkpoint(
@@ -163,7 +173,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             extra=dict(meta.get("extra") or {}),
         )
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({e})") from None
+        why = " ".join(str(e).split())[:200]
+        raise ValueError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({why})") from None
 
 
 class Checkpointer:

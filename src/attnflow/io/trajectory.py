@@ -23,8 +23,20 @@ import yaml
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS
 from attnflow.analysis.edi import STEP_SERIES
+from attnflow.config.errors import ConfigError
+from attnflow.config.yamlsafe import load_yaml
 from attnflow.core.heads import Heads
-from attnflow.io.store import CONFIG, DATASET, FIGURES, PROVENANCE, is_complete, save_run, trajectory_to_dataset
+from attnflow.io.store import (
+    CONFIG,
+    DATASET,
+    FIGURES,
+    PROVENANCE,
+    DamagedRun,
+    is_complete,
+    save_run,
+    trajectory_to_dataset,
+    verify_run,
+)
 
 #: ``"module:function"`` of the ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls
 #: to draw ``figures/`` (the run figures of :func:`attnflow.viz.plotting.plot_run` by default).
@@ -151,14 +163,43 @@ def _step_names(ds: xr.Dataset) -> list[str]:
     return sorted(names, key=lambda k: order.index(k) if k in order else len(order))
 
 
-def load(path: str | os.PathLike) -> Trajectory:
-    """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`."""
+def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
+    """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`.
+
+    With ``verify`` (the default) the folder is first checked against its manifest
+    (:func:`attnflow.io.store.verify_run`); a damaged folder raises
+    :class:`~attnflow.io.store.DamagedRun` naming the file.
+    """
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"no run folder at {str(p)!r}")
     if not is_complete(p):
         raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
-    config = yaml.safe_load((p / CONFIG).read_text()) if (p / CONFIG).is_file() else None
-    provenance = json.loads((p / PROVENANCE).read_text())
-    ds = xr.open_zarr(p / DATASET).load()
-    return dataset_to_trajectory(ds, config=config, provenance=provenance)
+    provenance = verify_run(p) if verify else json.loads((p / PROVENANCE).read_text())
+    config = None
+    if (p / CONFIG).is_file():
+        try:
+            config = load_yaml((p / CONFIG).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, ConfigError):
+            raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not valid YAML.") from None
+        if config is not None and not isinstance(config, dict):
+            raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
+    try:
+        ds = xr.open_zarr(p / DATASET).load()
+    except Exception as e:  # zarr and numcodecs raise many types on damaged stores
+        raise DamagedRun(
+            f"{str(p / DATASET)!r} cannot be decoded: the dataset is damaged ({type(e).__name__}: {_short(e)})."
+        ) from None
+    missing = [k for k in ("x", "A", "token_weights", "head_weights", "time") if k not in ds.variables]
+    missing += [f"attribute {k!r}" for k in ("model", "method", "dt") if k not in ds.attrs]
+    if missing:
+        raise DamagedRun(f"{str(p / DATASET)!r} is damaged or not an attnflow dataset: it lacks {', '.join(missing)}.")
+    try:
+        return dataset_to_trajectory(ds, config=config, provenance=provenance)
+    except (KeyError, TypeError, ValueError) as e:
+        raise DamagedRun(f"{str(p / DATASET)!r} is damaged: {_short(e)}.") from None
+
+
+def _short(e: object, limit: int = 160) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -12,10 +12,13 @@ last good state there as well (``checkpoint.npz`` and a partial ``dataset.zarr``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,23 +28,37 @@ import yaml
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.core.caller import AttnflowWarning
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
+from attnflow.io.lock import output_lock, refuse_if_busy
 from attnflow.io.store import (
     CONFIG,
     DATASET,
     FIGURES,
     PROVENANCE,
-    is_complete,
+    clean_leftovers,
+    folder_kind,
     provenance_record,
+    read_provenance,
+    refusal,
     save_run,
     trajectory_to_dataset,
+    what_it_is,
     write_dataset,
 )
 from attnflow.io.trajectory import Trajectory
-from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning
+from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, trajectory_problem
+from attnflow.solve.preflight import Estimate, estimate, preflight
 from attnflow.solve.simulation import simulate
 from attnflow.viz.plotting import plot_run
 
-__all__ = ["run_config", "run_to_folder", "resume_folder", "folder_status", "ResumeError"]
+__all__ = [
+    "run_config",
+    "run_to_folder",
+    "resume_folder",
+    "folder_status",
+    "check_out",
+    "run_estimate",
+    "ResumeError",
+]
 
 DEFAULT_CHECKPOINT_SECONDS = 60.0
 
@@ -68,37 +85,157 @@ def _simulate_into(
     every_seconds: float | None,
     figures: bool,
     progress: Callable[[int, int], None] | None,
+    final: Path | None = None,
 ) -> Trajectory:
+    """Simulate with checkpoints in ``out``; write the finished folder at ``final`` (default ``out``)."""
+    final = out if final is None else final
     x0, process, kwargs = build(cfg)
     ck = Checkpointer(out / CHECKPOINT, every_steps=every_steps, every_seconds=every_seconds, on_begin=on_begin)
     try:
         traj = simulate(x0, process, progress=progress, checkpoint=ck, resume=resume, **kwargs)
+        _refuse_garbage(traj, cfg, out)
     except NumericalInstability as e:
         _keep_last_good_state(e, cfg, out)
+        kept = "" if final == out else f" {str(final)!r} still holds the old result, untouched."
+        where = "checkpoint.npz, and the trajectory so far in dataset.zarr" if e.checkpoint else "dataset.zarr"
         raise NumericalInstability(
-            f"{e} The last good state is saved in {str(out)!r} (checkpoint.npz, and the trajectory so far in "
-            "dataset.zarr); the folder is marked incomplete.",
+            f"{e} The last good state is saved in {str(out)!r} ({where}); the folder is marked incomplete.{kept}",
             step=e.step,
             t=e.t,
             checkpoint=e.checkpoint,
             trajectory=e.trajectory,
         ) from None
     traj.seed = cfg.seed
-    save_run(traj, out, overwrite=True, extra=(lambda tmp: plot_run(traj, tmp / FIGURES)) if figures else None)
+    save_run(traj, final, overwrite=True, extra=(lambda tmp: plot_run(traj, tmp / FIGURES)) if figures else None)
+    if final != out:
+        shutil.rmtree(out, ignore_errors=True)
     return traj
+
+
+#: The first line of the ``config.yaml`` of a run in progress: the SHA-256 of the text below it, so
+#: that ``--resume`` tells a truncated or edited file from a checkpoint of another run.
+_SUM_PREFIX = "# attnflow-sha256: "
+
+
+def _config_text(cfg: RunConfig) -> str:
+    body = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    return f"{_SUM_PREFIX}{hashlib.sha256(body.encode()).hexdigest()}\n{body}"
+
+
+def _check_config_text(path: Path) -> None:
+    """Raise :class:`ResumeError` when the checksum line of a run's ``config.yaml`` does not match."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise ResumeError(
+            f"cannot resume: {str(path)!r} cannot be read as text; the run's config is damaged."
+        ) from None
+    if not text.startswith(_SUM_PREFIX):
+        return  # written by an older attnflow: nothing to check against
+    head, _, body = text.partition("\n")
+    if hashlib.sha256(body.encode()).hexdigest() != head.removeprefix(_SUM_PREFIX).strip():
+        raise ResumeError(
+            f"cannot resume: {str(path)!r} is damaged (truncated or edited): it no longer matches the checksum "
+            "written with it when the run started."
+        )
+
+
+def _refuse_garbage(traj: Trajectory, cfg: RunConfig, out: Path) -> None:
+    """Stop a finished run whose saved states are degenerate (:func:`attnflow.solve.guards.trajectory_problem`)
+    as the NaN guard would: the good states before it are kept, the folder marked incomplete."""
+    bad = trajectory_problem(traj)
+    if bad is None:
+        return
+    k, why = bad
+    if k == 0:
+        raise NumericalInstability(f"the initial state is degenerate: {why}.", step=0, t=float(traj.t[0]))
+    keep = slice(0, k)
+    partial = dataclasses.replace(
+        traj,
+        t=traj.t[keep],
+        x=traj.x[keep],
+        A=traj.A[keep],
+        V=None if traj.V is None else traj.V[keep],
+        diagnostics={n: v[keep] for n, v in traj.diagnostics.items()},
+        steps={},
+        steps_info={},
+    )
+    stopped = f"{why} at t={traj.t[k]:.6g}"
+    e = NumericalInstability(
+        f"{why} at t={traj.t[k]:.6g}; the last good saved state is t={traj.t[k - 1]:.6g}. Lower integration.dt, or "
+        "use the implicit method='jko' for stiff cases.",
+        step=-1,
+        t=float(traj.t[k]),
+        checkpoint=None,
+        trajectory=partial,
+    )
+    e.stopped = stopped  # type: ignore[attr-defined]
+    raise e
 
 
 def _keep_last_good_state(e: NumericalInstability, cfg: RunConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not (out / CONFIG).is_file():
-        (out / CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    save_checkpoint(out / CHECKPOINT, e.checkpoint)
+        (out / CONFIG).write_text(_config_text(cfg))
+    if e.checkpoint is not None:
+        save_checkpoint(out / CHECKPOINT, e.checkpoint)
+    elif e.trajectory is None:
+        return
     partial = e.trajectory
     partial.seed = cfg.seed
     write_dataset(trajectory_to_dataset(partial), out / DATASET)
     record = provenance_record(partial)
-    record.update({"complete": False, "stopped": e.checkpoint.stopped})
+    stopped = e.checkpoint.stopped if e.checkpoint is not None else getattr(e, "stopped", str(e))
+    record.update({"complete": False, "stopped": stopped})
     (out / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
+
+
+def check_out(out: str | Path, force: bool = False) -> None:
+    """Refuse an ``--out`` that cannot take a new run, naming what it really is.
+
+    A missing path is fine (its parents must be folders we can write in); with ``force`` a finished
+    or unfinished attnflow run folder, or an empty folder, is fine too. Anything else (a file, a
+    device, a folder of other files, a sweep) is refused even with ``force``.
+    """
+    out = Path(out)
+    refuse_if_busy(out, "run folder")
+    kind = folder_kind(out)
+    name = repr(str(out))
+    if kind == "missing":
+        _check_parents(out)
+        return
+    if force and kind in ("run", "unfinished", "empty"):
+        return
+    if kind == "run":
+        raise FileExistsError(
+            f"{name} already holds a finished run; choose another --out, or pass --force to replace it (the old "
+            "run stays in place until the new one has finished)."
+        )
+    if kind == "unfinished":
+        raise FileExistsError(
+            f"{name} holds an unfinished run: continue it with 'attnflow run --resume {out}', or pass --force to "
+            "replace it."
+        )
+    if kind == "empty":
+        raise FileExistsError(f"{name} is an existing empty folder; choose a new --out, or pass --force to use it.")
+    raise FileExistsError(refusal(out))
+
+
+def _check_parents(out: Path) -> None:
+    p = out.parent
+    while not p.exists() and p.parent != p:
+        if p.is_symlink():
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise FileExistsError(f"cannot create {str(out)!r}: {str(p)!r} is a file, not a folder.")
+    if p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot create {str(out)!r}: no permission to write in {str(p)!r}.")
+
+
+def run_estimate(cfg: RunConfig) -> Estimate:
+    """The pre-flight estimate of ``cfg`` (:mod:`attnflow.solve.preflight`); refuses what cannot fit."""
+    return preflight(estimate(cfg), what=f"run {cfg.name!r}")
 
 
 def run_to_folder(
@@ -114,28 +251,41 @@ def run_to_folder(
     """Simulate ``cfg`` into the run folder ``out``, checkpointing as it goes.
 
     Nothing is written before the inputs are validated (the folder appears with the first
-    checkpoint, at step 0). ``force`` replaces an existing folder at that moment.
+    checkpoint, at step 0). The output lock (:func:`attnflow.io.lock.output_lock`) is held
+    throughout: a second writer of ``out`` is refused. ``force`` replaces an existing attnflow run
+    folder (never anything else, see :func:`check_out`), and only once the new run has finished:
+    until then the new run lives in a hidden ``.NAME.force-*`` folder beside ``out``.
     """
     out = Path(out)
-    if out.exists() and not force:
-        raise FileExistsError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+    check_out(out, force)
+    run_estimate(cfg)
+    with output_lock(out, what="run folder"):
+        check_out(out, force)  # again, now that no one else can write it
+        clean_leftovers(out)
+        work = out if not out.exists() else out.parent / f".{out.name}.force-{uuid.uuid4().hex[:8]}"
 
-    def begin() -> None:
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        out.mkdir(parents=True)
-        (out / CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        def begin() -> None:
+            work.mkdir(parents=True)
+            (work / CONFIG).write_text(_config_text(cfg))
 
-    return _simulate_into(
-        cfg,
-        out,
-        resume=None,
-        on_begin=begin,
-        every_steps=every_steps,
-        every_seconds=every_seconds,
-        figures=figures,
-        progress=progress,
-    )
+        try:
+            return _simulate_into(
+                cfg,
+                work,
+                resume=None,
+                on_begin=begin,
+                every_steps=every_steps,
+                every_seconds=every_seconds,
+                figures=figures,
+                progress=progress,
+                final=out,
+            )
+        except NumericalInstability:
+            raise
+        except BaseException:
+            if work != out:  # the old result stays; the half-done replacement goes
+                shutil.rmtree(work, ignore_errors=True)
+            raise
 
 
 def resume_folder(
@@ -149,44 +299,79 @@ def resume_folder(
     """Continue an interrupted ``attnflow run`` in ``run_dir`` from its last checkpoint.
 
     The result equals, bit for bit on CPU, the run that was never interrupted. Without a
-    checkpoint (killed before the first one) the run restarts from its saved config.
+    checkpoint (killed before the first one) the run restarts from its saved config. Holds the
+    output lock of ``run_dir``; hidden leftovers of a killed final write are removed.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ResumeError(f"cannot resume {str(run_dir)!r}: there is no such run folder.")
-    if is_complete(run_dir):
-        raise ResumeError(f"cannot resume {str(run_dir)!r}: the run is already complete (see 'attnflow show').")
-    if not (run_dir / CONFIG).is_file():
-        raise ResumeError(
-            f"cannot resume {str(run_dir)!r}: it has no config.yaml, so it was not started by 'attnflow run'."
-        )
-    cfg = load_config(run_dir / CONFIG)
-    ck = load_checkpoint(run_dir / CHECKPOINT) if (run_dir / CHECKPOINT).is_file() else None
-    if ck is not None and ck.stopped:
-        raise ResumeError(
-            f"cannot resume {str(run_dir)!r}: the run was stopped by the numerical guard ({ck.stopped}); resuming "
-            "would hit the same blow-up. Start a new run with a smaller integration.dt (or method 'jko')."
-        )
-    return _simulate_into(
-        cfg,
-        run_dir,
-        resume=ck,
-        on_begin=None,
-        every_steps=every_steps,
-        every_seconds=every_seconds,
-        figures=figures,
-        progress=progress,
-    )
+    name = repr(str(run_dir))
+    refuse_if_busy(run_dir, "run folder")
+    kind = folder_kind(run_dir)
+    if kind == "missing":
+        raise ResumeError(f"cannot resume {name}: there is no such run folder.")
+    if kind == "run":
+        raise ResumeError(f"cannot resume {name}: the run is already complete (see 'attnflow show').")
+    if kind == "empty":
+        raise ResumeError(f"cannot resume {name}: it is an empty folder, not a run that was started.")
+    if kind != "unfinished":
+        raise ResumeError(f"cannot resume {name}: it is {what_it_is(run_dir)}, not a run started by 'attnflow run'.")
+    with output_lock(run_dir, what="run folder"):
+        if not (run_dir / CONFIG).is_file():
+            raise ResumeError(f"cannot resume {name}: it has no config.yaml, so it was not started by 'attnflow run'.")
+        stopped = (read_provenance(run_dir) or {}).get("stopped")
+        if stopped:
+            raise ResumeError(
+                f"cannot resume {name}: the run was stopped by the numerical guard ({stopped}); resuming would hit "
+                "the same blow-up. Start a new run with a smaller integration.dt (or method 'jko')."
+            )
+        _check_config_text(run_dir / CONFIG)
+        cfg = load_config(run_dir / CONFIG)
+        ck_path = run_dir / CHECKPOINT
+        if ck_path.exists() and not ck_path.is_file():
+            raise ResumeError(f"cannot resume {name}: {str(ck_path)!r} is not a file, so it is not a checkpoint.")
+        ck = load_checkpoint(ck_path) if ck_path.is_file() else None
+        if ck is not None and ck.stopped:
+            raise ResumeError(
+                f"cannot resume {name}: the run was stopped by the numerical guard ({ck.stopped}); resuming "
+                "would hit the same blow-up. Start a new run with a smaller integration.dt (or method 'jko')."
+            )
+        clean_leftovers(run_dir)
+        try:
+            return _simulate_into(
+                cfg,
+                run_dir,
+                resume=ck,
+                on_begin=None,
+                every_steps=every_steps,
+                every_seconds=every_seconds,
+                figures=figures,
+                progress=progress,
+            )
+        except ValueError as e:
+            if "different run" not in str(e):
+                raise
+            raise ResumeError(
+                f"cannot resume {name}: its checkpoint.npz does not match its config.yaml (tokens, weights, model, "
+                "method, dt, t_end, seed or save_every differ). The config was edited after the run started; put it "
+                "back, or start a new run."
+            ) from None
 
 
 def folder_status(run_dir: str | Path) -> str:
     """One paragraph saying why ``run_dir`` is not a finished run and what to do about it."""
     p = Path(run_dir)
     name = repr(str(p))
-    stopped = None
-    if (p / PROVENANCE).is_file():
-        with contextlib.suppress(OSError, ValueError):
-            stopped = json.loads((p / PROVENANCE).read_text()).get("stopped")
+    kind = folder_kind(p)
+    if kind == "missing":
+        return f"there is no run folder at {name}."
+    if kind not in ("run", "unfinished"):
+        return f"{name} is not a complete run folder: it is {what_it_is(p)}."
+    prov = read_provenance(p)
+    if prov is None and (p / PROVENANCE).exists():
+        return f"{name} is not a complete run folder: its provenance.json is damaged (not a JSON object)."
+    stopped = (prov or {}).get("stopped")
+    if prov is not None and not stopped and "complete" in prov and prov["complete"] is not True:
+        shown = json.dumps(prov["complete"])[:40]
+        return f'{name} is not a complete run folder: its provenance.json says "complete": {shown}, not true.'
     ck = None
     if (p / CHECKPOINT).is_file():
         with contextlib.suppress(ValueError, OSError):
@@ -209,6 +394,9 @@ def folder_status(run_dir: str | Path) -> str:
             f"{name} is an INCOMPLETE run: it did not finish and has no usable checkpoint. "
             f"'attnflow run --resume {p}' restarts it from its config.yaml."
         )
+    prov = read_provenance(p)
+    if prov is not None and "complete" in prov and prov["complete"] is not True:
+        return f'{name} is not a complete run folder: its provenance.json says "complete": {json.dumps(prov["complete"])[:40]}, not true.'
     return f"{name} is not a complete run folder (no finished provenance.json): the run did not finish."
 
 

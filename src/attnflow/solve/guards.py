@@ -51,50 +51,158 @@ class NumericalInstability(FloatingPointError):
 STABLE_DT_L: dict[str, float] = {"euler": 1.0, "heun": 1.0, "rk4": 1.39}
 
 
+#: A stable step that needs more steps than this is not advised: the weights are too stiff for an
+#: explicit method (use ``jko``) or unusable.
+MAX_ADVISED_STEPS = 1e7
+
+
 def stability_estimate(heads: Heads, model: str = "gf") -> float:
     """Stiffness ``L = max_h ||V_h||_op`` of the field (times ``max_h exp(||A_h||_op)`` for ``usa``).
 
     ``L`` is the rate at which a cluster of tokens contracts (``v(x) ~ P_x V xbar`` when the softmax
     is flat inside the cluster), the fastest mode an explicit step has to resolve. For ``gf``
-    ``V_h = A_h``, so it grows like ``beta``.
+    ``V_h = A_h``, so it grows like ``beta``. Never raises: weights with NaN give ``nan``, weights
+    too large for a norm give ``inf``.
     """
     V = heads.values.detach().to(torch.float64)
-    L = float(torch.linalg.matrix_norm(V, ord=2).max())
-    if model == "usa":
-        alpha = float(torch.linalg.matrix_norm(heads.A.detach().to(torch.float64), ord=2).max())
-        L *= math.exp(min(alpha, 700.0))
+    L = _op_norm_max(V)
+    if model == "usa" and not math.isnan(L):
+        alpha = _op_norm_max(heads.A.detach().to(torch.float64))
+        if math.isnan(alpha):
+            return math.nan
+        L = math.inf if alpha > 700.0 else L * math.exp(alpha)
     return L
 
 
+def _op_norm_max(M: torch.Tensor) -> float:
+    """``max_h ||M_h||_2`` without overflow (rescaled by the largest entry); ``nan`` for NaN entries."""
+    if not bool(torch.isfinite(M).all()):
+        return math.nan if bool(torch.isnan(M).any()) else math.inf
+    scale = float(M.abs().max()) if M.numel() else 0.0
+    if scale == 0.0:
+        return 0.0
+    try:
+        n = float(torch.linalg.matrix_norm(M / scale, ord=2).max())
+    except RuntimeError:  # LinAlgError: the SVD did not converge
+        n = float(torch.linalg.matrix_norm(M / scale, ord="fro").max())
+    return n * scale  # may overflow to inf: that is the honest answer
+
+
 def suggested_step(L: float, method: str, span: float) -> float:
-    """A step with ``dt * L`` at half the stable limit that divides ``span`` (``1, 2, 5 x 10^k`` if possible)."""
+    """A step with ``dt * L`` at half the stable limit that divides ``span`` (``1, 2, 5 x 10^k`` if possible).
+
+    ``nan`` when no such step is worth advising: ``L`` or ``span`` not finite, or the step would
+    need more than :data:`MAX_ADVISED_STEPS` steps.
+    """
+    if not (math.isfinite(L) and math.isfinite(span) and span > 0):
+        return math.nan
     target = 0.5 * STABLE_DT_L.get(method, 1.0) / max(L, 1e-300)
     if target >= span:
         return span
+    if not target > 0 or span / target > MAX_ADVISED_STEPS:
+        return math.nan
     k = math.floor(math.log10(target))
     for e in (k, k - 1, k - 2):
         for m in (5.0, 2.0, 1.0):
             c = m * 10.0**e
             n = round(span / c)
-            if c <= target and n >= 1 and abs(n * c - span) <= 1e-9 * span:
+            if c <= target and 1 <= n <= MAX_ADVISED_STEPS and abs(n * c - span) <= 1e-9 * span:
                 return c
     return span / math.ceil(span / target)
 
 
 def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) -> str | None:
-    """The warning text when ``dt * L`` exceeds the method's stable range, else ``None``."""
+    """The warning text when ``dt * L`` exceeds the method's stable range, else ``None``.
+
+    Never raises. When the stable step would take more than :data:`MAX_ADVISED_STEPS` steps (or
+    ``L`` is infinite) it advises the implicit method ``jko``; weights with NaN are called unusable.
+    """
     limit = STABLE_DT_L.get(method)
     if limit is None:  # implicit methods (jko) have no explicit step limit
         return None
     L = stability_estimate(heads, model)
+    if math.isnan(L):
+        return "the weights contain NaN: they are unusable; check how they were made (heads.beta, the weight file)."
     if dt * L <= limit:
         return None
     good = suggested_step(L, method, span)
-    return (
+    head = (
         f"the step dt = {dt:g} is large for these weights: dt * L = {dt * L:.3g} exceeds {limit:g}, the stable range "
-        f"of method {method!r} (L = {L:.3g}, the stiffness estimated from the weights at the start). Expect oscillation or garbage; use "
-        f"dt <= {good:.3g} (e.g. --set integration.dt={good:.3g}), or for stiff cases the implicit method='jko'."
+        f"of method {method!r} (L = {L:.3g}, the stiffness estimated from the weights at the start). Expect "
+        "oscillation or garbage; "
     )
+    if math.isnan(good):
+        steps = span * L / (0.5 * limit) if math.isfinite(span) else math.inf
+        many = f"about {steps:.3g}" if math.isfinite(steps) else "more than any run can take"
+        return head + (
+            f"a stable explicit step would need {many} steps, so no explicit step is worth taking: use the "
+            "implicit method='jko' (--set integration.method=jko), or check the weights (they may be unusable)."
+        )
+    return (
+        head
+        + f"use dt <= {good:.3g} (e.g. --set integration.dt={good:.3g}), or for stiff cases the implicit method='jko'."
+    )
+
+
+def _row_norms(x: torch.Tensor) -> torch.Tensor:
+    """``||x_i||`` in float64 without overflow or underflow (rows rescaled by their largest entry)."""
+    x64 = x.to(torch.float64)
+    m = x64.abs().amax(dim=-1, keepdim=True)
+    safe = torch.where(m > 0, m, torch.ones_like(m))
+    return (m * torch.linalg.vector_norm(x64 / safe, dim=-1, keepdim=True)).squeeze(-1)
+
+
+def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: float | None = None) -> str | None:
+    """The sentence naming what is wrong with a state, or ``None`` when it is a usable point of the flow.
+
+    ``x`` ``(N, d)``: the tokens, which must be finite and on the unit sphere (``| ||x_i|| - 1 | <= tol``;
+    default ``1e-6`` in float64, ``1e-3`` in float32). ``row``: the diagnostics of the state
+    (:func:`attnflow.analysis.diagnostics.state_diagnostics`); every value must be a number (no
+    NaN), ``log|F|`` finite, and the slope ``|dF|`` and metric speed finite whenever the energy ``F``
+    is (``F = -inf`` with finite ``log|F|`` is an overflow of the number, not of the state).
+    """
+    if not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x)).any(dim=-1).nonzero()
+        return f"the tokens became NaN/inf (token {int(bad[0])} first)"
+    if tol is None:
+        tol = 1e-3 if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-6
+    norms = _row_norms(x)
+    off = (norms - 1.0).abs()
+    if x.shape[0] and float(off.max()) > tol:
+        i = int(off.argmax())
+        r = float(norms[i])
+        if r == 0.0:
+            return f"token {i} collapsed to the zero vector (norm 0): the tokens left the unit sphere"
+        return f"token {i} left the unit sphere (its norm is {r:.6g}, off 1 by {abs(r - 1.0):.3g})"
+    if row is None:
+        return None
+    for name, value in row.items():
+        if isinstance(value, float) and math.isnan(value):
+            return f"the diagnostic {name!r} is NaN"
+    log_f = row.get("log_abs_energy")
+    if log_f is not None and not math.isfinite(log_f):
+        return f"the energy F is degenerate (log|F| = {log_f})"
+    energy: float | None = row.get("energy")
+    if energy is not None and log_f is None and not math.isfinite(energy):
+        return f"the energy F is infinite (F = {energy})"
+    if energy is not None and math.isfinite(energy):
+        for name, label in (("slope", "the slope |dF|"), ("metric_speed", "the metric speed ||v||")):
+            got: float | None = row.get(name)
+            if got is not None and not math.isfinite(got):
+                return f"{label} is infinite while the energy F = {energy:.6g} is finite"
+    return None
+
+
+def trajectory_problem(traj: Any) -> tuple[int, str] | None:
+    """The first saved state of a :class:`~attnflow.io.Trajectory` that :func:`state_problem` rejects,
+    as ``(index, sentence)``, or ``None``. A safety net for a finished run (the simulation loop
+    checks every step itself)."""
+    for k in range(len(traj.t)):
+        row = {name: float(values[k]) for name, values in traj.diagnostics.items()}
+        why = state_problem(torch.from_numpy(traj.x[k]), row)
+        if why is not None:
+            return k, why
+    return None
 
 
 class _Frozen:

@@ -24,7 +24,10 @@ from typing import Any
 import yaml
 
 from attnflow.config import ConfigError, parse_config
+from attnflow.io.lock import output_lock
+from attnflow.io.store import folder_kind, what_it_is
 from attnflow.runs import run_config
+from attnflow.solve.preflight import Estimate, preflight, sweep_estimate
 from attnflow.sweep.spec import SweepPoint, SweepSpec, load_sweep, sweep_points
 from attnflow.sweep.table import (
     POINTS,
@@ -163,6 +166,7 @@ def run_sweep(
     client=None,
     on_progress: Callable[[int, int, int], None] | None = None,
     root: Path | None = None,
+    confirm: Callable[[Estimate], None] | None = None,
 ) -> SweepReport:
     """Run every unfinished point of ``sweep`` on Dask and write the tables under ``out``.
 
@@ -171,6 +175,9 @@ def run_sweep(
     ``distributed.Client`` instead. ``batch`` overrides the sweep's points per task.
     ``retry_failed`` re-runs points recorded as failed. ``on_progress(ok, failed, total)`` is
     called as points finish. Finished points are skipped, so calling it again resumes.
+    Before anything is written, the pre-flight estimate of the unfinished points
+    (:func:`attnflow.solve.preflight.sweep_estimate`) refuses a sweep whose points cannot fit in
+    memory and is handed to ``confirm`` (which may raise to stop a heavy sweep).
     """
     if scheduler is not None and workers is not None:
         raise ConfigError(
@@ -182,9 +189,34 @@ def run_sweep(
     else:
         spec, root = load_sweep(sweep)
     points = sweep_points(spec, root)
+    shown = str(out)
     out = Path(out).resolve()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {str(out)!r} is a file; give a folder for the sweep results.")
+    kind = folder_kind(out)
+    if kind not in ("missing", "empty", "sweep", "foreign"):
+        raise ConfigError(f"--out {shown!r} is {what_it_is(out)}; give a new folder (or a sweep folder) for the sweep.")
+    done = finished_ids(out) if out.is_dir() else set()
+    n_workers = workers or (1 if scheduler is not None or client is not None else max(1, min(os.cpu_count() or 1, 8)))
+    est = preflight(
+        sweep_estimate([p.config for p in points if p.id not in done], n_workers),
+        what=f"this sweep ({len(points)} points)",
+    )
+    if confirm is not None:
+        confirm(est)
+    owned = None
+    if client is None and scheduler is not None and (retry_failed or any(p.id not in done for p in points)):
+        # Reach the scheduler before anything is written: an unreachable one leaves no folder behind.
+        client, _ = _start_client(scheduler, None)
+        owned = client
+    try:
+        with output_lock(out, what="sweep folder"):
+            return _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress)
+    finally:
+        if owned is not None:
+            owned.close()
+
+
+def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress) -> SweepReport:
+    """:func:`run_sweep` once the output lock of ``out`` is held."""
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     (out / SPEC).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from attnflow.config import (
@@ -44,10 +43,11 @@ from attnflow.config import (
     parse_config,
     preset_config,
 )
+from attnflow.config.schema import read_yaml_file
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class GridSpec(_Strict):
@@ -144,14 +144,11 @@ def parse_sweep(data: Any, source: str = "") -> SweepSpec:
 def load_sweep(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
     """Read and validate a sweep YAML file; returns the spec and the folder relative paths refer to."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"sweep file {str(p)!r} does not exist.")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"sweep file {str(p)!r} is not a text (UTF-8) file; a sweep file is YAML text.") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"sweep file {str(p)!r} is not valid YAML: {' '.join(str(e).split())}") from None
+    if not p.is_file():
+        raise ConfigError(f"sweep file {str(p)!r} is not a file (a folder or a device); give a YAML file.")
+    data = read_yaml_file(p, "sweep file")
     return parse_sweep(data, f"{str(p)!r}"), p.resolve().parent
 
 

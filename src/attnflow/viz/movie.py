@@ -8,6 +8,7 @@ ffmpeg's palette filters so that cluster colours survive the 256-colour limit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba_array
 
+from attnflow.io.lock import output_lock
 from attnflow.io.trajectory import (
     Trajectory,
     load,
@@ -186,6 +188,12 @@ def render_movie(
     title = fig.text(0.5, 0.955, "", ha="center", va="center", fontsize=12, family="monospace")
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock = contextlib.ExitStack()  # one writer: a second render of the same file is refused
+    try:
+        lock.enter_context(output_lock(path, what="movie file"))
+    except BaseException:
+        plt.close(fig)
+        raise
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     writer = _writer(tmp, (w, h), s.fps)
     writer.send(None)  # start ffmpeg
@@ -231,8 +239,10 @@ def render_movie(
     except BaseException:
         writer.close()
         tmp.unlink(missing_ok=True)
+        lock.close()
         raise
     finally:
         plt.close(fig)
-    os.replace(tmp, path)
+    with lock:
+        os.replace(tmp, path)
     return path

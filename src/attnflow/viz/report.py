@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from attnflow._version import __version__
 from attnflow.analysis.edi import edi_budget
+from attnflow.io.lock import output_lock
 from attnflow.io.trajectory import Trajectory, load
 from attnflow.viz.views import (
     PALETTE,
@@ -514,8 +515,13 @@ def write_report(
         traj = load(run)
         out = Path(run) / REPORT if out is None else out
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens), encoding="utf-8")
-    os.replace(tmp, path)
+    html = report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens)
+    with output_lock(path, what="report"):  # one writer: a second report of the same file is refused
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(html, encoding="utf-8")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return path
