@@ -278,3 +278,32 @@ def test_config_and_provenance():
     apply_overrides(preset_config("ou"), ["integration.method=dopri5", "integration.t_end=1.01"])
     with pytest.raises(Exception, match="whole number"):
         apply_overrides(preset_config("ou"), ["integration.method=rk4", "integration.t_end=1.01"])
+
+
+def test_metastability_bench_field_and_small_run():
+    """The bench's lean field is attnflow's mha field (A = beta I, V = I); a small run fills the table."""
+    from attnflow.bench.metastability import meta_rows, mha_identity_field, run_metastability
+
+    x = tokens(20, seed=4)
+    heads = (4.0 * np.eye(3)[None], np.eye(3)[None])
+    lean = mha_identity_field(4.0)(0.0, torch.from_numpy(x)).numpy()
+    tr = simulate(x, lambda t: heads, model="mha", t_end=1e-3, dt=1e-3, method="euler")
+    from_euler = (tr.x[1] * 1.0 - x) / 1e-3  # one Euler step, retracted: the field to O(dt)
+    assert np.abs(lean - from_euler).max() < 1e-2
+    from attnflow.solve.simulate import TimeField
+    from attnflow.weights import Constant
+
+    n = x.shape[0]
+    f = TimeField("mha", Constant(*heads).sampler(), torch.full((n,), 1.0 / n, dtype=torch.float64),
+                  torch.ones(1, dtype=torch.float64), torch.float64, torch.device("cpu"))  # fmt: skip
+    assert np.abs(lean - f(0.0, torch.from_numpy(x)).numpy()).max() < 1e-12
+    out = run_metastability(N=12, beta=4.0, t_end=20.0, tol=1e-5, rk4_start=20, bisections=1)
+    assert out["reference"]["vs_rtol_1e-11"] < 1e-9
+    best = out["best_rk4"]
+    assert best is not None and best["error"] <= 1e-5
+    failing = [r for r in out["rk4"] if r["error"] > 1e-5]
+    assert failing and all(r["dt"] > best["dt"] for r in failing)  # the larger steps tried fail: a real search
+    for method in ("bosh3", "dopri5"):
+        ok = out["best"][method]
+        assert ok["error"] <= 1e-5 and ok["evaluation_ratio"] == best["evaluations"] / ok["evaluations"]
+    assert len(meta_rows(out)) == 3
