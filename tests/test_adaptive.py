@@ -307,3 +307,23 @@ def test_metastability_bench_field_and_small_run():
         ok = out["best"][method]
         assert ok["error"] <= 1e-5 and ok["evaluation_ratio"] == best["evaluations"] / ok["evaluations"]
     assert len(meta_rows(out)) == 3
+
+
+def test_bench_cli_prints_the_metastability_table(monkeypatch, tmp_path):
+    """``attnflow bench --only-metastability`` prints and writes the table (a small problem stands in)."""
+    from typer.testing import CliRunner
+
+    import attnflow.bench.metastability as meta
+    from attnflow.cli.main import app
+
+    real = meta.run_metastability
+    monkeypatch.setattr(meta, "run_metastability", lambda progress=None: real(N=8, beta=3.0, t_end=5.0, tol=1e-5,
+                                                                              rk4_start=10, bisections=0))  # fmt: skip
+    res = CliRunner().invoke(app, ["bench", "--only-metastability", "--markdown", str(tmp_path / "m.md"),
+                                   "--json", str(tmp_path / "m.json")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "m.md").read_text()
+    assert "rk4 (fixed)" in text and "bosh3 (adaptive)" in text and "dopri5 (adaptive)" in text
+    import json
+
+    assert json.loads((tmp_path / "m.json").read_text())["metastability"]["best_rk4"]["error"] <= 1e-5

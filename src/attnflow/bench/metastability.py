@@ -227,3 +227,29 @@ def meta_markdown(result: dict) -> str:
     lines = [meta_title(result), "", "| " + " | ".join(META_HEADER) + " |", "|" + "---|" * len(META_HEADER)]
     lines += ["| " + " | ".join(c) + " |" for c in meta_rows(result)]
     return "\n".join(lines) + "\n"
+
+
+def plateau_figure(path: str, trace: dict | None = None) -> dict:
+    """Draw the cluster count and the accepted step size over log time (``docs/img/metastability_plateaus.png``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace = plateau_trace() if trace is None else trace
+    ts, hs = np.array(trace["steps"]).T
+    tc, nc = np.array(trace["clusters"]).T
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.5, 5.2), sharex=True)
+    ax1.step(tc, nc, where="post", color="C0")
+    ax1.set_ylabel("clusters (eps 1e-3)")
+    ax1.set_yscale("log")
+    ax1.set_title("mha, A = 9 I, V = I, N = 64 on S^2: dopri5, rtol 1e-8")
+    ax2.plot(ts, hs, ".", ms=1.5, color="C1")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_ylabel("accepted step dt")
+    ax2.set_xlabel("t")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return trace
