@@ -196,6 +196,41 @@ def plateau_trace(*, N: int = 64, beta: float = 9.0, t_end: float = 1e4, rtol: f
     return {"steps": free.steps, "clusters": r.clusters, "stats": asdict(free.stats), "evaluations": free.evaluations}
 
 
+META_HEADER = ["method", "rtol / dt", "error vs ref", "field evals", "wall (s)", "evals x fewer", "time x less"]
+
+
+def meta_rows(result: dict) -> list[list[str]]:
+    """String cells of the metastability table: rk4 at its largest passing step, then each adaptive method."""
+    out = []
+    rk = result.get("best_rk4")
+    if rk is not None:
+        out.append(["rk4 (fixed)", f"dt {rk['dt']:.4g}", f"{rk['error']:.1e}", f"{rk['evaluations']:,}",
+                    f"{rk['seconds']:.3g}", "1", "1"])  # fmt: skip
+    for method, tried in result["adaptive"].items():
+        r = tried[-1]
+        ok = r["error"] <= result["tol"]
+        out.append([
+            f"{method} (adaptive)", f"rtol {r['rtol']:g}", f"{r['error']:.1e}" + ("" if ok else " (fails)"),
+            f"{r['evaluations']:,}", f"{r['seconds']:.3g}",
+            f"{r['evaluation_ratio']:.1f}" if "evaluation_ratio" in r else "-",
+            f"{r['time_ratio']:.1f}" if "time_ratio" in r else "-",
+        ])  # fmt: skip
+    return out
+
+
+def meta_title(result: dict) -> str:
+    return (
+        f"metastability: mha, A = {result['beta']:g} I, V = I, N = {result['N']} on S^2, t = 0..{result['t_end']:g}; "
+        f"each method at its cheapest setting reaching the reference (dopri5, rtol 1e-12) to {result['tol']:g}"
+    )
+
+
+def meta_markdown(result: dict) -> str:
+    lines = [meta_title(result), "", "| " + " | ".join(META_HEADER) + " |", "|" + "---|" * len(META_HEADER)]
+    lines += ["| " + " | ".join(c) + " |" for c in meta_rows(result)]
+    return "\n".join(lines) + "\n"
+
+
 def plateau_figure(path: str, trace: dict | None = None) -> dict:
     """Draw the cluster count and the accepted step size over log time (``docs/img/metastability_plateaus.png``)."""
     import matplotlib

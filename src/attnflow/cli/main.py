@@ -79,7 +79,8 @@ def run(
             "" if is_complete(out) else f" It holds an unfinished run: continue it with 'attnflow run --resume {out}'."
         )
         raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.{hint}")
-    n_steps = round(cfg.integration.t_end / cfg.integration.dt)
+    # Adaptive methods report the permille of [0, t_end] done.
+    n_steps = 1000 if cfg.integration.adaptive else round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
         task = bar.add_task(cfg.name, total=n_steps)
         traj = run_to_folder(
