@@ -327,3 +327,25 @@ def test_bench_cli_prints_the_metastability_table(monkeypatch, tmp_path):
     import json
 
     assert json.loads((tmp_path / "m.json").read_text())["metastability"]["best_rk4"]["error"] <= 1e-5
+
+
+def test_error_control_failure_stops_with_the_last_good_state():
+    """A step floor (dt_min) that cannot meet rtol stops the run with NumericalInstability, not garbage."""
+    from attnflow.solve.guards import NumericalInstability
+
+    x0 = tokens(16)
+    with pytest.raises(NumericalInstability, match="error control failed") as err:
+        simulate(x0, 2.0 * np.eye(3)[None], model="mha", t_end=2.0, dt=0.5, method="dopri5", rtol=1e-14, atol=0.0,
+                 dt_min=0.5, save_every=1)  # fmt: skip
+    part = err.value.trajectory
+    assert part.t[0] == 0.0 and np.isfinite(part.x).all()
+    # Negative control: the same run with a free step finishes.
+    simulate(x0, 2.0 * np.eye(3)[None], model="mha", t_end=2.0, dt=0.5, method="dopri5", rtol=1e-10, atol=0.0,
+             save_every=1)  # fmt: skip
+
+
+def test_bad_tolerances_are_refused():
+    with pytest.raises(ValueError, match="rtol and atol"):
+        simulate(tokens(4), np.eye(3)[None], model="mha", t_end=1.0, dt=0.1, method="bosh3", rtol=0.0, atol=0.0)
+    with pytest.raises(ValueError, match="dt_min"):
+        simulate(tokens(4), np.eye(3)[None], model="mha", t_end=1.0, dt=0.1, method="bosh3", dt_min=1.0, dt_max=0.1)
