@@ -47,7 +47,9 @@ def test_nan_weights_stop_the_run_with_the_last_good_state():
 
 
 def test_cli_overflow_stops_with_last_good_state_saved(tmp_path):
-    """``usa`` with wild OU weights: Z = sum_j a_j exp(x^T A x_j) leaves float range mid-run (t = 1.14)."""
+    """``usa`` with wild OU weights: Z = sum_j a_j exp(x^T A x_j) grows so fast that an Euler step's
+    |x + dt v| overflows and the retraction returns a zero row at t = 0.22; the state guard stops the
+    run there (before it, the run went on with garbage until the field itself overflowed at t = 1.14)."""
     cfg = tmp_path / "wild.yaml"
     cfg.write_text(
         "model: usa\ntokens: {n: 16, d: 3}\nheads: {count: 1, preset: identity, beta: 1}\n"
@@ -58,10 +60,11 @@ def test_cli_overflow_stops_with_last_good_state_saved(tmp_path):
     res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(out), "--no-figures"])
     text = " ".join(res.output.split())
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert "overflows" in text and "at t=1.14 (step 114 of 400)" in text and "last good state is saved" in text
+    assert "collapsed to the zero vector" in text and "at t=0.22 (step 22 of 400)" in text
+    assert "last good state is saved" in text
     assert not is_complete(out)
     ck = load_checkpoint(out / CHECKPOINT)
-    assert ck.stopped and ck.step == 113 and np.isfinite(ck.x).all()
+    assert ck.stopped and ck.step == 21 and np.isfinite(ck.x).all()
     import xarray as xr
 
     ds = xr.open_zarr(out / "dataset.zarr")

@@ -32,6 +32,7 @@ there without sub-stepping the weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,6 +135,27 @@ class StepRecorder:
             work = F1 - state_energy(y, heads0, self.a, self.w, options=self.options)
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
         return y
+
+    # Adaptive steps (attnflow.solve.loop.run_adaptive): a rejected trial step is undone, and a step
+    # that ends where the weights jump books the jump as weights work, as a fixed step across it does.
+    def mark(self) -> tuple[int, Any]:
+        """What :meth:`restore` needs to undo the steps recorded after this call."""
+        return len(self.rows), self._end
+
+    def restore(self, mark: tuple[int, Any]) -> None:
+        """Forget the rows and the cached end evaluation of the steps recorded since ``mark``."""
+        del self.rows[mark[0] :]
+        self._end = mark[1]
+
+    def weights_jump(self, heads: Heads) -> None:
+        """The weights jumped to ``heads`` at the end of the last step: add ``F(mu, new) - F(mu, old)``
+        to that step's energy change and weights work (the increment rule) and drop the cached end."""
+        assert self._end is not None and self.rows
+        _, y, end = self._end
+        jump = state_energy(y, heads, self.a, self.w, options=self.options) - end[4]
+        t1, dE, work, speed, slope = self.rows[-1]
+        self.rows[-1] = (t1, dE + jump, work + jump, speed, slope)
+        self._end = None
 
     def series(self) -> dict[str, np.ndarray]:
         cols = np.array(self.rows, dtype=np.float64).reshape(-1, len(STEP_SERIES))

@@ -26,8 +26,18 @@ def bench(
     startup_only: bool = typer.Option(
         False, "--startup-only", help="Only time the command line's start-up (attnflow --help, --version)."
     ),
+    metastability: Optional[bool] = typer.Option(
+        None,
+        "--metastability/--no-metastability",
+        help="Adaptive steps vs fixed-step rk4 through clustering plateaus (N = 64, beta = 9, t = 1e4; several "
+        "minutes). Default: on in the full suite, off with --quick.",
+    ),
+    only_metastability: bool = typer.Option(
+        False, "--only-metastability", help="Run the metastability benchmark alone (skips the field timings)."
+    ),
 ) -> None:
-    """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation.
+    """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation; and
+    adaptive steps vs fixed-step rk4 on a metastable clustering run (field evaluations and wall time).
 
     First it times the command line's start-up: 'attnflow --help' and 'attnflow --version' in
     fresh processes, best of 3.
@@ -37,6 +47,8 @@ def bench(
       attnflow bench --quick
 
       attnflow bench --startup-only
+
+      attnflow bench --profile      (only the simulation loop: its cost per step, part by part)
 
       attnflow bench --json bench.json --markdown bench.md
     """
@@ -59,39 +71,48 @@ def bench(
         return
     from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
     from attnflow.bench.loop import LOOP_HEADER, loop_markdown, loop_table_rows, run_loop_benchmarks
+    from attnflow.bench.metastability import META_HEADER, meta_markdown, meta_rows, meta_title, run_metastability
 
+    wide = Console(width=max(Console().width, 170))
+    result: dict = {"startup_s": startup}
+    text = ""
+    measure = lambda s: say(f"measuring {s} ...")
     loop_rows = (
-        run_loop_benchmarks(quick=quick, progress=lambda s: say(f"measuring {s} ...")) if loop or profile else []
+        run_loop_benchmarks(quick=quick, progress=measure) if (loop or profile) and not only_metastability else []
     )
     if loop_rows:
         loop_table = Table(title="simulate: cost per step against its field evaluations (explicit Euler)")
         for h in LOOP_HEADER:
             loop_table.add_column(h, justify="left" if h in ("dtype", "split (evaluations per step)") else "right")
-        for row in loop_table_rows(loop_rows):
-            loop_table.add_row(*row)
-        Console(width=max(Console().width, 170)).print(loop_table)
-    if profile:
-        if json_file is not None:
-            json_file.write_text(json.dumps({"loop": loop_rows, "startup_s": startup}, indent=2))
-            say(f"wrote {json_file}")
-        if markdown_file is not None:
-            markdown_file.write_text(loop_markdown(loop_rows))
-            say(f"wrote {markdown_file}")
-        return
-    result = run_benchmarks(quick=quick, progress=lambda s: say(f"measuring {s} ..."))
-    result["startup_s"] = startup
-    result["loop"] = loop_rows
-    table = Table(
-        title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
-    )
-    for h in HEADER:
-        table.add_column(h, justify="left" if h in ("backend", "dtype") else "right")
-    for cells in table_rows(result):
-        table.add_row(*cells)
-    Console(width=max(Console().width, 170)).print(table)
+        for loop_cells in loop_table_rows(loop_rows):
+            loop_table.add_row(*loop_cells)
+        wide.print(loop_table)
+        result["loop"] = loop_rows
+        text += loop_markdown(loop_rows)
+    if not only_metastability and not profile:
+        result.update(run_benchmarks(quick=quick, progress=measure))
+        table = Table(
+            title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
+        )
+        for h in HEADER:
+            table.add_column(h, justify="left" if h in ("backend", "dtype") else "right")
+        for cells in table_rows(result):
+            table.add_row(*cells)
+        wide.print(table)
+        text = markdown(result) + ("\n" + text if text else "")
+    if only_metastability or (not profile and (metastability if metastability is not None else not quick)):
+        meta = run_metastability(progress=lambda s: say(f"metastability: {s} ..."))
+        result["metastability"] = meta
+        mt = Table(title=meta_title(meta))
+        for h in META_HEADER:
+            mt.add_column(h, justify="left" if h == "method" else "right")
+        for meta_cells in meta_rows(meta):
+            mt.add_row(*meta_cells)
+        wide.print(mt)
+        text += ("\n" if text else "") + meta_markdown(meta)
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2))
         say(f"wrote {json_file}")
     if markdown_file is not None:
-        markdown_file.write_text(markdown(result) + ("\n" + loop_markdown(loop_rows) if loop_rows else ""))
+        markdown_file.write_text(text)
         say(f"wrote {markdown_file}")

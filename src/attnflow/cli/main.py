@@ -81,7 +81,8 @@ def run(
         cfg = apply_overrides(cfg, overrides)
     check_out(out, force)
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
-    n_steps = round(cfg.integration.t_end / cfg.integration.dt)
+    # Adaptive methods report the permille of [0, t_end] done.
+    n_steps = 1000 if cfg.integration.adaptive else round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar, reported_warnings(warn):
         task = bar.add_task(escape(cfg.name), total=n_steps)
         traj = run_to_folder(

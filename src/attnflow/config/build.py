@@ -97,6 +97,16 @@ def build(cfg: RunConfig) -> tuple[np.ndarray, WeightProcess, dict[str, Any]]:
         "dt": cfg.integration.dt,
         "method": cfg.integration.method,
         "save_every": cfg.integration.save_every,
+        **(
+            {
+                "rtol": cfg.integration.rtol,
+                "atol": cfg.integration.atol,
+                "dt_min": cfg.integration.dt_min,
+                "dt_max": cfg.integration.dt_max,
+            }
+            if cfg.integration.adaptive
+            else {}
+        ),  # fmt: skip
         "seed": s_noise,
         "token_weights": None if cfg.tokens.masses is None else np.asarray(cfg.tokens.masses),
         "head_weights": None if cfg.heads.masses is None else np.asarray(cfg.heads.masses),

@@ -123,13 +123,30 @@ WeightsConfig = Annotated[
 
 
 class IntegrationConfig(_Strict):
+    """How the flow is integrated. Fixed steps (``euler``, ``heun``, ``rk4``, ``jko``): ``t_end`` a
+    whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``): ``dt`` is the first step, the
+    state is saved at ``k dt save_every`` and ``t_end``, ``rtol``/``atol`` bound the local error and
+    ``dt_min``/``dt_max`` the step (``dt_max`` defaults to the save spacing)."""
+
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02
-    method: Literal["euler", "heun", "rk4", "jko"] = "rk4"
+    method: Literal["euler", "heun", "rk4", "jko", "bosh3", "dopri5"] = "rk4"
     save_every: PositiveInt = 10
+    rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-6
+    atol: Annotated[float, Field(ge=0)] = 1e-9
+    dt_min: Annotated[float, Field(ge=0)] | None = None
+    dt_max: PositiveFloat | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.method in ("bosh3", "dopri5")
 
     @model_validator(mode="after")
     def _check(self) -> IntegrationConfig:
+        if self.dt_min is not None and self.dt_max is not None and self.dt_min > self.dt_max:
+            raise ValueError(f"dt_min = {self.dt_min} must not exceed dt_max = {self.dt_max}")
+        if self.adaptive:
+            return self
         n = round(self.t_end / self.dt)
         if n < 1 or abs(n * self.dt - self.t_end) > 1e-9 * self.t_end:
             raise ValueError(f"t_end = {self.t_end} must be a whole number of steps dt = {self.dt}")

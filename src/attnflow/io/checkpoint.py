@@ -150,7 +150,9 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         meta = json.loads(str(data["meta"]))
         if meta.get("format") != FORMAT:
             raise ValueError(f"unknown format {meta.get('format')!r}")
-        if not 0 <= int(meta["step"]) <= int(meta["n_steps"]):
+        # Adaptive runs do not know their step count in advance and record n_steps = 0.
+        n_steps = int(meta["n_steps"])
+        if int(meta["step"]) < 0 or (n_steps > 0 and int(meta["step"]) > n_steps):
             raise ValueError(f"its step {meta['step']} lies outside the run's 0..{meta['n_steps']} steps")
         if len(data["saved_t"]) < 1:
             raise ValueError("it records no saved state")

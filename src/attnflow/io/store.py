@@ -65,8 +65,9 @@ class DataWarning(UserWarning):
 
 def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> None:
     """Write ``ds`` as Zarr format 2 with consolidated metadata: a plain ``xarray.open_zarr(path)``
-    opens it without the warnings that zarr 3 gives for consolidated format-3 stores."""
-    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
+    opens it without the warnings that zarr 3 gives for consolidated format-3 stores. Every chunk is
+    written, even one that holds only the fill value, so a missing chunk always means damage."""
+    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True, write_empty_chunks=True)
 
 
 def run_parameters(traj: Trajectory) -> dict[str, Any]:

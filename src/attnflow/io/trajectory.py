@@ -190,7 +190,9 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
         raise DamagedRun(
             f"{str(p / DATASET)!r} cannot be decoded: the dataset is damaged ({type(e).__name__}: {_short(e)})."
         ) from None
-    missing = [k for k in ("x", "A", "token_weights", "head_weights", "time") if k not in ds.variables]
+    # Heads are stored densely (A) or, for hf runs, as factors that a named reader rebuilds.
+    heads = ("A",) if "heads_reader" not in ds.attrs else ()
+    missing = [k for k in ("x", *heads, "token_weights", "head_weights", "time") if k not in ds.variables]
     missing += [f"attribute {k!r}" for k in ("model", "method", "dt") if k not in ds.attrs]
     if missing:
         raise DamagedRun(f"{str(p / DATASET)!r} is damaged or not an attnflow dataset: it lacks {', '.join(missing)}.")

@@ -386,7 +386,7 @@ def folder_status(run_dir: str | Path) -> str:
     if ck is not None:
         when = _dt.datetime.fromtimestamp((p / CHECKPOINT).stat().st_mtime, _dt.UTC).isoformat(timespec="seconds")
         return (
-            f"{name} is an INCOMPLETE run: it did not finish. Its last checkpoint is step {ck.step} of {ck.n_steps} "
+            f"{name} is an INCOMPLETE run: it did not finish. Its last checkpoint is step {ck.step}{f' of {ck.n_steps}' if ck.n_steps else ' (adaptive)'} "
             f"(last saved time t = {ck.t:.6g}, written {when}). Continue it with: attnflow run --resume {p}"
         )
     if (p / CONFIG).is_file():

@@ -93,10 +93,115 @@ INTEGRATORS: dict[str, Integrator] = {
 MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko)}
 
 
+# --- Embedded pairs (adaptive steps) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbeddedPair:
+    """An explicit embedded Runge-Kutta pair ``p(q)`` with the retraction: Butcher tableau as data.
+
+    ``c``, ``a`` (lower triangle, row ``s`` has ``s`` entries), ``b`` (order ``order``, the solution
+    that is kept) and ``b_hat`` (order ``embedded_order``): the error estimate of a step is
+    ``e = dt sum_s (b_s - b_hat_s) k_s``. ``fsal``: the last stage is ``v_{t+dt}`` at the new point
+    (first same as last), evaluated here at the retracted point ``y = retract(x + dt sum_s b_s k_s)``,
+    so it is exactly the first stage of the next step.
+    """
+
+    name: str
+    order: int
+    embedded_order: int
+    c: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+    b_hat: tuple[float, ...]
+    fsal: bool = True
+
+    @property
+    def stages(self) -> int:
+        return len(self.c)
+
+    def attempt(
+        self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, dt: float,
+        k1: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """One trial step: ``(y, e, k_last)``, ``y`` on the sphere, ``e`` the embedded error estimate
+        (in ``R^d`` per token), ``k_last`` the last stage (``v_{t+dt}(y)`` for FSAL pairs).
+
+        ``k1``: ``v_t(x)`` if already known (the previous step's last stage), else it is evaluated.
+        """
+        ks: list[torch.Tensor] = [f(t, x) if k1 is None else k1]
+        y = x
+        for s in range(1, self.stages):
+            if self.fsal and s == self.stages - 1:
+                y = retract(x + dt * _combine(self.b, ks))
+                ks.append(f(t + dt, y))
+                break
+            ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
+        else:
+            y = retract(x + dt * _combine(self.b, ks))
+        e = dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
+        return y, e, ks[-1]
+
+    def fixed_step(self, f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+        """The order-``order`` solution alone (no error estimate; the FSAL stage is not evaluated)."""
+        n = self.stages - 1 if self.fsal else self.stages
+        ks: list[torch.Tensor] = [f(t, x)]
+        for s in range(1, n):
+            ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
+        return retract(x + dt * _combine(self.b[:n], ks))
+
+    def integrator(self) -> Integrator:
+        """The pair as a fixed-step :class:`Integrator` (its ``b`` weights, FSAL stage dropped)."""
+        n = self.stages - 1 if self.fsal else self.stages
+        return Integrator(self.name, self.order, self.fixed_step, self.b[:n])
+
+
+def _combine(coef: tuple[float, ...], ks: list[torch.Tensor]) -> torch.Tensor:
+    """``sum_s coef_s k_s`` over the stages present (zero coefficients skipped)."""
+    out: torch.Tensor | None = None
+    for c, k in zip(coef, ks):
+        if c != 0.0:
+            out = c * k if out is None else out + c * k
+    return torch.zeros_like(ks[0]) if out is None else out
+
+
+#: Bogacki & Shampine (1989), order 3 with an order-2 estimate, FSAL (4 stages, 3 new per step).
+BOSH3 = EmbeddedPair(
+    "bosh3", 3, 2,
+    c=(0.0, 0.5, 0.75, 1.0),
+    a=((), (0.5,), (0.0, 0.75), (2.0 / 9.0, 1.0 / 3.0, 4.0 / 9.0)),
+    b=(2.0 / 9.0, 1.0 / 3.0, 4.0 / 9.0, 0.0),
+    b_hat=(7.0 / 24.0, 0.25, 1.0 / 3.0, 0.125),
+)  # fmt: skip
+
+#: Dormand & Prince (1980), order 5 with an order-4 estimate, FSAL (7 stages, 6 new per step).
+DOPRI5 = EmbeddedPair(
+    "dopri5", 5, 4,
+    c=(0.0, 0.2, 0.3, 0.8, 8.0 / 9.0, 1.0, 1.0),
+    a=(
+        (),
+        (0.2,),
+        (3.0 / 40.0, 9.0 / 40.0),
+        (44.0 / 45.0, -56.0 / 15.0, 32.0 / 9.0),
+        (19372.0 / 6561.0, -25360.0 / 2187.0, 64448.0 / 6561.0, -212.0 / 729.0),
+        (9017.0 / 3168.0, -355.0 / 33.0, 46732.0 / 5247.0, 49.0 / 176.0, -5103.0 / 18656.0),
+        (35.0 / 384.0, 0.0, 500.0 / 1113.0, 125.0 / 192.0, -2187.0 / 6784.0, 11.0 / 84.0),
+    ),
+    b=(35.0 / 384.0, 0.0, 500.0 / 1113.0, 125.0 / 192.0, -2187.0 / 6784.0, 11.0 / 84.0, 0.0),
+    b_hat=(5179.0 / 57600.0, 0.0, 7571.0 / 16695.0, 393.0 / 640.0, -92097.0 / 339200.0, 187.0 / 2100.0, 0.025),
+)  # fmt: skip
+
+#: The adaptive methods: ``simulate(..., method=name)`` steps with error control (:func:`attnflow.solve.loop.run_adaptive`).
+ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
+
+
 def get_integrator(method: str) -> Integrator:
+    """The stepper named ``method`` (an adaptive pair gives its fixed-step form, see :data:`ADAPTIVE`)."""
+    if method in ADAPTIVE:
+        return ADAPTIVE[method].integrator()
     try:
         return INTEGRATORS[method] if method in INTEGRATORS else MOVEMENTS[method]
     except KeyError:
         raise ValueError(
-            f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(MOVEMENTS)}"
+            f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(ADAPTIVE) + sorted(MOVEMENTS)}"
         ) from None

@@ -23,7 +23,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import MODELS, FieldStats, check_model, masses
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.schemes.integrators import INTEGRATORS, MOVEMENTS, Field, get_integrator
+from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, get_integrator
 from attnflow.solve.guards import NumericalInstability
 from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
 from attnflow.solve.observers import ProgressReport
@@ -184,6 +184,11 @@ def simulate_ensemble(
     d, H = X.shape[2], processes[0].H
     if any(p.d != d or p.H != H for p in processes):
         raise ValueError(f"every member's weights must act on d={d} with H={H} heads")
+    if method in ADAPTIVE:
+        raise ValueError(
+            f"simulate_ensemble steps every member with one fixed dt; the adaptive method {method!r} runs in "
+            "simulate (one system at a time)"
+        )
     if method in MOVEMENTS:
         raise ValueError(
             f"method {method!r} is a minimising movement of one token cloud; ensembles step with an explicit "

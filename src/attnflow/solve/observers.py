@@ -25,8 +25,8 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.solve.guards import Float32Monitor
-from attnflow.solve.loop import StepState
+from attnflow.solve.guards import Float32Monitor, state_problem
+from attnflow.solve.loop import StateRejected, StepState
 
 
 @dataclass
@@ -74,6 +74,11 @@ class Saver:
     def on_step(self, state: StepState) -> None:
         if state.save:
             self.record(state.t, state.x)
+            why = state_problem(state.x, self.rows[-1])
+            if why is not None:  # a degenerate state is not saved: the run stops at the last good one
+                for saved in (self.rows, self.ts, self.xs, self.As, self.Vs):
+                    saved.pop()
+                raise StateRejected(why)
 
     def restore(self, ck: Checkpoint) -> None:
         """Continue from what a checkpoint saved."""

@@ -25,9 +25,9 @@ from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels.dispatch import KernelOptions, head_stats
-from attnflow.schemes.integrators import get_integrator
+from attnflow.schemes.integrators import ADAPTIVE, Integrator, get_integrator
 from attnflow.solve import guards as _guards
-from attnflow.solve.loop import Costs, Observer, StepFailed, run_loop
+from attnflow.solve.loop import AdaptiveStats, Controller, Costs, Observer, StepFailed, run_adaptive, run_loop
 from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
 from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
 
@@ -50,8 +50,13 @@ class TimeField:
         # The last evaluate()d state (t, x, x's version, v): the step that starts there reuses v.
         self._kept: tuple[float, torch.Tensor, int, torch.Tensor] | None = None
         self.passes = 0  # kernel passes made (the cost counter the overhead tests read)
+        #: Inside an adaptive step from ``left_after``: later stage times take the weights' left limit,
+        #: so a step that ends where ``Layers`` jump sees the old block throughout.
+        self.left_after: float | None = None
 
     def heads_at(self, t: float) -> Heads:
+        if self.left_after is not None and t > self.left_after:
+            return self.sampler.left(t).to(dtype=self.dtype, device=self.device)
         return self.sampler(t).to(dtype=self.dtype, device=self.device)
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
@@ -106,6 +111,10 @@ def simulate(
     resume: Checkpoint | str | None = None,
     backend: str = "auto",
     fast_tol: float | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    dt_min: float | None = None,
+    dt_max: float | None = None,
 ) -> Trajectory:
     """Integrate ``dx_i/dt = v_t(x_i)`` of ``model`` (``mha``, ``gf``, ``usa``) on ``[t0, t_end]``.
 
@@ -128,6 +137,16 @@ def simulate(
 
     The run is a plain stepping loop (:func:`attnflow.solve.loop.run_loop`) with observers
     (:mod:`attnflow.solve.observers`); the wall time of each part is in ``provenance["seconds"]``.
+
+    Adaptive methods (``method="bosh3"`` or ``"dopri5"``, :data:`attnflow.schemes.integrators.ADAPTIVE`)
+    control the local error (:func:`attnflow.solve.loop.run_adaptive`): ``rtol``, ``atol`` set the
+    error norm, ``dt`` is the first step tried, ``dt_min`` / ``dt_max`` bound the step (``dt_max``
+    defaults to the save spacing). The state is saved exactly at ``t0 + k dt save_every`` and at
+    ``t_end`` (which need not be a whole number of ``dt``). Steps stop where ``Layers`` jump; OU weights
+    are drawn on the grid ``j dt`` (exact transitions, linear in between: a function of the seed and
+    ``t`` only, so rejected steps do not change the path) and steps stop at its nodes. ``progress``
+    gets ``(permille of [t0, t_end] done, 1000)``; the float32 monitor does not run. Accepted and
+    rejected steps and field evaluations are in ``provenance["adaptive"]``.
     """
     return _simulate(
         x0,
@@ -149,6 +168,7 @@ def simulate(
         checkpoint=checkpoint,
         resume=resume,
         options=KernelOptions(backend, fast_tol),
+        tolerances=(rtol, atol, dt_min, dt_max),
     )
 
 
@@ -173,7 +193,15 @@ def _simulate(
     checkpoint: Checkpointer | None,
     resume: Checkpoint | str | None,
     options: KernelOptions,
+    tolerances: tuple[float, float, float | None, float | None] = (1e-6, 1e-9, None, None),
 ) -> Trajectory:
+    if method in ADAPTIVE:
+        return _simulate_adaptive(
+            x0, weights, model=model, t_end=t_end, dt=dt, method=method, save_every=save_every, seed=seed,
+            token_weights=token_weights, head_weights=head_weights, t0=t0, cluster_eps=cluster_eps, dtype=dtype,
+            progress=progress, config=config, record_steps=record_steps, checkpoint=checkpoint, resume=resume,
+            options=options, tolerances=tolerances,
+        )  # fmt: skip
     x = to_tensor(x0, dtype=dtype)
     if x.ndim != 2:
         raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
@@ -226,6 +254,8 @@ def _simulate(
             cluster_eps=cluster_eps,
             process=process.describe(),
             heads0=to_numpy(heads_at(t0).values),
+            backend=options.backend,
+            fast_tol=options.tol,
         )  # fmt: skip
         if checkpoint is not None or resume is not None
         else ""
@@ -249,6 +279,8 @@ def _simulate(
         if (msg := _guards.step_warning(dt, method, heads_at(t0), model, t_end - t0)) is not None:
             _guards.warn(msg, _guards.StabilityWarning)
         saver.record(float(t0), x)
+        if (why := _guards.state_problem(x, saver.rows[0])) is not None:
+            raise ValueError(f"the initial state cannot be simulated: {why}")
     else:
         ck = load_checkpoint(resume) if not isinstance(resume, Checkpoint) else resume
         k0, wall0 = ck.step, ck.wall_time_s
@@ -288,7 +320,7 @@ def _simulate(
     try:
         x = run_loop(
             step, x, t0=t0, dt=dt, k0=k0, n_steps=n_steps, save_every=int(save_every),
-            recorders=[saver], observers=observers, rollback=rollback, costs=costs,
+            recorders=[saver], observers=observers, rollback=rollback, costs=costs, check=_guards.state_problem,
         )  # fmt: skip
     except StepFailed as e:
         raise _instability(e, saver, snapshot, recorder, t0, dt, n_steps, a, w, model, method, seed, config) from None
@@ -376,3 +408,261 @@ def _partial(
         method=method, dt=float(dt), seed=seed, config=config,
         provenance={"wall_time_s": ck.wall_time_s, "steps": ck.step, "complete": False, "stopped": ck.stopped},
     )  # fmt: skip
+
+
+def save_grid(t0: float, t_end: float, spacing: float) -> list[float]:
+    """The save times of an adaptive run: ``t0 + k spacing`` below ``t_end``, then ``t_end``."""
+    n = math.floor((t_end - t0) / spacing * (1 + 1e-12))
+    times = [t0 + k * spacing for k in range(1, n + 1)]
+    times = [s for s in times if s < t_end - 1e-9 * max(1.0, abs(t_end - t0))]
+    return [*times, float(t_end)]
+
+
+def _simulate_adaptive(
+    x0: ArrayLike,
+    weights: WeightProcess | ArrayLike | Callable | Heads,
+    *,
+    model: str,
+    t_end: float,
+    dt: float,
+    method: str,
+    save_every: int,
+    seed: int | None,
+    token_weights: ArrayLike | None,
+    head_weights: ArrayLike | None,
+    t0: float,
+    cluster_eps: float,
+    dtype: torch.dtype | None,
+    progress: Callable[[int, int], None] | None,
+    config: dict[str, Any] | None,
+    record_steps: bool | None,
+    checkpoint: Checkpointer | None,
+    resume: Checkpoint | str | None,
+    options: KernelOptions,
+    tolerances: tuple[float, float, float | None, float | None],
+) -> Trajectory:
+    """:func:`simulate` with an embedded pair and error control (see its docstring)."""
+    rtol, atol, dt_min, dt_max = tolerances
+    x = to_tensor(x0, dtype=dtype)
+    if x.ndim != 2:
+        raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("x0 contains NaN or inf")
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    if not (dt > 0 and math.isfinite(dt)):
+        raise ValueError(f"dt must be a positive number; got {dt}")
+    if not (math.isfinite(t_end) and t_end > t0):
+        raise ValueError(f"t_end must be larger than t0={t0}; got {t_end}")
+    if int(save_every) < 1:
+        raise ValueError(f"save_every must be a positive integer; got {save_every}")
+    if not (rtol >= 0 and atol >= 0 and rtol + atol > 0):
+        raise ValueError(f"rtol and atol must be non-negative and not both zero; got rtol={rtol}, atol={atol}")
+    spacing = float(dt) * int(save_every)
+    lo = 0.0 if dt_min is None else float(dt_min)
+    hi = spacing if dt_max is None else float(dt_max)
+    if not (0 <= lo <= hi and hi > 0):
+        raise ValueError(f"need 0 <= dt_min <= dt_max and dt_max > 0; got dt_min={dt_min}, dt_max={dt_max}")
+    pair = ADAPTIVE[method]
+    process = as_process(weights)
+    if process.d != x.shape[1]:
+        raise ValueError(f"tokens have dimension d={x.shape[1]} but the weights act on d={process.d}")
+    sampler: WeightSampler = process.adaptive_sampler(seed, float(dt))
+    a = masses(token_weights, x.shape[0], "token_weights", x)
+    w = masses(head_weights, process.H, "head_weights", x)
+    f = TimeField(model, sampler, a, w, x.dtype, x.device, options)
+    heads_at = f.heads_at
+    check_model(model, heads_at(t0))
+    ctrl = Controller(k=min(pair.order, pair.embedded_order) + 1, dt=min(float(dt), hi), rtol=float(rtol),
+                      atol=float(atol), dt_min=lo, dt_max=hi)  # fmt: skip
+    stats = AdaptiveStats()
+    evals = [0]
+    err_box: list[torch.Tensor] = []
+
+    def counted(g: Callable[[float, torch.Tensor], torch.Tensor]) -> Callable[[float, torch.Tensor], torch.Tensor]:
+        def call(t: float, y: torch.Tensor) -> torch.Tensor:
+            evals[0] += 1
+            return g(t, y)
+
+        return call
+
+    def pair_step(g: Any, t: float, y: torch.Tensor, h: float) -> torch.Tensor:
+        y1, e, _ = pair.attempt(counted(g), t, y, h)
+        err_box[:] = [e]
+        return y1
+
+    recorder = None
+    if record_steps or (record_steps is None and model == "gf"):
+        recorder = StepRecorder(f, process.derivative, Integrator(pair.name, pair.order, pair_step, pair.b))
+
+    def evaluate(t: float, y: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
+        # As in the fixed-step run: the recorder's end-of-step pass serves the gf diagnostics.
+        last = None if recorder is None or model != "gf" else recorder.last
+        if last is not None and last[0] == t and last[1] is y and heads_at(t).plain:
+            return last[2], last[3]
+        return f.evaluate(t, y)
+
+    saver = Saver(evaluate, heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
+    saves = save_grid(float(t0), float(t_end), spacing)
+    start = _time.perf_counter()
+    run_id = (
+        _fingerprint(
+            x0=to_numpy(x),
+            a=to_numpy(a),
+            w=to_numpy(w),
+            model=model,
+            method=method,
+            dt=float(dt),
+            t0=float(t0),
+            t_end=float(t_end),
+            save_every=int(save_every),
+            seed=seed,
+            cluster_eps=cluster_eps,
+            process=process.describe(),
+            heads0=to_numpy(heads_at(t0).values),
+            backend=options.backend,
+            fast_tol=options.tol,
+            tolerances=[float(rtol), float(atol), lo, hi],
+        )  # fmt: skip
+        if checkpoint is not None or resume is not None
+        else ""
+    )
+    wall0, k0 = 0.0, 0
+    now = {"t": float(t0)}
+
+    def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
+        return Checkpoint(
+            step=k, n_steps=0, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
+            saved_t=np.array(saver.ts), saved_x=np.stack(saver.xs), saved_A=np.stack(saver.As),
+            saved_V=np.stack(saver.Vs), any_V=saver.any_V, diagnostics=as_numpy_table(saver.rows),
+            wall_time_s=wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped,
+            extra={
+                "adaptive": {"t": now["t"], "controller": ctrl.state(), "stats": stats.as_dict(), "evaluations": evals[0]},
+                **({} if recorder is None else {"edi_rows": [list(r) for r in recorder.rows]}),
+            },
+        )  # fmt: skip
+
+    if resume is None:
+        saver.record(float(t0), x)
+        if (why := _guards.state_problem(x, saver.rows[0])) is not None:
+            raise ValueError(f"the initial state cannot be simulated: {why}")
+    else:
+        ck = load_checkpoint(resume) if not isinstance(resume, Checkpoint) else resume
+        k0, wall0 = ck.step, ck.wall_time_s
+        if ck.fingerprint != run_id or "adaptive" not in ck.extra:
+            raise ValueError(
+                "the checkpoint belongs to a different run (its inputs - tokens, weights, model, method, dt, "
+                "tolerances, t_end, seed or save_every - differ from these); resume it with the setup that wrote it"
+            )
+        ad = ck.extra["adaptive"]
+        now["t"] = float(ad["t"])
+        ctrl.set_state(ad["controller"])
+        st = ad["stats"]
+        stats.accepted, stats.rejected = int(st["accepted_steps"]), int(st["rejected_steps"])
+        if st["dt_smallest"] is not None:
+            stats.dt_smallest, stats.dt_largest = float(st["dt_smallest"]), float(st["dt_largest"])
+        evals[0] = int(ad["evaluations"])
+        sampler.set_state(ck.sampler_state)
+        x = torch.from_numpy(np.array(ck.x)).to(device=x.device)
+        saver.restore(ck)
+        if recorder is not None:
+            recorder.rows = [tuple(r) for r in ck.extra.get("edi_rows", [])]
+    if checkpoint is not None and resume is None:
+        checkpoint.write(snapshot(0, x))
+
+    fsal: dict[str, Any] = {}  # the last trial's (t, x, v_t(x)) at its start and end: reused when stepping on from them
+
+    def attempt(t: float, y: torch.Tensor, h: float) -> tuple[torch.Tensor, float]:
+        f.left_after = t
+        try:
+            if recorder is not None:
+                y1 = recorder.step(t, y, h)
+                e = err_box[0]
+            else:
+                k1 = None
+                for key in ("start", "end"):
+                    c = fsal.get(key)
+                    if c is not None and c[0] == t and c[1] is y:
+                        k1 = c[2]
+                if k1 is None:
+                    k1 = counted(f)(t, y)
+                y1, e, k_last = pair.attempt(counted(f), t, y, h, k1=k1)
+                fsal["start"], fsal["end"] = (t, y, k1), (t + h, y1, k_last)
+        finally:
+            f.left_after = None
+        return y1, ctrl.norm(y, y1, e)
+
+    def rollback(t: float) -> Callable[[], None]:
+        sampler.forget_before(t)
+        before = sampler.get_state()
+        mark = recorder.mark() if recorder is not None else None
+
+        def undo() -> None:
+            sampler.set_state(before)
+            if recorder is not None and mark is not None:
+                recorder.restore(mark)
+
+        return undo
+
+    def on_accept(t: float, h: float, hit_break: bool) -> None:
+        now["t"] = t
+        if hit_break and sampler.left(t) is not sampler(t):  # the weights jumped at t
+            fsal.clear()
+            if recorder is not None:
+                recorder.weights_jump(heads_at(t))
+
+    observers: list[Observer] = []
+    if checkpoint is not None:
+        observers.append(CheckpointWriter(checkpoint, snapshot))
+    if progress is not None:
+        span = float(t_end) - float(t0)
+        report = progress
+        observers.append(ProgressReport(lambda k, n: report(int(1000 * (now["t"] - t0) / span), 1000)))
+    costs = Costs({})
+    try:
+        x = run_adaptive(
+            attempt, x, t=now["t"], t_end=float(t_end), save_times=saves, controller=ctrl,
+            next_break=sampler.next_break, k0=k0, recorders=[saver], observers=observers, rollback=rollback,
+            on_accept=on_accept, costs=costs, stats=stats,
+        )  # fmt: skip
+    except StepFailed as e:
+        if saver.ts[-1] != e.t:
+            saver.record(e.t, e.x)
+        last = snapshot(e.k - 1, e.x, stopped=f"{e.why} at t={e.t:.6g} (step {e.k})")
+        raise _guards.NumericalInstability(
+            f"{e.why} at t={e.t:.6g} (adaptive step {e.k}, dt={ctrl.dt:.3g}); the last good state is t={e.t:.6g}. "
+            "Loosen rtol/atol, lower dt_min, or for stiff cases use the implicit method='jko'.",
+            step=e.k, t=e.t, checkpoint=last,
+            trajectory=_partial(last, a, w, model, method, dt, seed, config),
+        ) from None  # fmt: skip
+    wall = wall0 + _time.perf_counter() - start
+    adaptive = {
+        **stats.as_dict(),
+        "field_evaluations": evals[0],
+        "rtol": float(rtol),
+        "atol": float(atol),
+        "dt_min": lo,
+        "dt_max": hi,
+        "dt_next": ctrl.dt,
+    }
+    return Trajectory(
+        **saver.arrays(),
+        token_weights=to_numpy(a).astype(np.float64),
+        head_weights=to_numpy(w).astype(np.float64),
+        model=model,
+        method=method,
+        dt=float(dt),
+        seed=seed,
+        config=config,
+        provenance={
+            "wall_time_s": wall,
+            "steps": stats.accepted,
+            "dtype": str(x.dtype).replace("torch.", ""),
+            "seconds": costs.rounded(),
+            "adaptive": adaptive,
+            **({"resumed_from_step": k0} if resume is not None else {}),
+        },
+        steps={} if recorder is None else recorder.series(),
+        steps_info={} if recorder is None else recorder.info(),
+    )

@@ -75,6 +75,34 @@ class WeightSampler:
     def set_state(self, state: dict) -> None:
         pass
 
+    def left(self, t: float) -> Heads:
+        """The left limit ``Theta_{t-}`` (differs from ``self(t)`` only at a jump)."""
+        return self(t)
+
+    def next_break(self, t: float) -> float:
+        """The first time after ``t`` where the weights jump or stop being smooth (``inf``: none)."""
+        return math.inf
+
+    def forget_before(self, t: float) -> None:
+        """No query will come before ``t`` any more (a path sampler may drop what it kept)."""
+
+
+class LayersSampler(WeightSampler):
+    """``t -> `` the block of :class:`Layers` at ``t`` (right-continuous), with left limits and jump times."""
+
+    def __init__(self, process: Layers):
+        super().__init__(lambda t: process.layers[process.layer_index(t)])
+        self.process = process
+
+    def left(self, t: float) -> Heads:
+        P = self.process
+        return P.layers[min(max(math.ceil(float(t) * P.L / P.t_end - 1e-9) - 1, 0), P.L - 1)]
+
+    def next_break(self, t: float) -> float:
+        P = self.process
+        nxt = P.layer_index(t) + 1
+        return nxt * P.t_end / P.L if nxt < P.L else math.inf
+
 
 class WeightProcess(ABC):
     """``Theta_t = sum_h w_h delta_{theta_h(t)}``: a time-dependent family of ``H`` heads on ``R^d``."""
@@ -94,6 +122,12 @@ class WeightProcess(ABC):
     def derivative(self, t: float) -> torch.Tensor | None:
         """``dA/dt`` ``(H, d, d)`` for smooth processes; ``None`` where only increments exist."""
         return None
+
+    def adaptive_sampler(self, seed: int | None, grid: float) -> WeightSampler:
+        """A realisation for adaptive steps: a function of ``(seed, t)`` only, whatever the query
+        order (a rejected step queries times it then abandons). ``grid``: the spacing on which a
+        rough (stochastic) path is drawn. Deterministic processes: :meth:`sampler`."""
+        return self.sampler(seed)
 
     def describe(self) -> dict:
         return {"process": type(self).__name__, "H": self.H, "d": self.d}
@@ -150,7 +184,7 @@ class Layers(WeightProcess):
         return min(max(int(math.floor(t * self.L / self.t_end + 1e-9)), 0), self.L - 1)
 
     def sampler(self, seed: int | None = None) -> WeightSampler:
-        return WeightSampler(lambda t: self.layers[self.layer_index(t)])
+        return LayersSampler(self)
 
     @property
     def gradient_flow(self) -> bool:
@@ -240,6 +274,10 @@ class OrnsteinUhlenbeck(WeightProcess):
     def sampler(self, seed: int | None = None) -> OUSampler:
         return OUSampler(self, self.seed if seed is None else seed)
 
+    def adaptive_sampler(self, seed: int | None, grid: float) -> OUGridSampler:
+        """The path on the grid ``t_j = j grid`` (exact transitions), linear in between: :class:`OUGridSampler`."""
+        return OUGridSampler(self, self.seed if seed is None else seed, grid)
+
     @property
     def gradient_flow(self) -> bool:
         return self.symmetric and self.value == "A" and _is_symmetric(self.A_bar) and _is_symmetric(self.A0)
@@ -276,6 +314,84 @@ class OUSampler(WeightSampler):
         self.A = np.array(state["A"], dtype=np.float64)
         self.rng.bit_generator.state = state["rng"]
         self._heads = _heads(self.A, self.process.value)
+
+
+class OUGridSampler(WeightSampler):
+    """One OU path drawn on the fixed grid ``t_j = j h`` and linear in between: a function of ``(seed, t)``.
+
+    ``A(t_{j+1}) = Abar + e^{-rate h} (A(t_j) - Abar) + c_h S_j`` with the noise ``S_j`` of interval
+    ``j`` drawn from a generator keyed by ``(seed, j // BLOCK)``, so the value at any ``t`` does not
+    depend on which times were asked before (an adaptive step that is rejected and retried sees the
+    same path). The grid nodes are the path's breaks (:meth:`next_break`): adaptive steps stop there,
+    so each step sees weights that are linear in ``t``.
+    """
+
+    BLOCK = 256
+
+    def __init__(self, process: OrnsteinUhlenbeck, seed: int | None, h: float):
+        if not (h > 0 and math.isfinite(h)):
+            raise ValueError(f"the OU grid spacing must be a positive number; got {h}")
+        self.process, self.h = process, float(h)
+        self.seed = int(np.random.default_rng().integers(2**63)) if seed is None else int(seed)
+        self._nodes: dict[int, np.ndarray] = {0: process.A0.copy()}
+        self._blocks: dict[int, np.ndarray] = {}
+        self._last: tuple[float, Heads] | None = None
+
+    def _noise(self, i: int) -> np.ndarray:
+        b = i // self.BLOCK
+        if b not in self._blocks:
+            if len(self._blocks) > 2:
+                self._blocks.pop(min(self._blocks))
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, b]))
+            G = rng.standard_normal((self.BLOCK, *self.process.A_bar.shape))
+            self._blocks[b] = 0.5 * (G + G.transpose(0, 1, 3, 2)) if self.process.symmetric else G
+        return self._blocks[b][i % self.BLOCK]
+
+    def node(self, j: int) -> np.ndarray:
+        """``A(t_j)``."""
+        if j in self._nodes:
+            return self._nodes[j]
+        below = [i for i in self._nodes if i < j]
+        i = max(below) if below else 0
+        A = self._nodes[i] if below else self.process.A0.copy()
+        P = self.process
+        decay, scale = math.exp(-P.rate * self.h), P.transition_scale(self.h)
+        while i < j:
+            A = P.A_bar + decay * (A - P.A_bar) + scale * self._noise(i)
+            i += 1
+        self._nodes[j] = A
+        return A
+
+    def __call__(self, t: float) -> Heads:
+        t = float(t)
+        if self._last is not None and self._last[0] == t:
+            return self._last[1]
+        u = max(t, 0.0) / self.h
+        j = math.floor(u)
+        s = u - j
+        A = self.node(j) if s == 0.0 else (1.0 - s) * self.node(j) + s * self.node(j + 1)
+        heads = _heads(A, self.process.value)
+        self._last = (t, heads)
+        return heads
+
+    def next_break(self, t: float) -> float:
+        return (math.floor(float(t) / self.h + 1e-9) + 1) * self.h
+
+    def forget_before(self, t: float) -> None:
+        keep = math.floor(max(float(t), 0.0) / self.h)
+        base = max((i for i in self._nodes if i <= keep), default=None)
+        if base is not None:
+            for i in [i for i in self._nodes if i < base]:
+                del self._nodes[i]
+
+    def get_state(self) -> dict:
+        j = min(self._nodes)
+        return {"seed": self.seed, "h": self.h, "j": j, "A": self._nodes[j].copy()}
+
+    def set_state(self, state: dict) -> None:
+        self.seed, self.h = int(state["seed"]), float(state["h"])
+        self._nodes = {int(state["j"]): np.array(state["A"], dtype=np.float64)}
+        self._blocks, self._last = {}, None
 
 
 class FromCallable(WeightProcess):
