@@ -273,8 +273,9 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, idx_osc, full_ou, 
     ax[1].axhline(STATIONARY_RELATIVE, color="k", ls=":", label="criterion")
     ax[1].axvspan(traj.t[idx[0]], traj.t[-1], color="0.92")
     ax[1].set_title(r"relative slope $|\partial F|(\mu_t, \Theta)$ / |gradient|")
-    ax[2].semilogy(traj.t[idx], np.maximum(w2_ou, 1e-16) / full_ou, label="OU")
-    ax[2].semilogy(osc.t[idx_osc], np.maximum(w2_osc, 1e-16) / full_osc, label="oscillating (control)")
+    # Without t = T itself (where the distance is 0).
+    ax[2].semilogy(traj.t[idx][:-1], w2_ou[:-1] / full_ou, label="OU")
+    ax[2].semilogy(osc.t[idx_osc][:-1], w2_osc[:-1] / full_osc, label="oscillating (control)")
     ax[2].axhline(SETTLED_FRACTION, color="k", ls=":", label="criterion")
     ax[2].set_title(r"$W_2(\mu_t, \mu_T) / W_2(\mu_0, \mu_T)$, late window")
     for a in ax:

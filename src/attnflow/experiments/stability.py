@@ -145,7 +145,8 @@ def experiment_stability_input(
     ax[2].plot(ref.t, gron, label=r"rigorous $\int_0^t L$ (attnflow.dynamics.lipschitz)")
     ax[2].plot(ref.t, int_L, label=r"measured $\int_0^t L_{meas}$")
     ax[2].plot(ref.t, logratio[e2], label=f"log W2 ratio, noise {e2:g}")
-    ax[2].set_title("exponents")
+    ax[2].set_yscale("symlog", linthresh=1.0)
+    ax[2].set_title("exponents (symlog)")
     for a in ax:
         a.set_xlabel("t")
         a.legend(fontsize=7)
