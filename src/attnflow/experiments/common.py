@@ -47,6 +47,8 @@ class Prediction:
     control: str = ""
     control_measured: str = ""
     control_rejected: bool = False
+    #: Why it failed, in physical terms (filled by the experiment when the prediction or its control fails).
+    explanation: str = ""
 
     @property
     def ok(self) -> bool:

@@ -56,6 +56,13 @@ def write_report(
     )
     md = [head, markdown_table(results), "\n\n## Time per experiment\n\n| experiment | seconds |\n|---|---|"]
     md += [f"| {r.name} | {r.seconds:.1f} |" for r in results]
+    failed = [(r, p) for r, p in _rows(results) if not p.ok]
+    if failed:
+        md.append("\n\n## Closing note: what failed, and the physics\n")
+        md += [
+            f"- **{r.name}**, {p.statement} ({p.verdict}): {p.explanation or 'no explanation recorded.'}"
+            for r, p in failed
+        ]
     for r in results:
         md.append(f"\n\n## {r.name}\n")
         prefix = "" if single else f"{r.name}/"

@@ -198,6 +198,13 @@ def experiment_stability_input(
             not bool(lin_ctrl < LINEAR_RESPONSE_TOL),
         ),
     ]
+    for p in preds:
+        if not p.ok:
+            p.explanation = (
+                f"log-excess over exp(int L_meas): {', '.join(f'{fmt(v)} (noise {e:g})' for e, v in margin.items())}; "
+                "L_meas is measured on the reference trajectory only, so a large perturbation that leaves its "
+                "neighbourhood is not covered."
+            )
     res = ExperimentResult(
         "stability-input",
         {
@@ -296,6 +303,9 @@ def experiment_stability_weights(
                 not holds(cv, rates_ctrl[kind]),
             )
         )
+    for p in preds:
+        if not p.ok:
+            p.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
     ds = xr.Dataset(
         {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}
         | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
