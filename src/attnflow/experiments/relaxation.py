@@ -504,13 +504,15 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             not bool(settle["ou"] >= SETTLED_FRACTION),
         ),
     ]
+    late_osc = late_mean(osc.t, osc.diagnostics["slope"])
+    late_ou = late_mean(trajs["ou"].t, trajs["ou"].diagnostics["slope"])
     for p in preds:
         if not p.ok and "slope does not decay" in p.statement:
             p.explanation = (
                 "The early window (first tenth) is the clustering transient, where the slope is large whatever "
                 "the weights; after the collapse the slope is driven by the weights moving the stationary point: "
-                f"late mean {fmt(late_mean(osc.t, osc.diagnostics['slope']))}, several times the OU floor "
-                f"{fmt(late_mean(trajs['ou'].t, trajs['ou'].diagnostics['slope']))}, and it does not decay further; "
+                f"late mean {fmt(late_osc)}, {late_osc / late_ou:.3g} times the OU floor {fmt(late_ou)}, and it "
+                "does not decay further; "
                 "the ratio to the transient falls below 0.5 all the same."
             )
         elif not p.ok:
