@@ -23,7 +23,13 @@ def reproduce(
         help="Output folder (default runs/reproduce for all, runs/reproduce/NAME for one experiment).",
     ),
     seed: int = typer.Option(0, "--seed", help="Base seed of every run."),
-    full: bool = typer.Option(False, "--full", help="heads: also H = 128, 256."),
+    full: bool = typer.Option(False, "--full", help="Kept for compatibility: the full run has H up to 256 already."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="Change a parameter of experiment NAME, e.g. --set heads.beta=3 (repeatable; the defaults are in "
+        "configs.yaml of a run).",
+    ),
     readme: Optional[Path] = typer.Option(
         None, "--readme", help="With 'all': rewrite the reproduce block of this README."
     ),
@@ -41,11 +47,15 @@ def reproduce(
 
       attnflow reproduce heads --quick
 
+      attnflow reproduce heads --set heads.beta=3 --set weights.rate=0.5 --set heads.counts=[16,32,64,128]
+
       attnflow reproduce all --out runs/reproduce --readme README.md
     """
     import torch
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-    from attnflow.experiments import NAMES
+    from attnflow.experiments import NAMES, ExperimentConfigError, experiment_config
     from attnflow.experiments import reproduce as run_all
     from attnflow.experiments.report import update_readme
 
@@ -53,27 +63,70 @@ def reproduce(
         raise UserError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}.")
     if readme is not None and name != "all":
         raise UserError("--readme needs NAME 'all'.")
+    if set_ and name == "all":
+        raise UserError("--set changes one experiment's parameters; give NAME (e.g. heads), not 'all'.")
+    if set_:
+        try:
+            experiment_config(name, quick=quick, sets=list(set_))
+        except ExperimentConfigError as e:
+            raise UserError(str(e)) from None
     target = out or Path("runs/reproduce") / ("" if name == "all" else name)
     torch.set_num_threads(threads)
 
-    def done(res) -> None:
-        console.print(f"[bold]{res.name}[/] done in {res.seconds:.1f} s")
+    bar = Progress(
+        TextColumn("[bold]{task.fields[experiment]}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=False,
+    )
+    tasks: dict[str, TaskID] = {}
 
-    results = run_all(name, out=target, quick=quick, seed=seed, full=full, on_done=done)
-    table = Table(title=f"attnflow reproduce {name}{' --quick' if quick else ''}")
-    for col in ("experiment", "prediction", "measured", "criterion", ""):
-        table.add_column(col, overflow="fold")
+    def progress_for(exp: str):
+        def tick(done: int, total: int, what: str) -> None:
+            if exp not in tasks:
+                tasks[exp] = bar.add_task(escape(what), total=total, experiment=exp)
+            bar.update(tasks[exp], completed=done, total=total, description=escape(what))
+
+        return tick
+
+    def done(res) -> None:
+        if res.name in tasks:
+            bar.update(tasks[res.name], description=f"done in {res.seconds:.1f} s")
+
+    with bar:
+        results = run_all(
+            name, out=target, quick=quick, seed=seed, full=full, sets=list(set_), on_done=done, progress=progress_for
+        )
+    table = Table(title=f"attnflow reproduce {name}{' --quick' if quick else ''}", expand=False)
+    for col, ratio in (
+        ("experiment", 1),
+        ("prediction", 3),
+        ("measured", 4),
+        ("criterion", 3),
+        ("negative control", 4),
+    ):
+        table.add_column(col, overflow="fold", ratio=ratio)
+    table.add_column("", no_wrap=True, width=len("FAIL (control passes)"))
     for r in results:
         for p in r.predictions:
+            verdict = f"[green]{p.verdict}[/]" if p.ok else f"[red]{escape(p.verdict)}[/]"
             table.add_row(
-                r.name, p.statement, p.measured, p.criterion, "[green]PASS[/]" if p.passed else "[red]FAIL[/]"
+                r.name,
+                escape(p.statement),
+                escape(p.measured),
+                escape(p.criterion),
+                escape(p.control_text),
+                verdict,
             )
     from rich.console import Console
 
-    Console(width=200).print(table)
-    console.print(f"wrote {target}")
+    Console().print(table)  # the terminal's width (80 columns when not a terminal)
+    console.print(f"wrote {escape(str(target))} (report.md there)")
     if readme is not None:
         update_readme(readme, results, target, quick=quick)
-        console.print(f"updated {readme}")
+        console.print(f"updated {escape(str(readme))}")
     if not all(r.passed for r in results):
         raise typer.Exit(1)

@@ -27,34 +27,55 @@ def _rows(results: list[ExperimentResult]):
 
 
 def markdown_table(results: list[ExperimentResult]) -> str:
-    lines = ["| experiment | prediction (docs/model.md) | measured | criterion | |", "|---|---|---|---|---|"]
+    lines = [
+        "| experiment | prediction (docs/model.md) | measured | criterion | negative control | |",
+        "|---|---|---|---|---|---|",
+    ]
     for r, p in _rows(results):
         esc = lambda s: s.replace("|", "\\|")
+        verdict = p.verdict if p.ok else f"**{p.verdict}**"
         lines.append(
-            f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {'PASS' if p.passed else '**FAIL**'} |"
+            f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {esc(p.control_text)} | {verdict} |"
         )
     return "\n".join(lines)
 
 
-def write_reproduce_report(results: list[ExperimentResult], out: Path, *, quick: bool, seed: int, created: str) -> None:
+def write_reproduce_report(
+    results: list[ExperimentResult], out: Path, *, quick: bool, seed: int, created: str, single: bool = False
+) -> None:
+    """``report.md`` (and, for ``all``, ``report.html``) in ``out``; ``single``: ``out`` is the experiment's folder."""
     total = sum(r.seconds for r in results)
-    n_pass = sum(p.passed for _, p in _rows(results))
+    n_pass = sum(p.ok for _, p in _rows(results))
     n_all = sum(1 for _ in _rows(results))
+    n_ctrl = sum(p.control_rejected for _, p in _rows(results))
+    title = results[0].name if single else "all"
     head = (
-        f"# attnflow reproduce all{' --quick' if quick else ''}\n\n"
-        f"Seed {seed}, {created}, {total:.0f} s in all. **{n_pass}/{n_all} predictions PASS.**\n\n"
+        f"# attnflow reproduce {title}{' --quick' if quick else ''}\n\n"
+        f"Seed {seed}, {created}, {total:.0f} s in all. **{n_pass}/{n_all} predictions PASS; "
+        f"{n_ctrl}/{n_all} negative controls rejected.**\n\n"
     )
     md = [head, markdown_table(results), "\n\n## Time per experiment\n\n| experiment | seconds |\n|---|---|"]
     md += [f"| {r.name} | {r.seconds:.1f} |" for r in results]
+    failed = [(r, p) for r, p in _rows(results) if not p.ok]
+    if failed:
+        md.append("\n\n## Closing note: what failed, and the physics\n")
+        md += [
+            f"- **{r.name}**, {p.statement} ({p.verdict}): {p.explanation or 'no explanation recorded.'}"
+            for r, p in failed
+        ]
     for r in results:
         md.append(f"\n\n## {r.name}\n")
-        md += [f"![{r.name} {stem}]({r.name}/figures/{stem}.png)\n" for stem in r.figures]
+        prefix = "" if single else f"{r.name}/"
+        md += [f"![{r.name} {stem}]({prefix}figures/{stem}.png)\n" for stem in r.figures]
         md += [f"\n_Note: {n}_\n" for n in r.notes]
     (out / "report.md").write_text("\n".join(md) + "\n")
+    if single:
+        return
 
     rows = "".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(p.statement)}</td><td>{html.escape(p.measured)}</td>"
-        f"<td>{html.escape(p.criterion)}</td><td class='{'pass' if p.passed else 'fail'}'>{'PASS' if p.passed else 'FAIL'}</td></tr>"
+        f"<td>{html.escape(p.criterion)}</td><td>{html.escape(p.control_text)}</td>"
+        f"<td class='{'pass' if p.ok else 'fail'}'>{html.escape(p.verdict)}</td></tr>"
         for r, p in _rows(results)
     )
     figs = []
@@ -71,7 +92,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:14px}}.pass{{color:#070;f
 .fail{{color:#b00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
 <h1>attnflow reproduce all{" --quick" if quick else ""}</h1><p>Seed {seed}, {html.escape(created)}, {total:.0f} s in all.
 <b>{n_pass}/{n_all} predictions PASS.</b></p>
-<table><tr><th>experiment</th><th>prediction</th><th>measured</th><th>criterion</th><th></th></tr>{rows}</table>
+<table><tr><th>experiment</th><th>prediction</th><th>measured</th><th>criterion</th><th>negative control</th><th></th></tr>{rows}</table>
 {"".join(figs)}</body></html>"""
     (out / "report.html").write_text(page)
 

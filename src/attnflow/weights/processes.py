@@ -278,6 +278,23 @@ class OrnsteinUhlenbeck(WeightProcess):
         """The path on the grid ``t_j = j grid`` (exact transitions), linear in between: :class:`OUGridSampler`."""
         return OUGridSampler(self, self.seed if seed is None else seed, grid)
 
+    def path(self, times: Sequence[float], seed: int | None = None) -> np.ndarray:
+        """One realisation ``A(t_k)`` ``(K, H, d, d)`` at increasing ``times`` (from ``A0`` at ``t = 0``).
+
+        Exact transitions between successive times, drawn like :class:`OUSampler` does. Used with
+        :class:`Sampled` on a fine grid, it gives runs at several steps ``dt`` the *same* Brownian path
+        (every coarser grid's stage times being nodes of the fine one).
+        """
+        ts = np.asarray(times, dtype=np.float64)
+        if ts.ndim != 1 or len(ts) == 0 or ts[0] < 0 or np.any(np.diff(ts) < 0):
+            raise ValueError("times must be a non-empty, non-decreasing sequence of non-negative numbers")
+        s = OUSampler(self, self.seed if seed is None else seed)
+        out = np.empty((len(ts), *self.A_bar.shape))
+        for k, t in enumerate(ts):
+            s(float(t))
+            out[k] = s.A
+        return out
+
     @property
     def gradient_flow(self) -> bool:
         return self.symmetric and self.value == "A" and _is_symmetric(self.A_bar) and _is_symmetric(self.A0)
