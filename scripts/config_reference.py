@@ -82,6 +82,10 @@ DESCRIPTIONS: dict[str, str] = {
     "integration.method": "Scheme: explicit `euler` (order 1), `heun` (2), `rk4` (4) with the retraction, "
     "or the implicit minimising movement `jko`.",
     "integration.save_every": "Save the state and the diagnostics every this many steps.",
+    "integration.rtol": "Adaptive methods (`bosh3`, `dopri5`) only: relative tolerance of the local error.",
+    "integration.atol": "Adaptive methods only: absolute tolerance of the local error.",
+    "integration.dt_min": "Adaptive methods only: smallest step allowed (below it the run stops with the last good state).",
+    "integration.dt_max": "Adaptive methods only: largest step (default: the spacing of the save times).",
     "kernel": "How the attention sums are evaluated (see [Speed and scale](performance.md)).",
     "kernel.backend": "`auto` (fused dense kernel, fast summation when $d \\le 4$, many tokens and it pays), "
     "`flash`, `stream` or `fast`.",

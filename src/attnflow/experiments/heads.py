@@ -18,6 +18,7 @@ which scales like ``H^(-1/2)``; the criterion must reject it.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -104,10 +105,8 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
 
     def record(t: float, Y: torch.Tensor) -> None:
         st = f.stats(t, Y)
-        row = [
-            float(torch.exp(FieldStats(out=st.out[b], logZ=st.logZ[b], log_w=st.log_w).log_slope(Y[b], a)))
-            for b in range(Y.shape[0])
-        ]
+        members = [FieldStats(out=st.out[b], logZ=st.logZ[b], log_w=st.log_w) for b in range(Y.shape[0])]
+        row = [math.exp(float(m.log_slope(Y[b], a))) for b, m in enumerate(members)]
         ts.append(t)
         slopes.append(row)
 
