@@ -31,7 +31,7 @@ from attnflow.config import build, parse_config
 from attnflow.dynamics.fields import energy
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
 from attnflow.solve.simulation import simulate
-from attnflow.weights.processes import Sampled
+from attnflow.weights.processes import OrnsteinUhlenbeck, Sampled
 
 #: What the quadrature achieves (attnflow.analysis.edi): the scheme's order for smooth weights, 1 on an OU path.
 EXPECTED_ORDER = {"constant": 4, "oscillating": 4, "ou": 1}
@@ -133,7 +133,9 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     for i, s in enumerate(seeds):
         base = run_config(cfg, "ou", dts[0], s)
         x0, ou, kw = build(parse_config(base, "edi"))
-        path = Sampled(times, ou.path(times))
+        if not isinstance(ou, OrnsteinUhlenbeck):  # run_config(..., "ou", ...) builds one
+            raise TypeError(f"the ou run config built a {type(ou).__name__}, not an OrnsteinUhlenbeck")
+        path = Sampled(times, ou.path(times.tolist()))
         for j, dt in enumerate(dts):
             if progress:
                 progress(done, total, f"ou seed {s}, dt = {dt:g} (one path)")
@@ -157,7 +159,8 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     def ok(p: str, r: np.ndarray, order: float) -> bool:
         return bool(r[mid] < RESIDUAL_BOUND[p] and abs(order - EXPECTED_ORDER[p]) <= ORDER_TOLERANCE[p])
 
-    preds, headline = [], {"dt": dts, "processes": ["constant", "oscillating", "ou"], "ou_seeds": seeds}
+    preds: list[Prediction] = []
+    headline: dict[str, Any] = {"dt": dts, "processes": ["constant", "oscillating", "ou"], "ou_seeds": seeds}
     for p in ("constant", "oscillating", "ou"):
         headline[p] = {
             "relative_residual": rel[p],
@@ -199,14 +202,14 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
                 not ok(p, ctrl[p], orders_ctrl[p]),
             )
         )
-    for p, name in zip(preds, ("constant", "oscillating", "ou")):
-        if p.ok:
+    for pred, name in zip(preds, ("constant", "oscillating", "ou")):
+        if pred.ok:
             continue
         if name == "ou":
             mean_res = rel_ou.mean(0)
             local = np.log(mean_res[:-1] / mean_res[1:]) / np.log(np.array(dts[:-1]) / np.array(dts[1:]))
             alike = rel_ou[:, 0].max() < 1.5 * rel_ou[:, 0].min()
-            p.explanation = (
+            pred.explanation = (
                 f"the per-seed orders ({', '.join(f'{v:.2f}' for v in per_seed)}) scatter widely, and the "
                 f"seed-averaged residual falls with local orders {', '.join(f'{v:.2f}' for v in local)} between "
                 "successive steps, not at a steady rate. The residual of one path is a signed sum of per-step "
@@ -224,7 +227,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
                 f"{orders_ctrl['ou']:.2f}), as a wrong weight contribution must."
             )
         else:
-            p.explanation = (
+            pred.explanation = (
                 f"order {orders[name]:.2f} against rk4's 4; residuals {', '.join(fmt(v) for v in rel[name])}."
             )
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))

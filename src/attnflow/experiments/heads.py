@@ -19,7 +19,7 @@ which scales like ``H^(-1/2)``; the criterion must reject it.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,7 +38,7 @@ from attnflow.experiments.common import (
     loglog_fit,
 )
 from attnflow.experiments.runs import late_mean
-from attnflow.schemes.integrators import get_integrator
+from attnflow.schemes.integrators import Field, get_integrator
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
@@ -98,14 +98,18 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
     hw = masses(None, H, "head_weights", X)
     f = EnsembleField("gf", samplers, np.ones(len(seeds)), a, hw, X.dtype, X.device)
     stepper = get_integrator("rk4")
+    field = cast(Field, f)  # a batched Field: heads_at gives one Heads per member (as in solve.ensemble)
     dt, n_steps = float(it["dt"]), int(round(float(it["t_end"]) / float(it["dt"])))
     every = int(it["save_every"])
     ts, slopes = [], []
 
     def record(t: float, Y: torch.Tensor) -> None:
         st = f.stats(t, Y)
+        out = st.out
+        if out is None:  # stats() evaluates the field: out is always there
+            raise RuntimeError("the ensemble's kernel pass returned no field")
         row = [
-            float(torch.exp(FieldStats(out=st.out[b], logZ=st.logZ[b], log_w=st.log_w).log_slope(Y[b], a)))
+            float(torch.exp(FieldStats(out=out[b], logZ=st.logZ[b], log_w=st.log_w).log_slope(Y[b], a)))
             for b in range(Y.shape[0])
         ]
         ts.append(t)
@@ -114,7 +118,7 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
     t = 0.0
     record(t, X)
     for k in range(1, n_steps + 1):
-        X = stepper.step(f, t, X, dt)
+        X = stepper.step(field, t, X, dt)
         t = k * dt
         if k % every == 0 or k == n_steps:
             record(t, X)
@@ -211,7 +215,8 @@ def experiment_heads(
     for p, r in zip(preds, results.values()):
         if p.ok:
             continue
-        m, lo, hi = r["main"], *r["main"]["ci"]
+        m: dict[str, Any] = r["main"]
+        lo, hi = m["ci"]
         loc = ", ".join(f"{v:.2f}" for v in m["local_exponents"])
         if not p.passed and lo <= -0.5 <= hi:
             p.explanation = (

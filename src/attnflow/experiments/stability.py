@@ -251,28 +251,30 @@ def experiment_stability_weights(
         progress(0, total, "reference runs")
     ref = simulate(x0, proc, **kwargs)
     ref_other = simulate(x0, proc, **{**kwargs, "seed": int(kwargs["seed"]) + 1})
+    if not isinstance(proc, OrnsteinUhlenbeck):  # base_config sets an ou process
+        raise TypeError(f"the stability-weights config built a {type(proc).__name__}, not an OrnsteinUhlenbeck")
     H, d = proc.H, proc.d
     G = goe_heads(H, d, 1.0, seed + 101)
     A0_other = proc.A_bar + goe_heads(H, d, 2.0, seed + 202) * 1.5  # another initialisation law
-    table = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    control = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
+    table: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
+    control: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
     done = 2
     for kind in table:
         for eps in epss:
             if progress:
                 progress(done, total, f"{kind} perturbation, eps {eps:g}")
             A0 = proc.A0 + eps * G if kind == "noise" else (1 - eps) * proc.A0 + eps * A0_other
-            p = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
-            pert = simulate(x0, p, **kwargs)
+            perturbed = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
+            pert = simulate(x0, perturbed, **kwargs)
             for tab, r in ((table, ref), (control, ref_other)):
                 tab[kind]["dF"].append(float(np.abs(pert.diagnostics["energy"] - r.diagnostics["energy"]).max()))
                 tab[kind]["w2"].append(float(_w2(r, pert).max()))
             done += 1
 
-    def rates_of(tab):
+    def rates_of(tab: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
         return {k: {m: loglog_fit(np.array(epss), np.array(v[m]))[0] for m in v} for k, v in tab.items()}
 
-    def holds(vals, rate) -> bool:
+    def holds(vals: dict[str, list[float]], rate: dict[str, float]) -> bool:
         mono = all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)
         return bool(mono and rate["dF"] >= 0.5 and rate["w2"] >= 0.5)
 
@@ -287,7 +289,7 @@ def experiment_stability_weights(
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    preds = []
+    preds: list[Prediction] = []
     for kind in table:
         vals, cv = table[kind], control[kind]
         preds.append(
@@ -303,9 +305,9 @@ def experiment_stability_weights(
                 not holds(cv, rates_ctrl[kind]),
             )
         )
-    for p in preds:
-        if not p.ok:
-            p.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
+    for pred in preds:
+        if not pred.ok:
+            pred.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
     ds = xr.Dataset(
         {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}
         | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
