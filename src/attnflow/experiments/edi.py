@@ -30,6 +30,7 @@ from attnflow.analysis.edi import edi_budget
 from attnflow.config import build, parse_config
 from attnflow.dynamics.fields import energy
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
+from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck, Sampled
 
@@ -39,6 +40,36 @@ ORDER_TOLERANCE = {"constant": 0.5, "oscillating": 0.5, "ou": 0.3}
 #: Residual bound at the middle step (relative to the dissipation).
 RESIDUAL_BOUND = {"constant": 1e-3, "oscillating": 1e-3, "ou": 1e-2}
 MOBILITY_MISSCALE = 1.1
+
+#: name -> (long_name, units, description) of the dataset's variables and coordinates.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "process": (
+        "weight process",
+        "1",
+        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)) or ou "
+        "(Ornstein-Uhlenbeck around A_bar)",
+    ),
+    "dt": ("step dt", "1", "integrator step dt of the rk4 runs (dimensionless model time)"),
+    "ou_seed": ("OU seed", "1", "seed of one OU run: its initial tokens and its one Brownian path, shared by every dt"),
+    "relative_residual": (
+        "relative EDI residual",
+        "1",
+        "|F(T) - F(0) + 1/2 int |mu'|^2 + 1/2 int |dF|^2 - int dF/dt| divided by the dissipation "
+        "1/2 int |mu'|^2 + 1/2 int |dF|^2, for each process and step dt (ou: mean over the seeds)",
+    ),
+    "control_relative_residual": (
+        "relative EDI residual, negative control",
+        "1",
+        "the same residual read wrongly, from the same runs: constant and oscillating with the mobility mis-scaled "
+        "by 10% (1/2 int |mu'|^2 / 1.1 + 1.1 x 1/2 int |dF|^2); ou with the weights' work as the Ito sum "
+        "dF/dA[A_{k+1} - A_k] (no Ito correction), mean over the seeds",
+    ),
+    "ou_relative_residual": (
+        "relative EDI residual per OU seed",
+        "1",
+        "relative EDI residual of each OU seed's run (one Brownian path per seed, the same path for every dt)",
+    ),
+}
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -253,24 +284,13 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     procs = ["constant", "oscillating", "ou"]
     ds = xr.Dataset(
         {
-            "relative_residual": (
-                ("process", "dt"),
-                np.stack([rel[p] for p in procs]),
-                {"long_name": "|EDI residual| / dissipation", "units": "1"},
-            ),
-            "control_relative_residual": (
-                ("process", "dt"),
-                np.stack([ctrl[p] for p in procs]),
-                {"long_name": "the same for the negative control", "units": "1"},
-            ),
-            "ou_relative_residual": (
-                ("ou_seed", "dt"),
-                rel_ou,
-                {"long_name": "OU: per seed (one path each)", "units": "1"},
-            ),
+            "relative_residual": (("process", "dt"), np.stack([rel[p] for p in procs])),
+            "control_relative_residual": (("process", "dt"), np.stack([ctrl[p] for p in procs])),
+            "ou_relative_residual": (("ou_seed", "dt"), rel_ou),
         },
         coords={"process": procs, "dt": dts, "ou_seed": seeds},
     )
+    describe(ds, VARIABLES)
     res = ExperimentResult("edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds, parameters=cfg)
     if progress:
         progress(total, total, "done")

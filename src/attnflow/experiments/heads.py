@@ -38,6 +38,7 @@ from attnflow.experiments.common import (
     loglog_fit,
 )
 from attnflow.experiments.runs import late_mean
+from attnflow.io.metadata import describe
 from attnflow.schemes.integrators import Field, get_integrator
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.weights.processes import OrnsteinUhlenbeck
@@ -45,6 +46,34 @@ from attnflow.weights.processes import OrnsteinUhlenbeck
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
 LOCAL_BAND = 0.2
 BOOTSTRAP = 2000
+
+#: name -> (long_name, units, description) of the dataset's variables and coordinates; ``{set}``
+#: stands for a parameter set's name (see :func:`variables`).
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "seed": ("seed", "1", "seed of one ensemble member: its initial cloud, initial heads and OU weight path"),
+    "H_{set}": ("number of heads H", "1", "number of OU attention heads H of the runs of parameter set {set}"),
+    "floor_{set}": (
+        "slope floor: late mean of |dF|^2",
+        "1",
+        "time average of the squared metric slope |dF|^2 over the second half of the run (parameter set {set}); "
+        "expected to scale like 1/H",
+    ),
+    "abs_slope_{set}": (
+        "late mean of |dF|",
+        "1",
+        "time average of the metric slope |dF| over the second half of the run (parameter set {set}); the "
+        "negative control, scaling like H^(-1/2)",
+    ),
+}
+
+
+def variables(sets: list[str]) -> dict[str, tuple[str, str, str]]:
+    """:data:`VARIABLES` with ``{set}`` filled in for each parameter set's name."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for key, entry in VARIABLES.items():
+        for s in sets if "{set}" in key else [""]:
+            out[key.format(set=s)] = (entry[0], entry[1], entry[2].format(set=s))
+    return out
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -271,17 +300,12 @@ def experiment_heads(
     fig.tight_layout()
     base = results["base"]
     ds = xr.Dataset(
-        {
-            f"floor_{n}": (("H_" + n, "seed"), r["floor"], {"long_name": "late mean of |dF|^2", "units": "1"})
-            for n, r in results.items()
-        }
-        | {
-            f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"], {"long_name": "late mean of |dF|", "units": "1"})
-            for n, r in results.items()
-        },
+        {f"floor_{n}": (("H_" + n, "seed"), r["floor"]) for n, r in results.items()}
+        | {f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"]) for n, r in results.items()},
         coords={"seed": seeds, **{"H_" + n: r["H"] for n, r in results.items()}},
         attrs={"exponent": base["main"]["exponent"], "ci_low": base["main"]["ci"][0], "ci_high": base["main"]["ci"][1]},
     )
+    describe(ds, variables(list(results)))
     bm = base["main"]
     headline = {
         "exponent": bm["exponent"],

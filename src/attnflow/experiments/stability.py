@@ -18,8 +18,60 @@ from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
 from attnflow.experiments.runs import run
+from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck
+
+_W2 = "W2 distance on the sphere between the reference's and the perturbed run's token clouds (token masses a_i)"
+_CONTROL = "negative control: the perturbed runs against a reference driven by another OU noise path (same law)"
+
+#: name -> (long_name, units, description) of both experiments' dataset variables and coordinates.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    # stability-input
+    "time": ("time t", "1", "saved times t of the reference run (dimensionless model time)"),
+    "noise": (
+        "input noise level eps",
+        "1",
+        "size eps of the initial perturbation y_i(0) = (x_i(0) + eps g_i) / |x_i(0) + eps g_i|, g_i standard normal",
+    ),
+    "w2": ("W2(mu_t, nu_t)", "1", f"{_W2} at time t, for each noise level"),
+    "L_measured": (
+        "measured one-sided Lipschitz constant L_meas(t)",
+        "1",
+        "largest eigenvalue of the symmetrised Jacobian of the gf particle field on the tangent space of "
+        "(S^{d-1})^N, along the reference run",
+    ),
+    "int_L_measured": ("int_0^t L_meas", "1", "time integral of L_meas from 0 to t (trapezoidal rule)"),
+    "gronwall_exponent": (
+        "rigorous Gronwall exponent int_0^t L",
+        "1",
+        "time integral of the rigorous one-sided Lipschitz bound L(t) (attnflow.dynamics.lipschitz): "
+        "W2(mu_t, nu_t) <= exp(int_0^t L) W2(mu_0, nu_0)",
+    ),
+    # stability-weights
+    "eps": (
+        "weight perturbation size eps",
+        "1",
+        "size eps of the OU weights' perturbation: initial heads A0 + eps G (noise) or (1 - eps) A0 + eps A0' (law)",
+    ),
+    "noise_dF": (
+        "sup_t |F_eps - F|, perturbed A0",
+        "1",
+        "largest energy gap over time between the run with initial heads A0 + eps G (G a GOE draw) and the reference",
+    ),
+    "noise_w2": ("sup_t W2, perturbed A0", "1", f"largest {_W2} over time; initial heads A0 + eps G"),
+    "law_dF": (
+        "sup_t |F_eps - F|, changed init law",
+        "1",
+        "largest energy gap over time between the run with initial heads (1 - eps) A0 + eps A0' (A0' from "
+        "another initialisation law) and the reference",
+    ),
+    "law_w2": ("sup_t W2, changed init law", "1", f"largest {_W2} over time; initial heads (1 - eps) A0 + eps A0'"),
+    "control_noise_dF": ("sup_t |F_eps - F|, perturbed A0, control", "1", f"noise_dF, {_CONTROL}"),
+    "control_noise_w2": ("sup_t W2, perturbed A0, control", "1", f"noise_w2, {_CONTROL}"),
+    "control_law_dF": ("sup_t |F_eps - F|, changed init law, control", "1", f"law_dF, {_CONTROL}"),
+    "control_law_w2": ("sup_t W2, changed init law, control", "1", f"law_w2, {_CONTROL}"),
+}
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -154,21 +206,14 @@ def experiment_stability_input(
     fig.tight_layout()
     ds = xr.Dataset(
         {
-            "w2": (
-                ("noise", "time"),
-                np.stack([w2s[e] for e in levels]),
-                {"long_name": "W2(mu_t, nu_t)", "units": "1"},
-            ),
-            "L_measured": (
-                ("time",),
-                L_meas,
-                {"long_name": "one-sided Lipschitz constant along the reference", "units": "1"},
-            ),
-            "int_L_measured": (("time",), int_L, {"long_name": "int_0^t L_meas", "units": "1"}),
-            "gronwall_exponent": (("time",), gron, {"long_name": "int_0^t L (rigorous bound)", "units": "1"}),
+            "w2": (("noise", "time"), np.stack([w2s[e] for e in levels])),
+            "L_measured": (("time",), L_meas),
+            "int_L_measured": (("time",), int_L),
+            "gronwall_exponent": (("time",), gron),
         },
         coords={"noise": levels, "time": ref.t},
     )
+    describe(ds, VARIABLES)
     preds = [
         Prediction(
             "stability-input",
@@ -313,6 +358,7 @@ def experiment_stability_weights(
         | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
         coords={"eps": epss},
     )
+    describe(ds, VARIABLES)
     res = ExperimentResult(
         "stability-weights",
         {
