@@ -113,7 +113,7 @@ def reproduce(
     created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if name == "all":
         out.mkdir(parents=True, exist_ok=True)
-        combined = {
+        combined: dict[str, Any] = {
             r.name: {**to_jsonable(r.headline), "passed": r.passed, "seconds": round(r.seconds, 1)} for r in results
         }
         combined["passed"] = all(r.passed for r in results)

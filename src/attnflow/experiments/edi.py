@@ -30,8 +30,9 @@ from attnflow.analysis.edi import edi_budget
 from attnflow.config import build, parse_config
 from attnflow.dynamics.fields import energy
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
+from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
-from attnflow.weights.processes import Sampled
+from attnflow.weights.processes import OrnsteinUhlenbeck, Sampled
 
 #: What the quadrature achieves (attnflow.analysis.edi): the scheme's order for smooth weights, 1 on an OU path.
 EXPECTED_ORDER = {"constant": 4, "oscillating": 4, "ou": 1}
@@ -39,6 +40,36 @@ ORDER_TOLERANCE = {"constant": 0.5, "oscillating": 0.5, "ou": 0.3}
 #: Residual bound at the middle step (relative to the dissipation).
 RESIDUAL_BOUND = {"constant": 1e-3, "oscillating": 1e-3, "ou": 1e-2}
 MOBILITY_MISSCALE = 1.1
+
+#: name -> (long_name, units, description) of the dataset's variables and coordinates.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "process": (
+        "weight process",
+        "1",
+        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)) or ou "
+        "(Ornstein-Uhlenbeck around A_bar)",
+    ),
+    "dt": ("step dt", "1", "integrator step dt of the rk4 runs (dimensionless model time)"),
+    "ou_seed": ("OU seed", "1", "seed of one OU run: its initial tokens and its one Brownian path, shared by every dt"),
+    "relative_residual": (
+        "relative EDI residual",
+        "1",
+        "|F(T) - F(0) + 1/2 int |mu'|^2 + 1/2 int |dF|^2 - int dF/dt| divided by the dissipation "
+        "1/2 int |mu'|^2 + 1/2 int |dF|^2, for each process and step dt (ou: mean over the seeds)",
+    ),
+    "control_relative_residual": (
+        "relative EDI residual, negative control",
+        "1",
+        "the same residual read wrongly, from the same runs: constant and oscillating with the mobility mis-scaled "
+        "by 10% (1/2 int |mu'|^2 / 1.1 + 1.1 x 1/2 int |dF|^2); ou with the weights' work as the Ito sum "
+        "dF/dA[A_{k+1} - A_k] (no Ito correction), mean over the seeds",
+    ),
+    "ou_relative_residual": (
+        "relative EDI residual per OU seed",
+        "1",
+        "relative EDI residual of each OU seed's run (one Brownian path per seed, the same path for every dt)",
+    ),
+}
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -133,7 +164,9 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     for i, s in enumerate(seeds):
         base = run_config(cfg, "ou", dts[0], s)
         x0, ou, kw = build(parse_config(base, "edi"))
-        path = Sampled(times, ou.path(times))
+        if not isinstance(ou, OrnsteinUhlenbeck):  # run_config(..., "ou", ...) builds one
+            raise TypeError(f"the ou run config built a {type(ou).__name__}, not an OrnsteinUhlenbeck")
+        path = Sampled(times, ou.path(times.tolist()))
         for j, dt in enumerate(dts):
             if progress:
                 progress(done, total, f"ou seed {s}, dt = {dt:g} (one path)")
@@ -157,7 +190,8 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     def ok(p: str, r: np.ndarray, order: float) -> bool:
         return bool(r[mid] < RESIDUAL_BOUND[p] and abs(order - EXPECTED_ORDER[p]) <= ORDER_TOLERANCE[p])
 
-    preds, headline = [], {"dt": dts, "processes": ["constant", "oscillating", "ou"], "ou_seeds": seeds}
+    preds: list[Prediction] = []
+    headline: dict[str, Any] = {"dt": dts, "processes": ["constant", "oscillating", "ou"], "ou_seeds": seeds}
     for p in ("constant", "oscillating", "ou"):
         headline[p] = {
             "relative_residual": rel[p],
@@ -199,14 +233,14 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
                 not ok(p, ctrl[p], orders_ctrl[p]),
             )
         )
-    for p, name in zip(preds, ("constant", "oscillating", "ou")):
-        if p.ok:
+    for pred, name in zip(preds, ("constant", "oscillating", "ou")):
+        if pred.ok:
             continue
         if name == "ou":
             mean_res = rel_ou.mean(0)
             local = np.log(mean_res[:-1] / mean_res[1:]) / np.log(np.array(dts[:-1]) / np.array(dts[1:]))
             alike = rel_ou[:, 0].max() < 1.5 * rel_ou[:, 0].min()
-            p.explanation = (
+            pred.explanation = (
                 f"the per-seed orders ({', '.join(f'{v:.2f}' for v in per_seed)}) scatter widely, and the "
                 f"seed-averaged residual falls with local orders {', '.join(f'{v:.2f}' for v in local)} between "
                 "successive steps, not at a steady rate. The residual of one path is a signed sum of per-step "
@@ -224,7 +258,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
                 f"{orders_ctrl['ou']:.2f}), as a wrong weight contribution must."
             )
         else:
-            p.explanation = (
+            pred.explanation = (
                 f"order {orders[name]:.2f} against rk4's 4; residuals {', '.join(fmt(v) for v in rel[name])}."
             )
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
@@ -250,24 +284,13 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     procs = ["constant", "oscillating", "ou"]
     ds = xr.Dataset(
         {
-            "relative_residual": (
-                ("process", "dt"),
-                np.stack([rel[p] for p in procs]),
-                {"long_name": "|EDI residual| / dissipation", "units": "1"},
-            ),
-            "control_relative_residual": (
-                ("process", "dt"),
-                np.stack([ctrl[p] for p in procs]),
-                {"long_name": "the same for the negative control", "units": "1"},
-            ),
-            "ou_relative_residual": (
-                ("ou_seed", "dt"),
-                rel_ou,
-                {"long_name": "OU: per seed (one path each)", "units": "1"},
-            ),
+            "relative_residual": (("process", "dt"), np.stack([rel[p] for p in procs])),
+            "control_relative_residual": (("process", "dt"), np.stack([ctrl[p] for p in procs])),
+            "ou_relative_residual": (("ou_seed", "dt"), rel_ou),
         },
         coords={"process": procs, "dt": dts, "ou_seed": seeds},
     )
+    describe(ds, VARIABLES)
     res = ExperimentResult("edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds, parameters=cfg)
     if progress:
         progress(total, total, "done")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -39,13 +39,42 @@ from attnflow.experiments.common import (
     loglog_fit,
 )
 from attnflow.experiments.runs import late_mean
-from attnflow.schemes.integrators import get_integrator
+from attnflow.io.metadata import describe
+from attnflow.schemes.integrators import Field, get_integrator
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
 LOCAL_BAND = 0.2
 BOOTSTRAP = 2000
+
+#: name -> (long_name, units, description) of the dataset's variables and coordinates; ``{set}``
+#: stands for a parameter set's name (see :func:`variables`).
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "seed": ("seed", "1", "seed of one ensemble member: its initial cloud, initial heads and OU weight path"),
+    "H_{set}": ("number of heads H", "1", "number of OU attention heads H of the runs of parameter set {set}"),
+    "floor_{set}": (
+        "slope floor: late mean of |dF|^2",
+        "1",
+        "time average of the squared metric slope |dF|^2 over the second half of the run (parameter set {set}); "
+        "expected to scale like 1/H",
+    ),
+    "abs_slope_{set}": (
+        "late mean of |dF|",
+        "1",
+        "time average of the metric slope |dF| over the second half of the run (parameter set {set}); the "
+        "negative control, scaling like H^(-1/2)",
+    ),
+}
+
+
+def variables(sets: list[str]) -> dict[str, tuple[str, str, str]]:
+    """:data:`VARIABLES` with ``{set}`` filled in for each parameter set's name."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for key, entry in VARIABLES.items():
+        for s in sets if "{set}" in key else [""]:
+            out[key.format(set=s)] = (entry[0], entry[1], entry[2].format(set=s))
+    return out
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -99,13 +128,17 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
     hw = masses(None, H, "head_weights", X)
     f = EnsembleField("gf", samplers, np.ones(len(seeds)), a, hw, X.dtype, X.device)
     stepper = get_integrator("rk4")
+    field = cast(Field, f)  # a batched Field: heads_at gives one Heads per member (as in solve.ensemble)
     dt, n_steps = float(it["dt"]), int(round(float(it["t_end"]) / float(it["dt"])))
     every = int(it["save_every"])
     ts, slopes = [], []
 
     def record(t: float, Y: torch.Tensor) -> None:
         st = f.stats(t, Y)
-        members = [FieldStats(out=st.out[b], logZ=st.logZ[b], log_w=st.log_w) for b in range(Y.shape[0])]
+        out = st.out
+        if out is None:  # stats() evaluates the field: out is always there
+            raise RuntimeError("the ensemble's kernel pass returned no field")
+        members = [FieldStats(out=out[b], logZ=st.logZ[b], log_w=st.log_w) for b in range(Y.shape[0])]
         row = [math.exp(float(m.log_slope(Y[b], a))) for b, m in enumerate(members)]
         ts.append(t)
         slopes.append(row)
@@ -113,7 +146,7 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
     t = 0.0
     record(t, X)
     for k in range(1, n_steps + 1):
-        X = stepper.step(f, t, X, dt)
+        X = stepper.step(field, t, X, dt)
         t = k * dt
         if k % every == 0 or k == n_steps:
             record(t, X)
@@ -210,7 +243,8 @@ def experiment_heads(
     for p, r in zip(preds, results.values()):
         if p.ok:
             continue
-        m, lo, hi = r["main"], *r["main"]["ci"]
+        m: dict[str, Any] = r["main"]
+        lo, hi = m["ci"]
         loc = ", ".join(f"{v:.2f}" for v in m["local_exponents"])
         if not p.passed and lo <= -0.5 <= hi:
             p.explanation = (
@@ -265,17 +299,12 @@ def experiment_heads(
     fig.tight_layout()
     base = results["base"]
     ds = xr.Dataset(
-        {
-            f"floor_{n}": (("H_" + n, "seed"), r["floor"], {"long_name": "late mean of |dF|^2", "units": "1"})
-            for n, r in results.items()
-        }
-        | {
-            f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"], {"long_name": "late mean of |dF|", "units": "1"})
-            for n, r in results.items()
-        },
+        {f"floor_{n}": (("H_" + n, "seed"), r["floor"]) for n, r in results.items()}
+        | {f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"]) for n, r in results.items()},
         coords={"seed": seeds, **{"H_" + n: r["H"] for n, r in results.items()}},
         attrs={"exponent": base["main"]["exponent"], "ci_low": base["main"]["ci"][0], "ci_high": base["main"]["ci"][1]},
     )
+    describe(ds, variables(list(results)))
     bm = base["main"]
     headline = {
         "exponent": bm["exponent"],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -97,8 +98,11 @@ def _simulate_pair(cfg_yaml: str, seed: int):
     cfg = yaml.safe_load(cfg_yaml)
     x0, ou, osc, s_noise = build(cfg, seed)
     it = cfg["integration"]
-    kw = dict(model="gf", t_end=float(it["t_end"]), dt=float(it["dt"]), method="rk4", save_every=int(it["save_every"]))
-    trajs = {"ou": simulate(x0, ou, seed=s_noise, **kw), "oscillating": simulate(x0, osc, **kw)}
+    t_end, dt, save_every = float(it["t_end"]), float(it["dt"]), int(it["save_every"])
+    trajs = {
+        "ou": simulate(x0, ou, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every, seed=s_noise),
+        "oscillating": simulate(x0, osc, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every),
+    }
     return trajs, {"ou": ou, "oscillating": osc}
 
 
@@ -199,6 +203,7 @@ def law_path_length(process, paths: int, step: float, t_end: float, seed: int) -
             v = _vec(process.A_at(t))
             return v.mean(0), np.cov(v, rowvar=False, bias=True)
 
+    sample_rest: Callable[[float], np.ndarray] | None = None  # deterministic paths: the null length is 0
     if isinstance(process, OrnsteinUhlenbeck) and process.rate > 0:
         # The null: the same estimator on a law at rest (replicas started in the stationary law), whose
         # sampled length is the sampling noise of `paths` finite samples alone.
@@ -208,20 +213,20 @@ def law_path_length(process, paths: int, step: float, t_end: float, seed: int) -
         )
         rest_sampler = rest.sampler(seed + 2)
 
-        def sample_rest(t: float) -> np.ndarray:
+        def _sample_rest(t: float) -> np.ndarray:
             rest_sampler(t)
             return _vec(rest_sampler.A)
-    else:
-        sample_rest = None  # deterministic paths: no sampling noise, the null length is 0
+
+        sample_rest = _sample_rest
     null = [0.0]
     prev, prev_exact = _moments(sample(0.0)), exact_moments(0.0)
-    prev_rest = _moments(sample_rest(0.0)) if sample_rest else None
+    prev_rest = _moments(sample_rest(0.0)) if sample_rest is not None else None
     for t in ts[1:]:
         cur, cur_exact = _moments(sample(float(t))), exact_moments(float(t))
         sampled.append(sampled[-1] + bures_wasserstein(*prev, *cur))
         exact.append(exact[-1] + bures_wasserstein(*prev_exact, *cur_exact))
         prev, prev_exact = cur, cur_exact
-        if sample_rest:
+        if sample_rest is not None and prev_rest is not None:  # both set, or neither
             cur_rest = _moments(sample_rest(float(t)))
             null.append(null[-1] + bures_wasserstein(*prev_rest, *cur_rest))
             prev_rest = cur_rest

@@ -18,8 +18,60 @@ from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
 from attnflow.experiments.runs import run
+from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck
+
+_W2 = "W2 distance on the sphere between the reference's and the perturbed run's token clouds (token masses a_i)"
+_CONTROL = "negative control: the perturbed runs against a reference driven by another OU noise path (same law)"
+
+#: name -> (long_name, units, description) of both experiments' dataset variables and coordinates.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    # stability-input
+    "time": ("time t", "1", "saved times t of the reference run (dimensionless model time)"),
+    "noise": (
+        "input noise level eps",
+        "1",
+        "size eps of the initial perturbation y_i(0) = (x_i(0) + eps g_i) / |x_i(0) + eps g_i|, g_i standard normal",
+    ),
+    "w2": ("W2(mu_t, nu_t)", "1", f"{_W2} at time t, for each noise level"),
+    "L_measured": (
+        "measured one-sided Lipschitz constant L_meas(t)",
+        "1",
+        "largest eigenvalue of the symmetrised Jacobian of the gf particle field on the tangent space of "
+        "(S^{d-1})^N, along the reference run",
+    ),
+    "int_L_measured": ("int_0^t L_meas", "1", "time integral of L_meas from 0 to t (trapezoidal rule)"),
+    "gronwall_exponent": (
+        "rigorous Gronwall exponent int_0^t L",
+        "1",
+        "time integral of the rigorous one-sided Lipschitz bound L(t) (attnflow.dynamics.lipschitz): "
+        "W2(mu_t, nu_t) <= exp(int_0^t L) W2(mu_0, nu_0)",
+    ),
+    # stability-weights
+    "eps": (
+        "weight perturbation size eps",
+        "1",
+        "size eps of the OU weights' perturbation: initial heads A0 + eps G (noise) or (1 - eps) A0 + eps A0' (law)",
+    ),
+    "noise_dF": (
+        "sup_t |F_eps - F|, perturbed A0",
+        "1",
+        "largest energy gap over time between the run with initial heads A0 + eps G (G a GOE draw) and the reference",
+    ),
+    "noise_w2": ("sup_t W2, perturbed A0", "1", f"largest {_W2} over time; initial heads A0 + eps G"),
+    "law_dF": (
+        "sup_t |F_eps - F|, changed init law",
+        "1",
+        "largest energy gap over time between the run with initial heads (1 - eps) A0 + eps A0' (A0' from "
+        "another initialisation law) and the reference",
+    ),
+    "law_w2": ("sup_t W2, changed init law", "1", f"largest {_W2} over time; initial heads (1 - eps) A0 + eps A0'"),
+    "control_noise_dF": ("sup_t |F_eps - F|, perturbed A0, control", "1", f"noise_dF, {_CONTROL}"),
+    "control_noise_w2": ("sup_t W2, perturbed A0, control", "1", f"noise_w2, {_CONTROL}"),
+    "control_law_dF": ("sup_t |F_eps - F|, changed init law, control", "1", f"law_dF, {_CONTROL}"),
+    "control_law_w2": ("sup_t W2, changed init law, control", "1", f"law_w2, {_CONTROL}"),
+}
 
 
 def default_config(quick: bool) -> dict[str, Any]:
@@ -154,21 +206,14 @@ def experiment_stability_input(
     fig.tight_layout()
     ds = xr.Dataset(
         {
-            "w2": (
-                ("noise", "time"),
-                np.stack([w2s[e] for e in levels]),
-                {"long_name": "W2(mu_t, nu_t)", "units": "1"},
-            ),
-            "L_measured": (
-                ("time",),
-                L_meas,
-                {"long_name": "one-sided Lipschitz constant along the reference", "units": "1"},
-            ),
-            "int_L_measured": (("time",), int_L, {"long_name": "int_0^t L_meas", "units": "1"}),
-            "gronwall_exponent": (("time",), gron, {"long_name": "int_0^t L (rigorous bound)", "units": "1"}),
+            "w2": (("noise", "time"), np.stack([w2s[e] for e in levels])),
+            "L_measured": (("time",), L_meas),
+            "int_L_measured": (("time",), int_L),
+            "gronwall_exponent": (("time",), gron),
         },
         coords={"noise": levels, "time": ref.t},
     )
+    describe(ds, VARIABLES)
     preds = [
         Prediction(
             "stability-input",
@@ -251,28 +296,30 @@ def experiment_stability_weights(
         progress(0, total, "reference runs")
     ref = simulate(x0, proc, **kwargs)
     ref_other = simulate(x0, proc, **{**kwargs, "seed": int(kwargs["seed"]) + 1})
+    if not isinstance(proc, OrnsteinUhlenbeck):  # base_config sets an ou process
+        raise TypeError(f"the stability-weights config built a {type(proc).__name__}, not an OrnsteinUhlenbeck")
     H, d = proc.H, proc.d
     G = goe_heads(H, d, 1.0, seed + 101)
     A0_other = proc.A_bar + goe_heads(H, d, 2.0, seed + 202) * 1.5  # another initialisation law
-    table = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    control = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
+    table: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
+    control: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
     done = 2
     for kind in table:
         for eps in epss:
             if progress:
                 progress(done, total, f"{kind} perturbation, eps {eps:g}")
             A0 = proc.A0 + eps * G if kind == "noise" else (1 - eps) * proc.A0 + eps * A0_other
-            p = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
-            pert = simulate(x0, p, **kwargs)
+            perturbed = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
+            pert = simulate(x0, perturbed, **kwargs)
             for tab, r in ((table, ref), (control, ref_other)):
                 tab[kind]["dF"].append(float(np.abs(pert.diagnostics["energy"] - r.diagnostics["energy"]).max()))
                 tab[kind]["w2"].append(float(_w2(r, pert).max()))
             done += 1
 
-    def rates_of(tab):
+    def rates_of(tab: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
         return {k: {m: loglog_fit(np.array(epss), np.array(v[m]))[0] for m in v} for k, v in tab.items()}
 
-    def holds(vals, rate) -> bool:
+    def holds(vals: dict[str, list[float]], rate: dict[str, float]) -> bool:
         mono = all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)
         return bool(mono and rate["dF"] >= 0.5 and rate["w2"] >= 0.5)
 
@@ -287,7 +334,7 @@ def experiment_stability_weights(
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    preds = []
+    preds: list[Prediction] = []
     for kind in table:
         vals, cv = table[kind], control[kind]
         preds.append(
@@ -303,14 +350,15 @@ def experiment_stability_weights(
                 not holds(cv, rates_ctrl[kind]),
             )
         )
-    for p in preds:
-        if not p.ok:
-            p.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
+    for pred in preds:
+        if not pred.ok:
+            pred.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
     ds = xr.Dataset(
         {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}
         | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
         coords={"eps": epss},
     )
+    describe(ds, VARIABLES)
     res = ExperimentResult(
         "stability-weights",
         {
