@@ -114,7 +114,7 @@ def run_loop(
                 state = StepState(k=k, n_steps=n_steps, t=t_next, x=x_next, save=state.save)
                 _notify(recorders, state, costs)
         except (OverflowError, StateRejected) as e:
-            why = str(e).rstrip(".")
+            why = _reason(e)
         if why is not None:
             if undo is not None:
                 undo()
@@ -122,6 +122,14 @@ def run_loop(
         x, t = x_next, t_next
         _notify(observers, state, costs)
     return x
+
+
+def _reason(e: Exception) -> str:
+    """The sentence a failed step reports (Python's bare "math range error" names no quantity)."""
+    why = str(e).rstrip(".")
+    if why == "math range error":
+        return "a quantity of the run (the energy F, typically, at these weights) left the float range"
+    return why
 
 
 def _notify(observers: Sequence[Observer], state: StepState, costs: Costs) -> None:
@@ -259,7 +267,7 @@ def run_adaptive(
             if not bool(torch.isfinite(y).all()):
                 why, err = "the tokens became NaN/inf", math.inf
         except OverflowError as e:
-            why, err = str(e).rstrip("."), math.inf
+            why, err = _reason(e), math.inf
         if not err <= 1.0:
             if undo is not None:
                 undo()
@@ -286,7 +294,7 @@ def run_adaptive(
         except (OverflowError, StateRejected) as e:
             if undo is not None:
                 undo()
-            raise StepFailed(k, t, x, str(e).rstrip(".")) from None
+            raise StepFailed(k, t, x, _reason(e)) from None
         stats.accepted += 1
         stats.dt_smallest, stats.dt_largest = min(stats.dt_smallest, h), max(stats.dt_largest, h)
         controller.accept(err, h)
