@@ -261,38 +261,23 @@ class Float32Monitor:
         options: KernelOptions | None = None,
     ) -> None:
         try:
-            self._check(step, model, heads, a, w, t, x, dt, weight, options)
+            a64, w64 = a.to(torch.float64), w.to(torch.float64)
+            h64 = heads.to(dtype=torch.float64)
+            f64 = _Frozen(model, h64, a64, w64, options)
+            f32 = _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32), options)
+            x64 = x.to(torch.float64)
+            y64 = step(f64, t, x64, dt)
+            y64h = step(f64, t + 0.5 * dt, step(f64, t, x64, 0.5 * dt), 0.5 * dt)
+            y32 = step(f32, t, x.to(torch.float32), dt)
+            F64 = _energy64(y64, h64, a64, w64, options)
+            r = abs(_energy64(y32, h64, a64, w64, options) - F64)
+            e = abs(F64 - _energy64(y64h, h64, a64, w64, options))
+            self.rounding += weight * r
+            self.budget += weight * e
+            self.scale = max(self.scale, abs(F64))
+            self.checks += 1
         except OverflowError:  # the float32 shadow step overflowed (usa): nothing to compare here
-            pass
-
-    def _check(
-        self,
-        step: Callable[..., torch.Tensor],
-        model: str,
-        heads: Heads,
-        a: torch.Tensor,
-        w: torch.Tensor,
-        t: float,
-        x: torch.Tensor,
-        dt: float,
-        weight: int,
-        options: KernelOptions | None,
-    ) -> None:
-        a64, w64 = a.to(torch.float64), w.to(torch.float64)
-        h64 = heads.to(dtype=torch.float64)
-        f64 = _Frozen(model, h64, a64, w64, options)
-        f32 = _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32), options)
-        x64 = x.to(torch.float64)
-        y64 = step(f64, t, x64, dt)
-        y64h = step(f64, t + 0.5 * dt, step(f64, t, x64, 0.5 * dt), 0.5 * dt)
-        y32 = step(f32, t, x.to(torch.float32), dt)
-        F64 = _energy64(y64, h64, a64, w64, options)
-        r = abs(_energy64(y32, h64, a64, w64, options) - F64)
-        e = abs(F64 - _energy64(y64h, h64, a64, w64, options))
-        self.rounding += weight * r
-        self.budget += weight * e
-        self.scale = max(self.scale, abs(F64))
-        self.checks += 1
+            return
 
     @property
     def flagged(self) -> bool:

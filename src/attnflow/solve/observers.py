@@ -89,6 +89,17 @@ class Saver:
         self.Vs.extend(ck.saved_V)
         self.rows.extend({k: float(ck.diagnostics[k][i]) for k in ck.diagnostics} for i in range(len(ck.saved_t)))
 
+    def checkpoint_fields(self) -> dict[str, Any]:
+        """What a :class:`~attnflow.io.checkpoint.Checkpoint` keeps of the saved trajectory so far."""
+        return {
+            "saved_t": np.array(self.ts),
+            "saved_x": np.stack(self.xs),
+            "saved_A": np.stack(self.As),
+            "saved_V": np.stack(self.Vs),
+            "any_V": self.any_V,
+            "diagnostics": as_numpy_table(self.rows),
+        }
+
     def arrays(self) -> dict[str, Any]:
         """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
         return {

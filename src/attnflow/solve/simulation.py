@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import as_numpy_table
 from attnflow.analysis.edi import StepRecorder
 from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
 from attnflow.core.geometry import project_tangent
@@ -202,14 +201,7 @@ def _simulate(
             progress=progress, config=config, record_steps=record_steps, checkpoint=checkpoint, resume=resume,
             options=options, tolerances=tolerances,
         )  # fmt: skip
-    x = to_tensor(x0, dtype=dtype)
-    if x.ndim != 2:
-        raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("x0 contains NaN or inf")
-    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    x = _initial_tokens(x0, dtype, model)
     n_steps = step_count(t0, t_end, dt)
     if int(save_every) < 1:
         raise ValueError(f"save_every must be a positive integer; got {save_every}")
@@ -227,15 +219,7 @@ def _simulate(
     recorder = None
     if record_steps or (record_steps is None and model == "gf"):
         recorder = StepRecorder(f, process.derivative, stepper)
-
-    def evaluate(t: float, y: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
-        # The EDI recorder has just evaluated the gf field at the end of the step: same pass, reused.
-        last = None if recorder is None or model != "gf" else recorder.last
-        if last is not None and last[0] == t and last[1] is y and heads_at(t).plain:
-            return last[2], last[3]
-        return f.evaluate(t, y)
-
-    saver = Saver(evaluate, heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
+    saver = Saver(_diagnostics_pass(f, recorder), heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
     monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
 
     start = _time.perf_counter()
@@ -265,8 +249,7 @@ def _simulate(
     def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
         return Checkpoint(
             step=k, n_steps=n_steps, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
-            saved_t=np.array(saver.ts), saved_x=np.stack(saver.xs), saved_A=np.stack(saver.As),
-            saved_V=np.stack(saver.Vs), any_V=saver.any_V, diagnostics=as_numpy_table(saver.rows),
+            **saver.checkpoint_fields(),
             wall_time_s=wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped,
             extra={
                 **({} if monitor is None else {"float32": monitor.summary()}),
@@ -347,6 +330,34 @@ def _simulate(
         steps={} if recorder is None else recorder.series(),
         steps_info={} if recorder is None else recorder.info(),
     )
+
+
+def _initial_tokens(x0: ArrayLike, dtype: torch.dtype | None, model: str) -> torch.Tensor:
+    """``x0`` checked (shape ``(N, d)``, finite) and put on the sphere; ``model`` checked too."""
+    x = to_tensor(x0, dtype=dtype)
+    if x.ndim != 2:
+        raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("x0 contains NaN or inf")
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    return x
+
+
+def _diagnostics_pass(
+    f: TimeField, recorder: StepRecorder | None
+) -> Callable[[float, torch.Tensor], tuple[torch.Tensor, FieldStats | None]]:
+    """What the saver evaluates at a saved state: the EDI recorder's end-of-step pass when it has just
+    made it (model ``gf``, plain heads), else the field's own shared pass (:meth:`TimeField.evaluate`)."""
+
+    def evaluate(t: float, y: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
+        last = None if recorder is None or f.model != "gf" else recorder.last
+        if last is not None and last[0] == t and last[1] is y and f.heads_at(t).plain:
+            return last[2], last[3]
+        return f.evaluate(t, y)
+
+    return evaluate
 
 
 def step_count(t0: float, t_end: float, dt: float) -> int:
@@ -443,14 +454,7 @@ def _simulate_adaptive(
 ) -> Trajectory:
     """:func:`simulate` with an embedded pair and error control (see its docstring)."""
     rtol, atol, dt_min, dt_max = tolerances
-    x = to_tensor(x0, dtype=dtype)
-    if x.ndim != 2:
-        raise ValueError(f"x0 must have shape (N, d); got {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("x0 contains NaN or inf")
-    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+    x = _initial_tokens(x0, dtype, model)
     if not (dt > 0 and math.isfinite(dt)):
         raise ValueError(f"dt must be a positive number; got {dt}")
     if not (math.isfinite(t_end) and t_end > t0):
@@ -495,15 +499,7 @@ def _simulate_adaptive(
     recorder = None
     if record_steps or (record_steps is None and model == "gf"):
         recorder = StepRecorder(f, process.derivative, Integrator(pair.name, pair.order, pair_step, pair.b))
-
-    def evaluate(t: float, y: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
-        # As in the fixed-step run: the recorder's end-of-step pass serves the gf diagnostics.
-        last = None if recorder is None or model != "gf" else recorder.last
-        if last is not None and last[0] == t and last[1] is y and heads_at(t).plain:
-            return last[2], last[3]
-        return f.evaluate(t, y)
-
-    saver = Saver(evaluate, heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
+    saver = Saver(_diagnostics_pass(f, recorder), heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
     saves = save_grid(float(t0), float(t_end), spacing)
     start = _time.perf_counter()
     run_id = (
@@ -534,8 +530,7 @@ def _simulate_adaptive(
     def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
         return Checkpoint(
             step=k, n_steps=0, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
-            saved_t=np.array(saver.ts), saved_x=np.stack(saver.xs), saved_A=np.stack(saver.As),
-            saved_V=np.stack(saver.Vs), any_V=saver.any_V, diagnostics=as_numpy_table(saver.rows),
+            **saver.checkpoint_fields(),
             wall_time_s=wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped,
             extra={
                 "adaptive": {"t": now["t"], "controller": ctrl.state(), "stats": stats.as_dict(), "evaluations": evals[0]},
