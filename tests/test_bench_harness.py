@@ -31,3 +31,20 @@ def test_bench_rows_report_small_errors_and_markdown():
         }
     )
     assert md.count("\n| 300, 3, 2 |") == 3
+
+
+def test_fast_profile_accounts_for_the_whole_evaluation():
+    from attnflow.bench.fastsum import fast_profile_markdown, fast_profile_rows, profile_fast
+
+    peaks = {"gemm64": 50.0, "gemm32": 100.0, "bandwidth": 10.0}
+    prof = profile_fast(N=20_000, H=4, repeats=1, peaks=peaks)
+    parts = {p["part"]: p for p in prof["parts"]}
+    # the split adds up to the measured call (every part, overhead and assembly included)
+    assert abs(sum(p["seconds"] for p in prof["parts"]) - prof["seconds"]) <= 1e-6 + 0.02 * prof["seconds"]
+    # the products' work is counted from the plan: 2 N M H (d + 1) flops, floor at the stated GEMM rate
+    ev = parts["evaluation (W phi)"]
+    assert ev["work"] == pytest.approx(2 * 20_000 * prof["features"] * 4 * 4 / 1e9)
+    assert ev["floor"] == pytest.approx(ev["work"] / 50.0)
+    assert prof["floor"] == pytest.approx(sum(p["floor"] for p in prof["parts"]))
+    assert len(fast_profile_rows(prof)) == len(prof["parts"])
+    assert "x floor" in fast_profile_markdown(prof)

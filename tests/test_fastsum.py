@@ -290,3 +290,97 @@ def test_monomial_features_are_the_monomials():
         e = _monomials(degree, 3)
         direct = np.prod(x.numpy()[:, None, :] ** e[None, :, :], axis=-1)
         np.testing.assert_allclose(monomial_features(x, degree).numpy(), direct, rtol=1e-14, atol=1e-16)
+
+
+def _compiled_and_torch(monkeypatch, *args, **kw):
+    """The same fast_stats call through the compiled CPU loops and through the torch builder."""
+    from attnflow.kernels import _fastsum_cpu
+    from attnflow.kernels import fastsum as fs
+
+    fast = fs.fast_stats(*args, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(_fastsum_cpu, "AVAILABLE", False)
+        fs._LOCAL.__dict__.clear()  # the key moments are cached per cloud: recompute them the torch way
+        slow = fs.fast_stats(*args, **kw)
+    fs._LOCAL.__dict__.clear()
+    return fast, slow
+
+
+@pytest.mark.parametrize("d,H,dv", [(2, 3, 2), (3, 8, 3), (3, 4, 6), (4, 2, 4), (3, 2, 0)])
+def test_compiled_loops_equal_the_torch_builder(monkeypatch, d, H, dv):
+    # dv = 6: V stacks extra value rows ([V | A], the diagnostics' shared pass); dv = 0: only log Z.
+    from attnflow.kernels import _fastsum_cpu
+
+    assert _fastsum_cpu.AVAILABLE, "numba is a dependency: the compiled path must be the one CI tests"
+    N = 5000 + 37  # not a multiple of the block sizes: the last, partial block is exercised
+    x = torch.as_tensor(tokens.uniform(N, d, seed=d))
+    A = torch.as_tensor(goe_heads(H, d, 2.0, seed=1))
+    V = None if dv == 0 else torch.as_tensor(np.random.default_rng(2).normal(size=(H, dv, d)))
+    a = torch.as_tensor(np.random.default_rng(3).dirichlet(np.ones(N)))
+    fast, slow = _compiled_and_torch(monkeypatch, x, A, V, a, tol=1e-10, check=64)
+    assert float((fast.logZ - slow.logZ).abs().max()) < 1e-13
+    if dv:
+        assert fast.out.shape == (H, N, dv)
+        assert float((fast.out - slow.out).abs().max()) < 1e-13
+    else:
+        assert fast.out is None
+    # both meet the proved bound against the exact sums
+    assert fast.achieved_error <= fast.plan.relative_bound + fast.plan.rounding
+    # negative control: a different token set moves logZ far beyond the comparison's tolerance
+    other = _compiled_and_torch(monkeypatch, x.flip(0), A, V, a, tol=1e-10)[0]
+    assert float((other.logZ - slow.logZ).abs().max()) > 1e-6
+
+
+def test_compiled_features_are_the_monomials():
+    from attnflow.kernels import _fastsum_cpu
+    from attnflow.kernels.fastsum import _exponents
+
+    x = tokens.uniform(300, 3, seed=5)
+    e = _exponents(9, 3)
+    out = np.empty((len(e), 300))
+    _fastsum_cpu.build_features(x, e, 9, out)
+    direct = np.prod(x[None, :, :] ** e[:, None, :], axis=-1)
+    np.testing.assert_allclose(out, direct, rtol=1e-13, atol=1e-300)
+
+
+def test_key_moments_do_not_depend_on_the_thread_count():
+    # Fixed groups of chunks: the same bits on one thread or two (a resumed run must repeat itself).
+    import numba
+
+    from attnflow.kernels import _fastsum_cpu
+    from attnflow.kernels.fastsum import _exponents
+
+    x = tokens.uniform(40_000, 3, seed=7)
+    w = np.random.default_rng(1).dirichlet(np.ones(40_000))
+    e = _exponents(12, 3)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _fastsum_cpu.key_moments(x, w, e, 12)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        many = _fastsum_cpu.key_moments(x, w, e, 12)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(one, many)
+    # the test can see a difference in the last bits: the same sums in another order differ
+    F = np.prod(x[None, :, :] ** e[:, None, :], axis=-1)
+    reordered = F[:, ::-1] @ (w[::-1, None] * np.hstack([np.ones((40_000, 1)), x])[::-1])
+    assert not np.array_equal(one, reordered)
+    np.testing.assert_allclose(one, reordered, rtol=1e-10, atol=1e-14)
+
+
+def test_profile_splits_the_time_of_an_evaluation():
+    from attnflow.kernels import fastsum as fs
+
+    x = torch.as_tensor(tokens.uniform(20_000, 3, seed=0))
+    A = torch.as_tensor(goe_heads(4, 3, 2.0, seed=0))
+    a = torch.full((20_000,), 1 / 20_000, dtype=torch.float64)
+    with fs.profile() as split:
+        fs.fast_stats(x, A, A, a, tol=1e-8)
+    parts = {"moments", "coefficients", "features", "evaluation", "division"}
+    assert parts <= split.keys()
+    assert all(split[k] > 0 for k in parts)
+    assert sum(split[k] for k in parts) <= split["total"]
+    # outside a profile block nothing is recorded
+    fs.fast_stats(x, A, A, a, tol=1e-8)
+    assert getattr(fs._LOCAL, "split", None) is None

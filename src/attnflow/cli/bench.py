@@ -22,7 +22,12 @@ def bench(
     loop: bool = typer.Option(
         True, "--loop/--no-loop", help="Also measure simulate's cost per step against its evaluations."
     ),
-    profile: bool = typer.Option(False, "--profile", help="Only the simulation loop: where each step's time goes."),
+    profile: bool = typer.Option(
+        False,
+        "--profile",
+        help="Only where the time goes: the simulation loop per step, and one fast-summation evaluation part by "
+        "part against the machine's GEMM and memory-bandwidth limits.",
+    ),
     startup_only: bool = typer.Option(
         False, "--startup-only", help="Only time the command line's start-up (attnflow --help, --version)."
     ),
@@ -48,7 +53,7 @@ def bench(
 
       attnflow bench --startup-only
 
-      attnflow bench --profile      (only the simulation loop: its cost per step, part by part)
+      attnflow bench --profile      (where the time goes: the loop per step, fast summation per part)
 
       attnflow bench --json bench.json --markdown bench.md
     """
@@ -100,6 +105,25 @@ def bench(
             table.add_row(*cells)
         wide.print(table)
         text = markdown(result) + ("\n" + text if text else "")
+    if not only_metastability:
+        from attnflow.bench.fastsum import (
+            FAST_PROFILE_HEADER,
+            fast_profile_markdown,
+            fast_profile_rows,
+            fast_profile_title,
+            profile_fast,
+        )
+
+        measure("fast summation, part by part")
+        prof = profile_fast(N=100_000 if quick else 1_000_000)
+        ft = Table(title=fast_profile_title(prof))
+        for h in FAST_PROFILE_HEADER:
+            ft.add_column(h, justify="left" if h == "part" else "right")
+        for fast_cells in fast_profile_rows(prof):
+            ft.add_row(*fast_cells)
+        wide.print(ft)
+        result["fast_profile"] = prof
+        text += ("\n" if text else "") + fast_profile_markdown(prof)
     if only_metastability or (not profile and (metastability if metastability is not None else not quick)):
         meta = run_metastability(progress=lambda s: say(f"metastability: {s} ..."))
         result["metastability"] = meta

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -44,6 +46,8 @@ import numpy as np
 import torch
 from numpy.polynomial import chebyshev
 from scipy.special import ive
+
+from attnflow.kernels import _fastsum_cpu as _cpu
 
 #: Largest dimension handled (the monomial count grows like ``P^(d-1)``).
 MAX_DIM = 4
@@ -57,6 +61,10 @@ ROUNDING = float(np.finfo(np.float64).eps)
 #: Tokens per block: the block's feature matrix (a few MiB) stays in the CPU caches between being
 #: built and being multiplied, which measured 4-5x faster than blocks of 32768 (memory-bound).
 BLOCK_TOKENS = 2048
+#: Tokens per block of the compiled CPU path: its feature block (``M x 2048`` float64, 3.5 MiB at
+#: ``P = 14``) stays in the caches between being built and being multiplied (``Wt F`` measured 89%
+#: of the single-core GEMM peak at 2048 columns, 63% at 4096).
+CPU_BLOCK_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,42 @@ def _cache(name: str, factory: Callable[[], Any]) -> Any:
     return value
 
 
+class _Clock:
+    """Adds the time since its last lap to ``split[name]`` (nothing when no profile is open)."""
+
+    def __init__(self, split: dict[str, float] | None) -> None:
+        self.split, self.t = split, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.split is not None:
+            self.split[name] = self.split.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+@contextmanager
+def _timed(name: str) -> Iterator[_Clock]:
+    clock = _Clock(getattr(_LOCAL, "split", None))
+    yield clock
+    clock.lap(name)
+
+
+@contextmanager
+def profile() -> Iterator[dict[str, float]]:
+    """Seconds spent per part of :func:`fast_stats` inside the block, in this thread: ``moments``
+    (key side), ``coefficients`` (``C^h`` builds and the products ``C^h G``), ``features`` (query
+    side), ``evaluation`` (the products ``W phi``), ``division`` (``out``, ``log Z``) and ``total``."""
+    split: dict[str, float] = {}
+    previous = getattr(_LOCAL, "split", None)
+    _LOCAL.split = split
+    start = time.perf_counter()
+    try:
+        yield split
+    finally:
+        split["total"] = split.get("total", 0.0) + time.perf_counter() - start
+        _LOCAL.split = previous
+
+
 def _cached_coefficients(A: torch.Tensor, fp: FastSumPlan) -> tuple[torch.Tensor, torch.Tensor]:
     cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = _cache("coefficients", OrderedDict)
     key = (A.cpu().numpy().tobytes(), tuple(A.shape), str(A.device), fp.degree, fp.beta)
@@ -383,33 +427,23 @@ def fast_stats(
     A64 = A.detach().to(torch.float64)
     a64 = a.detach().to(torch.float64)
     H = A.shape[0]
-    C_P, C_Q = _cached_coefficients(A64, fp)
-    MP = C_P.shape[-1]
-
-    G = _cached_moments(x, a, x64, a64, fp.degree)
-    W = torch.cat([C_P @ G[:MP], C_Q @ G[MP:]], dim=1)  # (H, M, d + 1)
-    Wt = W.permute(0, 2, 1).reshape(H * (d + 1), fp.features)
-    if V is None:
-        Wt = Wt.reshape(H, d + 1, fp.features)[:, 0]  # only Z is needed
-
-    # Query side, in the same small blocks (rebuilding the features is cheaper than storing them).
-    R = x64.new_empty(Wt.shape[0], N)
-    build = _builder(fp.degree, d, min(N, BLOCK_TOKENS), x64.device)
-    part = x64.new_empty(Wt.shape[0], min(N, BLOCK_TOKENS))
-    for s in range(0, N, BLOCK_TOKENS):
-        F = build(x64[s : s + BLOCK_TOKENS])
-        R[:, s : s + F.shape[1]] = torch.mm(Wt, F, out=part[:, : F.shape[1]])
-    if V is None:
-        Z, num = R, None
+    with _timed("moments"):
+        G = _cached_moments(x, a, x64, a64, fp.degree)
+    with _timed("coefficients"):
+        C_P, C_Q = _cached_coefficients(A64, fp)
+        MP = C_P.shape[-1]
+        W = torch.cat([C_P @ G[:MP], C_Q @ G[MP:]], dim=1)  # (H, M, d + 1)
+        if V is None:
+            Wt = W[:, :, 0]  # only Z is needed: (H, M)
+        else:
+            # V_h folded into the coefficients: the rows give Z_h and V_h num_h, so no (H, N, d) product is left.
+            V64 = V.detach().to(torch.float64)
+            Wt = torch.cat([W[:, None, :, 0], V64 @ W[:, :, 1:].transpose(1, 2)], dim=1).reshape(-1, fp.features)
+    dv = 0 if V is None else int(V.shape[-2])  # value rows per head (V may stack extra values)
+    if _compiled(x64):
+        logZ, out = _evaluate_cpu(x64, Wt, fp.degree, H, dv)
     else:
-        R = R.reshape(H, d + 1, N)
-        Z, num = R[:, 0], R[:, 1:].transpose(1, 2)
-    if bool((Z <= 0).any()):  # impossible within the proved bound; guards against misuse
-        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
-    logZ = torch.log(Z)
-    out = None
-    if V is not None:
-        out = (num / Z.unsqueeze(-1)) @ V.detach().to(torch.float64).transpose(-1, -2)
+        logZ, out = _evaluate_torch(x64, Wt, fp.degree, H, dv)
     achieved = _check(x64, A64, None if V is None else V.detach().to(torch.float64), a64, out, logZ, check, seed)
     return FastSumResult(
         out=None if out is None else out.to(dtype),
@@ -418,6 +452,76 @@ def fast_stats(
         achieved_error=achieved,
         checked_tokens=min(check, N),
     )
+
+
+def _evaluate_torch(
+    x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Query side with the torch feature builder (any device): ``R = Wt phi(x_i)`` in small blocks
+    (rebuilding the features is cheaper than storing them), then ``log Z`` and ``out = V num / Z``."""
+    N = x64.shape[0]
+    R = x64.new_empty(Wt.shape[0], N)
+    build = _builder(P, x64.shape[-1], min(N, BLOCK_TOKENS), x64.device)
+    part = x64.new_empty(Wt.shape[0], min(N, BLOCK_TOKENS))
+    for s in range(0, N, BLOCK_TOKENS):
+        F = build(x64[s : s + BLOCK_TOKENS])
+        R[:, s : s + F.shape[1]] = torch.mm(Wt, F, out=part[:, : F.shape[1]])
+    if dv:
+        R = R.reshape(H, dv + 1, N)
+        Z, num = R[:, 0], R[:, 1:].transpose(1, 2)
+    else:
+        Z, num = R, None
+    if bool((Z <= 0).any()):  # impossible within the proved bound; guards against misuse
+        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+    return torch.log(Z), None if num is None else num / Z.unsqueeze(-1)
+
+
+def _compiled(x64: torch.Tensor) -> bool:
+    """Whether the compiled CPU loops serve ``x64`` (numba present, CPU tensor, ``2 <= d <= 4``)."""
+    return _cpu.AVAILABLE and x64.device.type == "cpu" and 2 <= x64.shape[-1] <= MAX_DIM
+
+
+@cache
+def _exponents(P: int, d: int) -> np.ndarray:
+    """Exponents of ``[phi_P; phi_{P-1}]`` ``(M, d)``, the feature order of :class:`_FeatureBuilder`."""
+    parts = [_monomials(P, d)] + ([_monomials(P - 1, d)] if P >= 1 else [])
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64)
+
+
+def _evaluate_cpu(
+    x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Query side on the CPU: compiled feature blocks, one BLAS product ``Wt F`` per block (that
+    orientation runs near the GEMM peak; ``F^T Wt^T`` measured 3x slower), a compiled division."""
+    N = x64.shape[0]
+    xn = x64.numpy()
+    exps = _exponents(P, x64.shape[-1])
+    nb = min(N, CPU_BLOCK_TOKENS)
+    blocks = -(-N // nb)
+    kept = _cache("cpu_features", dict)
+    if kept.get("key") != (exps.shape[0], nb):
+        kept.clear()
+        kept.update(key=(exps.shape[0], nb), buf=np.empty((exps.shape[0], nb)))
+    buf: np.ndarray = kept["buf"]
+    F = torch.from_numpy(buf)
+    R = x64.new_empty(blocks, Wt.shape[0], nb)  # R[b, r, i]: row r at token b * nb + i
+    with _timed("features") as clock:
+        for b in range(blocks):
+            s = b * nb
+            m = min(N, s + nb) - s
+            _cpu.build_features(xn[s : s + m], exps, P, buf[:, :m])
+            clock.lap("features")
+            if m == nb:
+                torch.mm(Wt, F, out=R[b])
+            else:  # the last, partial block: a contiguous output, then a copy
+                R[b, :, :m] = torch.mm(Wt, F[:, :m])
+            clock.lap("evaluation")
+    with _timed("division"):
+        out = np.empty((H, N, dv))
+        logZ = np.empty((H, N))
+        if not _cpu.divide(R.numpy(), N, H, dv, out, logZ):
+            raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+    return torch.from_numpy(logZ), torch.from_numpy(out) if dv else None
 
 
 def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: torch.Tensor, P: int) -> torch.Tensor:
@@ -432,12 +536,15 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
         return kept["G"]  # type: ignore[return-value]
     d = x64.shape[-1]
     N = x64.shape[0]
-    G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
-    build = _builder(P, d, min(N, BLOCK_TOKENS), x64.device)
-    for s in range(0, N, BLOCK_TOKENS):
-        xs = x64[s : s + BLOCK_TOKENS]
-        rhs = a64[s : s + BLOCK_TOKENS, None] * torch.cat([xs.new_ones(len(xs), 1), xs], dim=1)
-        G.addmm_(build(xs), rhs)
+    if _compiled(x64):
+        G = torch.from_numpy(_cpu.key_moments(x64.numpy(), a64.contiguous().numpy(), _exponents(P, d), P))
+    else:
+        G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
+        build = _builder(P, d, min(N, BLOCK_TOKENS), x64.device)
+        for s in range(0, N, BLOCK_TOKENS):
+            xs = x64[s : s + BLOCK_TOKENS]
+            rhs = a64[s : s + BLOCK_TOKENS, None] * torch.cat([xs.new_ones(len(xs), 1), xs], dim=1)
+            G.addmm_(build(xs), rhs)
     kept.update(x=x, a=a, key=key, G=G)
     return G
 
@@ -468,15 +575,16 @@ def _check(
     N = x.shape[0]
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(N, generator=g)[: min(check, N)].to(x.device)
-    s = torch.einsum("id,hde,je->hij", x[idx], A, x)  # (H, n, N): x_i^T A_h x_j
-    logits = s + torch.log(a)
-    lz = torch.logsumexp(logits, dim=-1)
-    err = float(torch.expm1((logZ[:, idx] - lz).abs()).max())
-    if V is not None and out is not None:
-        p = torch.exp(logits - lz.unsqueeze(-1))
-        exact = (p @ x) @ V.transpose(-1, -2)
-        normV = torch.linalg.matrix_norm(V, ord=2).clamp_min(1e-300)[:, None]
-        err = max(err, float((torch.linalg.vector_norm(out[:, idx] - exact, dim=-1) / normV).max()))
+    err = 0.0
+    log_a = torch.log(a)
+    for h in range(A.shape[0]):  # one head at a time: (n, N) logits, not (H, n, N) (6 GiB at N = 1e6)
+        logits = x[idx] @ A[h] @ x.T + log_a
+        lz = torch.logsumexp(logits, dim=-1)
+        err = max(err, float(torch.expm1((logZ[h, idx] - lz).abs()).max()))
+        if V is not None and out is not None:
+            exact = (torch.exp(logits - lz.unsqueeze(-1)) @ x) @ V[h].T
+            normV = float(torch.linalg.matrix_norm(V[h], ord=2).clamp_min(1e-300))
+            err = max(err, float((torch.linalg.vector_norm(out[h, idx] - exact, dim=-1) / normV).max()))
     return err
 
 
