@@ -74,6 +74,7 @@ def run_experiment(
     kw: dict[str, Any] = {"seed": seed, "progress": progress}
     if name == "heads":
         kw["user_sets"] = list(sets or [])
+        kw["quick"] = quick
     return EXPERIMENTS[name](cfg, **kw)
 
 
