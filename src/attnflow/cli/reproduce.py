@@ -23,7 +23,12 @@ def reproduce(
         help="Output folder (default runs/reproduce for all, runs/reproduce/NAME for one experiment).",
     ),
     seed: int = typer.Option(0, "--seed", help="Base seed of every run."),
-    full: bool = typer.Option(False, "--full", help="Kept for compatibility: the full run has H up to 256 already."),
+    full: bool = typer.Option(
+        False,
+        "--full",
+        help="Deprecated, no effect: without --quick the run is the full one (H up to 256, every parameter set). "
+        "Accepted so that old scripts keep working; it prints a notice.",
+    ),
     set_: list[str] = typer.Option(
         [],
         "--set",
@@ -61,6 +66,10 @@ def reproduce(
 
     if name not in NAMES:
         raise UserError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}.")
+    if full and quick:
+        raise UserError(
+            "--full and --quick contradict each other; give one (--full is deprecated: the default is full)."
+        )
     if readme is not None and name != "all":
         raise UserError("--readme needs NAME 'all'.")
     if set_ and name == "all":
@@ -71,6 +80,8 @@ def reproduce(
         except ExperimentConfigError as e:
             raise UserError(str(e)) from None
     target = out or Path("runs/reproduce") / ("" if name == "all" else name)
+    if full:
+        console.print("[yellow]--full is deprecated and has no effect: without --quick the run is the full one.[/]")
     torch.set_num_threads(threads)
 
     bar = Progress(
@@ -98,7 +109,7 @@ def reproduce(
 
     with bar:
         results = run_all(
-            name, out=target, quick=quick, seed=seed, full=full, sets=list(set_), on_done=done, progress=progress_for
+            name, out=target, quick=quick, seed=seed, sets=list(set_), on_done=done, progress=progress_for
         )
     table = Table(title=f"attnflow reproduce {name}{' --quick' if quick else ''}", expand=False)
     for col, ratio in (

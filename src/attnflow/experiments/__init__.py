@@ -50,7 +50,7 @@ NAMES = (*EXPERIMENTS, "all")
 
 
 def default_config(name: str, *, quick: bool = False, full: bool = False) -> dict[str, Any]:
-    """The parameters experiment ``name`` runs with (``--quick``: small sizes)."""
+    """The parameters experiment ``name`` runs with (``--quick``: small sizes; ``full``: deprecated, ignored)."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
     return _DEFAULTS[name](quick)
@@ -70,10 +70,12 @@ def run_experiment(
     progress: Progress | None = None,
     full: bool = False,
 ) -> ExperimentResult:
+    """Run experiment ``name`` with its config and ``--set`` overrides (``full``: deprecated, ignored)."""
     cfg = experiment_config(name, quick=quick, sets=sets)
     kw: dict[str, Any] = {"seed": seed, "progress": progress}
     if name == "heads":
         kw["user_sets"] = list(sets or [])
+        kw["quick"] = quick
     return EXPERIMENTS[name](cfg, **kw)
 
 
@@ -93,7 +95,8 @@ def reproduce(
     A single experiment writes ``out`` itself (with its ``report.md``); ``all`` writes ``out/NAME`` for
     each experiment plus ``out/results.json``, ``out/report.md`` and ``out/report.html``.
     ``sets``: ``key=value`` overrides of a single experiment's parameters. ``progress(name)`` returns
-    the callback an experiment reports its work to.
+    the callback an experiment reports its work to. ``full``: deprecated and ignored (without ``quick``
+    the run is the full one).
     """
     if name not in NAMES:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")

@@ -11,7 +11,10 @@ member with its own initial cloud and weight path. Reported per set:
 * where the pre-asymptotic range ends: the smallest ``H`` from which every local exponent lies
   within ``LOCAL_BAND`` of -1 (or "not reached").
 
-Criterion (per set): the tail CI contains -1 and excludes -1/2. Negative control: the same fit and
+Criterion (per set): the tail CI contains -1 and excludes -1/2. Quick mode (H = 32..128 only) tests
+-1 against -1/2 as competing laws instead: the CI excludes -1/2 and lies below their midpoint -3/4
+(:data:`QUICK_CRITERION`; a CI of +-0.06 there is narrower than the finite-H curvature still left at
+those H, so "contains -1" would test that bias). Negative control: the same fit and
 criterion applied to the late mean of ``|dF|`` itself (not squared), measured in the same runs,
 which scales like ``H^(-1/2)``; the criterion must reject it.
 """
@@ -47,6 +50,13 @@ from attnflow.weights.processes import OrnsteinUhlenbeck
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
 LOCAL_BAND = 0.2
 BOOTSTRAP = 2000
+#: Midpoint of the competing exponents -1 and -1/2 (the quick criterion's dividing line).
+MIDPOINT = -0.75
+#: Why quick mode tests competing laws instead of "the CI contains -1": at its H (32..128, 8 seeds)
+#: the bootstrap CI is about +-0.06 wide, narrower than the finite-H curvature of log floor against
+#: log H that is still there (the full run's local exponents between 32 and 256 move by ~0.1), so
+#: "contains -1" would test the bias, not the law. Which of the two laws the tail follows is well posed.
+QUICK_CRITERION = "hypotheses"
 
 #: name -> (long_name, units, description) of the dataset's variables and coordinates; ``{set}``
 #: stands for a parameter set's name (see :func:`variables`).
@@ -183,14 +193,38 @@ def _analyse(Hs: np.ndarray, per_seed: np.ndarray, tail: int, rng: np.random.Gen
     }
 
 
-def _criterion(ci: list[float]) -> bool:
+def _criterion(ci: list[float], *, hypotheses: bool = False) -> bool:
+    """The tail criterion on a 95% interval ``ci`` of the exponent.
+
+    Full runs (``hypotheses=False``): the interval contains -1 and excludes -1/2. Quick runs
+    (``hypotheses=True``, :data:`QUICK_CRITERION`): -1 and -1/2 as competing laws, the interval excludes
+    -1/2 and lies wholly on the -1 side of their midpoint -3/4.
+    """
+    if hypotheses:
+        return bool(ci[1] < MIDPOINT and not (ci[0] <= -0.5 <= ci[1]))
     return bool(ci[0] <= -1.0 <= ci[1] and not (ci[0] <= -0.5 <= ci[1]))
 
 
+def _criterion_text(hypotheses: bool) -> str:
+    if hypotheses:
+        return (
+            f"1/H against H^(-1/2) as competing laws: the tail CI (bootstrap over seeds) excludes -1/2 and lies "
+            f"below their midpoint {MIDPOINT:g}"
+        )
+    return "tail CI (bootstrap over seeds) contains -1 and excludes -1/2"
+
+
 def experiment_heads(
-    cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None, user_sets: list[str] | None = None
+    cfg: dict[str, Any],
+    *,
+    seed: int = 0,
+    progress: Progress | None = None,
+    user_sets: list[str] | None = None,
+    quick: bool = False,
 ) -> ExperimentResult:
+    """The 1/H law per parameter set; ``quick``: the competing-laws criterion (:func:`_criterion`)."""
     start = time.perf_counter()
+    hyp = quick
     sets = _set_configs(cfg, user_sets or [])
     seeds = [seed + s for s in range(int(cfg["seeds"]))]
     total = sum(len(c["heads"]["counts"]) for c in sets.values())
@@ -233,11 +267,11 @@ def experiment_heads(
                     if asym
                     else "asymptotic range not reached"
                 ),
-                "tail CI (bootstrap over seeds) contains -1 and excludes -1/2",
-                _criterion(main["ci"]),
+                _criterion_text(hyp),
+                _criterion(main["ci"], hypotheses=hyp),
                 "the same fit on the late mean of |dF| (not squared; scales like H^(-1/2))",
                 f"exponent {fmt(ctrl['exponent'])}, CI [{fmt(ctrl['ci'][0])}, {fmt(ctrl['ci'][1])}]",
-                not _criterion(ctrl["ci"]),
+                not _criterion(ctrl["ci"], hypotheses=hyp),
             )
         )
     for p, r in zip(preds, results.values()):
@@ -250,6 +284,12 @@ def experiment_heads(
             p.explanation = (
                 f"the tail CI [{lo:.2f}, {hi:.2f}] is too wide to tell -1 from -1/2 with {len(seeds)} seeds: more "
                 "seeds or longer runs are needed, not another criterion."
+            )
+        elif not p.passed and hyp:
+            p.explanation = (
+                f"the tail CI [{lo:.2f}, {hi:.2f}] excludes -1/2 but reaches above the midpoint {MIDPOINT:g} of the "
+                f"two laws (local exponents {loc}): at these H the tail is not clearly 1/H; the full run's larger H "
+                "tell more."
             )
         elif not p.passed and hi < -0.5:
             p.explanation = (

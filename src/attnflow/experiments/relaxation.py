@@ -15,6 +15,11 @@ paths (each run head replicated ``paths / H`` times with independent noise), the
 distance between Gaussian fits of the empirical laws at successive times (a lower bound of their
 ``W_2``, Gelbrich), summed. The closed form (the same distance between the exact moments) is a
 cross-check only.
+
+The slope ``|dF|(mu_t, Theta_t)`` (the cloud's metric speed) is judged against the finite-``H`` floor
+scale ``s_H`` (:func:`floor_scale`): the rms slope that ``H`` heads drawn from the stationary law give
+a cloud at the limit's stationary point. OU weights: the late-window rms slope is at most
+``FLOOR_FACTOR s_H``; oscillating weights keep it above.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt
-from attnflow.experiments.runs import early_mean, late_mean
 from attnflow.io.store import trajectory_to_dataset
 from attnflow.solve.simulation import simulate
 from attnflow.viz.plotting import snapshot_indices
@@ -48,8 +52,14 @@ from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
 STATIONARY_RELATIVE = 0.1
 #: The cloud has settled when it moves less than this fraction of its whole displacement in the late window.
 SETTLED_FRACTION = 0.1
-#: Slope decay: late/early mean slope below this is "decays", above is "does not decay".
-SLOPE_RATIO = 0.5
+#: Slope floor: the late-window rms slope ``|dF|(mu_t, Theta_t)`` is "at the finite-H floor" when it is at
+#: most this multiple of the floor scale ``s_H`` (:func:`floor_scale`). A cloud sitting at the limit's
+#: stationary point feels exactly ``s_H`` (in rms) from the heads' finite-H fluctuation; following the
+#: heads lowers it. The factor 2 covers the sampling scatter of an rms over a late window of about six
+#: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
+FLOOR_FACTOR = 2.0
+#: Independent draws of the ``H`` heads from the stationary law behind ``s_H``.
+FLOOR_DRAWS = 64
 #: Integrable: the last doubling of t_end adds less than this fraction of the path length.
 CONVERGED_FRACTION = 0.1
 #: Linear growth: doubling t_end multiplies the path length by a factor within this interval.
@@ -135,6 +145,50 @@ def _settling(traj, idx: np.ndarray) -> tuple[np.ndarray, float]:
     a = traj.token_weights
     w = np.array([wasserstein_sphere(traj.x[-1], traj.x[k], a=a, b=a).value for k in idx])
     return w, float(wasserstein_sphere(traj.x[-1], traj.x[0], a=a, b=a).value)
+
+
+def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> float:
+    """``s_H``: rms over ``draws`` independent draws of ``|dF|(mu_ref, Theta^(H))``, ``Theta^(H)`` the empirical
+    law of ``H`` heads ``A_h = Abar_h + c S_h`` drawn from the OU stationary law (``c = sigma / sqrt(2 rate)``).
+
+    With ``mu_ref`` a stationary point of the limiting energy ``F(., Theta_inf)``, that is the slope the
+    heads' finite-``H`` fluctuation alone gives a cloud at rest: the scale of the floor (it vanishes like
+    ``H^(-1/2)``). A cloud that follows the heads sits lower; one that does not settle sits far above.
+    """
+    c = ou.sigma / math.sqrt(2.0 * ou.rate)
+    rng = np.random.default_rng(seed)
+    s = np.array([stationarity(x_ref, ou.A_bar + c * ou.noise(rng)).slope for _ in range(draws)])
+    return float(np.sqrt(np.mean(s**2)))
+
+
+def _slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Late-window rms slope of each run over the floor scale ``s_H`` (at the OU run's final cloud)."""
+    period = 2 * np.pi / float(cfg["oscillating"]["omega"])
+    s_H = floor_scale(trajs["ou"].x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
+    out: dict[str, Any] = {"scale": s_H}
+    for k, t in trajs.items():
+        idx = _window(t, cfg, period)
+        rms = float(np.sqrt(np.mean(t.diagnostics["slope"][idx] ** 2)))
+        out[k] = {"rms": rms, "ratio": rms / s_H, "window": [float(t.t[idx[0]]), float(t.t[-1])]}
+    return out
+
+
+_SEE_FIGURES = "See the figures: the measured value and its control are side by side."
+
+
+def _floor_note(fl: dict[str, Any]) -> str:
+    """Why a slope-floor row failed, from its numbers."""
+    o, c = fl["ou"]["ratio"], fl["oscillating"]["ratio"]
+    if o > FLOOR_FACTOR:
+        return (
+            f"the OU run's late rms slope is {o:.3g} s_H: above the finite-H floor, so the cloud has not settled "
+            "near a stationary point of the limiting energy within the run (a longer run, or the cloud follows a "
+            "slow drift of the heads' average)."
+        )
+    return (
+        f"the oscillating run's late rms slope is only {c:.3g} s_H: its weights move the stationary point slowly "
+        "enough for the cloud to follow it closely (a small amplitude or frequency)."
+    )
 
 
 # --- the law's path length, measured from samples -----------------------------------------------------
@@ -269,10 +323,14 @@ def _figure_snapshots(trajs: dict, title: str):
     return fig
 
 
-def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, idx_osc, full_ou, full_osc):
+def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, idx_osc, full_ou, full_osc, fl):
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
-    ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label=r"$|\partial F|(\mu_t, \Theta_t)$")
-    ax[0].set_title("slope along the OU run")
+    ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
+    ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
+    ax[0].axhline(fl["scale"], color="k", lw=0.8, label=r"floor scale $s_H$")
+    ax[0].axhline(FLOOR_FACTOR * fl["scale"], color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} $s_H$")
+    ax[0].axvspan(fl["ou"]["window"][0], fl["ou"]["window"][1], color="0.92")
+    ax[0].set_title(r"slope $|\partial F|(\mu_t, \Theta_t)$")
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law: control)")
     ax[1].axhline(STATIONARY_RELATIVE, color="k", ls=":", label="criterion")
@@ -333,9 +391,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     w2_osc, full_osc = _settling(osc, idx_osc)
     settle_ou, settle_osc = float(w2_ou.max()) / full_ou, float(w2_osc.max()) / full_osc
     d = traj.diagnostics
-    ratio = {
-        k: late_mean(t.t, t.diagnostics["slope"]) / early_mean(t.t, t.diagnostics["slope"]) for k, t in trajs.items()
-    }
+    fl = _slope_floor(trajs, ou, cfg, seed)
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}]"
     st_inf, st_0 = float(rel_inf[idx].max()), float(rel_0[idx].max())
     headline = {
@@ -345,10 +401,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settled_fraction": settle_ou,
         "settled_fraction_oscillating": settle_osc,
         "w2_to_final_late": w2_ou,
-        "slope_ratio": ratio["ou"],
-        "slope_ratio_oscillating": ratio["oscillating"],
-        "slope_early": early_mean(traj.t, d["slope"]),
-        "slope_late": late_mean(traj.t, d["slope"]),
+        "slope_floor_scale": fl["scale"],
+        "slope_late_rms": fl["ou"]["rms"],
+        "slope_late_rms_oscillating": fl["oscillating"]["rms"],
+        "slope_floor_ratio": fl["ou"]["ratio"],
+        "slope_floor_ratio_oscillating": fl["oscillating"]["ratio"],
+        "slope_window": fl["ou"]["window"],
         "clusters_end": int(d["clusters"][-1]),
         "window": [float(traj.t[idx[0]]), float(traj.t[-1])],
         "spectrum": cfg["heads"]["spectrum"],
@@ -377,33 +435,26 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         ),
         Prediction(
             "ou",
-            "OU weights: the slope |dF| decays to a finite-H floor",
-            f"late/early mean slope = {fmt(ratio['ou'])}",
-            f"< {SLOPE_RATIO}",
-            bool(ratio["ou"] < SLOPE_RATIO),
-            "the oscillating run",
-            fmt(ratio["oscillating"]),
-            not bool(ratio["oscillating"] < SLOPE_RATIO),
+            "OU weights: the slope |dF|(mu_t, Theta_t) decays to its finite-H floor",
+            f"rms slope over t in [{fl['ou']['window'][0]:.3g}, {fl['ou']['window'][1]:.3g}] = "
+            f"{fmt(fl['ou']['rms'])} = {fmt(fl['ou']['ratio'])} s_H (floor scale s_H = {fmt(fl['scale'])})",
+            f"<= {FLOOR_FACTOR:g} s_H",
+            bool(fl["ou"]["ratio"] <= FLOOR_FACTOR),
+            "the oscillating run (same cloud and means, non-integrable weights)",
+            f"{fmt(fl['oscillating']['ratio'])} s_H",
+            not bool(fl["oscillating"]["ratio"] <= FLOOR_FACTOR),
         ),
     ]
-    slope_note = (
-        "The early window (first tenth of the run) is the clustering transient, where the slope is large "
-        "whatever the weights; after the collapse the slope under oscillating weights is set by how fast the "
-        f"weights move the stationary point (late mean {fmt(late_mean(osc.t, osc.diagnostics['slope']))}, against "
-        f"the OU floor {fmt(late_mean(traj.t, d['slope']))}): below the transient, but it does not decay further. "
-        "The ratio late/early compares two regimes, and its threshold was set for isotropic means; the settling "
-        "rows and the law's path length carry the contrast."
-    )
     for p in preds:
-        if not p.ok and "slope |dF| decays" in p.statement:
-            p.explanation = slope_note
+        if not p.ok:
+            p.explanation = _floor_note(fl) if "finite-H floor" in p.statement else _SEE_FIGURES
     res = ExperimentResult(
         "ou",
         headline,
         preds,
         figures={
             "snapshots": _figure_snapshots({"ou": traj}, "OU weights around an anisotropic mean: the cloud relaxes"),
-            "stationarity": _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, idx_osc, full_ou, full_osc),
+            "stationarity": _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, idx_osc, full_ou, full_osc, fl),
         },
         configs=run_configs(cfg, seed),
         dataset=trajectory_to_dataset(traj),
@@ -427,9 +478,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
         progress(0, 3, "simulating the OU and oscillating runs")
     trajs, procs = _runs(cfg, seed)
     osc = trajs["oscillating"]
-    ratio = {
-        k: late_mean(t.t, t.diagnostics["slope"]) / early_mean(t.t, t.diagnostics["slope"]) for k, t in trajs.items()
-    }
+    fl = _slope_floor(trajs, procs["ou"], cfg, seed)
     settle = {}
     for k, t in trajs.items():
         w, full = _settling(t, _window(t, cfg))
@@ -453,8 +502,12 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     Ts = ", ".join(f"{T:g}" for T in t_ends)
     show = lambda k, src: ", ".join(fmt(v) for v in src[k])
     headline = {
-        "slope_ratio": ratio["oscillating"],
-        "slope_ratio_ou": ratio["ou"],
+        "slope_floor_scale": fl["scale"],
+        "slope_late_rms": fl["oscillating"]["rms"],
+        "slope_late_rms_ou": fl["ou"]["rms"],
+        "slope_floor_ratio": fl["oscillating"]["ratio"],
+        "slope_floor_ratio_ou": fl["ou"]["ratio"],
+        "slope_window": fl["oscillating"]["window"],
         "settled_fraction": settle["oscillating"],
         "settled_fraction_ou": settle["ou"],
         "law_t_ends": t_ends,
@@ -490,13 +543,15 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
         ),
         Prediction(
             "oscillating",
-            "Oscillating weights: the slope does not decay",
-            f"late/early mean slope = {fmt(ratio['oscillating'])}",
-            f">= {SLOPE_RATIO}",
-            bool(ratio["oscillating"] >= SLOPE_RATIO),
+            "Oscillating weights: the slope |dF|(mu_t, Theta_t) does not decay to a finite-H floor",
+            f"rms slope over t in [{fl['oscillating']['window'][0]:.3g}, {fl['oscillating']['window'][1]:.3g}] = "
+            f"{fmt(fl['oscillating']['rms'])} = {fmt(fl['oscillating']['ratio'])} s_H (floor scale s_H = "
+            f"{fmt(fl['scale'])})",
+            f"> {FLOOR_FACTOR:g} s_H",
+            bool(fl["oscillating"]["ratio"] > FLOOR_FACTOR),
             "the OU run",
-            fmt(ratio["ou"]),
-            not bool(ratio["ou"] >= SLOPE_RATIO),
+            f"{fmt(fl['ou']['ratio'])} s_H",
+            not bool(fl["ou"]["ratio"] > FLOOR_FACTOR),
         ),
         Prediction(
             "oscillating",
@@ -509,19 +564,9 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             not bool(settle["ou"] >= SETTLED_FRACTION),
         ),
     ]
-    late_osc = late_mean(osc.t, osc.diagnostics["slope"])
-    late_ou = late_mean(trajs["ou"].t, trajs["ou"].diagnostics["slope"])
     for p in preds:
-        if not p.ok and "slope does not decay" in p.statement:
-            p.explanation = (
-                "The early window (first tenth) is the clustering transient, where the slope is large whatever "
-                "the weights; after the collapse the slope is driven by the weights moving the stationary point: "
-                f"late mean {fmt(late_osc)}, {late_osc / late_ou:.3g} times the OU floor {fmt(late_ou)}, and it "
-                "does not decay further; "
-                "the ratio to the transient falls below 0.5 all the same."
-            )
-        elif not p.ok:
-            p.explanation = "See the figures: the measured value and its control are side by side."
+        if not p.ok:
+            p.explanation = _floor_note(fl) if "finite-H floor" in p.statement else _SEE_FIGURES
     res = ExperimentResult(
         "oscillating",
         headline,
