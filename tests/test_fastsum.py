@@ -384,3 +384,34 @@ def test_profile_splits_the_time_of_an_evaluation():
     # outside a profile block nothing is recorded
     fs.fast_stats(x, A, A, a, tol=1e-8)
     assert getattr(fs._LOCAL, "split", None) is None
+
+
+def test_float32_query_side_only_where_its_proved_bound_fits(monkeypatch):
+    from attnflow.kernels import fastsum as fs
+
+    N = 20_000
+    x = torch.as_tensor(tokens.uniform(N, 3, seed=11))
+    a = torch.full((N,), 1 / N, dtype=torch.float64)
+    A1 = torch.as_tensor(goe_heads(4, 3, 1.0, seed=1))
+    A1 = A1 / torch.linalg.matrix_norm(A1, ord=2).max()  # beta = 1
+    loose = fs.fast_stats(x, A1, A1, a, tol=1e-3, check=200)
+    assert loose.precision == "float32"
+    assert loose.plan.relative_bound + loose.float32_bound <= 1e-3
+    assert loose.achieved_error <= 1e-3
+    # the float32 rounding actually made stays within its proved bound (against the float64 evaluation)
+    monkeypatch.setattr(fs, "float32_rounding_bound", lambda *args: math.inf)
+    exact64 = fs.fast_stats(x.clone(), A1, A1, a, fast_plan=loose.plan)
+    monkeypatch.undo()
+    assert exact64.precision == "float64"
+    dz = float(torch.expm1((loose.logZ - exact64.logZ).abs()).max())
+    assert 0 < dz <= loose.float32_bound
+    # at beta = 8, tol = 1e-6 the monomial sums cancel from ~1e7 down to Z ~ 1: float64 is kept ...
+    A8 = 8 * A1
+    tight = fs.fast_stats(x, A8, A8, a, tol=1e-6, check=200)
+    assert tight.precision == "float64" and tight.float32_bound > 1e-6
+    assert tight.achieved_error <= 1e-6
+    # ... and rightly: forced to float32 there (the bound silenced), the error exceeds the tolerance
+    monkeypatch.setattr(fs, "float32_rounding_bound", lambda *args: 0.0)
+    forced = fs.fast_stats(x.clone(), A8, A8, a, fast_plan=tight.plan, check=200)
+    assert forced.precision == "float32"
+    assert forced.achieved_error > 1e-6

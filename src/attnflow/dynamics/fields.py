@@ -124,7 +124,13 @@ class FieldStats:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
         if self.out is None:
             raise ValueError("these statistics were computed without values (values=False); the field needs them")
-        return (self.head_mix(model).unsqueeze(-1) * self.out).sum(-3)
+        mix, out = self.head_mix(model).unsqueeze(-1), self.out
+        # Accumulated head by head: a broadcast product would first write an (H, N, d) temporary,
+        # which measured 8x slower at N = 1e6 (page faults and memory traffic).
+        u = mix[..., 0, :, :] * out[..., 0, :, :]
+        for h in range(1, out.shape[-3]):
+            u.addcmul_(mix[..., h, :, :], out[..., h, :, :])
+        return u
 
     def velocity(self, x: torch.Tensor, model: str, *, project: bool = True) -> torch.Tensor:
         """The field ``v(x_i) = P_x sum_h c_h(x_i) out_h(x_i)`` of ``model`` (``project=False``: no ``P_x``)."""

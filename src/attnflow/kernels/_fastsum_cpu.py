@@ -62,10 +62,29 @@ if AVAILABLE:
             for i in range(m):
                 row[i] = r0[i] * r1[i] * r2[i] * r3[i]
 
-    @njit(parallel=True, cache=True)
+    @njit(cache=True)
     def build_features(x: np.ndarray, exps: np.ndarray, P: int, out: np.ndarray) -> None:  # pragma: no cover
         """``out[k, i] = prod_a x[i, a] ** exps[k, a]`` for the block ``x`` ``(n, d)``, ``2 <= d <= 4``;
-        ``out`` ``(M, >= n)``."""
+        ``out`` ``(M, >= n)``. On one thread: it alternates with torch's multithreaded GEMM block by
+        block, and two thread pools taking turns (each spinning while the other works) measured
+        several times slower than one."""
+        n, d = x.shape
+        M = exps.shape[0]
+        nch = (n + CHUNK - 1) // CHUNK
+        for c in range(nch):
+            lo = c * CHUNK
+            m = min(n, lo + CHUNK) - lo
+            pw = np.empty((d, P + 1, CHUNK))
+            _powers(x, lo, m, P, pw)
+            for k in range(M):
+                _product(pw, exps[k], m, out[k, lo : lo + m])
+
+    @njit(parallel=True, cache=True)
+    def build_features_parallel(x: np.ndarray, exps: np.ndarray, P: int, out: np.ndarray) -> None:  # pragma: no cover
+        """``out[k, i] = prod_a x[i, a] ** exps[k, a]`` for the block ``x`` ``(n, d)``, ``2 <= d <= 4``;
+        ``out`` ``(M, >= n)``. On one thread: it alternates with torch's multithreaded GEMM block by
+        block, and two thread pools taking turns (each spinning while the other works) measured
+        several times slower than one."""
         n, d = x.shape
         M = exps.shape[0]
         nch = (n + CHUNK - 1) // CHUNK
@@ -125,11 +144,11 @@ if AVAILABLE:
             m = min(N, lo + nb) - lo
             zr = R[b, h * (d + 1)]
             for j in range(m):
-                z = zr[j]
+                z = np.float64(zr[j])  # float64 from here on, whatever the precision of R
                 if not z > 0.0:
                     bad[t] = True
                     z = 1.0
                 logZ[h, lo + j] = np.log(z)
                 for c in range(d):
-                    out[h, lo + j, c] = R[b, h * (d + 1) + 1 + c, j] / z
+                    out[h, lo + j, c] = np.float64(R[b, h * (d + 1) + 1 + c, j]) / z
         return not bad.any()

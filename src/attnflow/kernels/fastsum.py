@@ -26,6 +26,15 @@ the float64 rounding estimate ``2.2e-16 exp(beta)`` (cancellation in the monomia
 not proved) ``<= tol``; when the rounding alone exceeds ``tol`` (large ``beta``) no plan is made. The achieved error on a random subset of tokens,
 against the exact dense sums, is reported when asked (``check``).
 
+Precision of the query side. The products ``W phi(x_i)`` (``W = C^h G``, rows ``[Z_h, V_h num_h]``)
+run in float32 when :func:`float32_rounding_bound`, a proved bound from ``sum_k |W_rk|`` (every
+monomial is at most 1 on the sphere), plus the truncation bound stays within ``tol``; otherwise in
+float64. In the monomial basis the sums cancel (``sum_k |W_k|`` is about 1e4 at ``beta = 4``, degree
+14, against ``Z ~ 1``), so float32 qualifies only at small ``beta`` or loose tolerances.
+
+On the CPU (with numba) the per-token loops are compiled (:mod:`attnflow.kernels._fastsum_cpu`);
+elsewhere (CUDA) the same features are built by torch operations.
+
 Tokens must lie on the sphere: off-sphere inputs (a Runge-Kutta stage) are evaluated at their
 directions ``x / |x|``, a smooth extension of the field that keeps the integrators' order.
 """
@@ -90,6 +99,12 @@ class FastSumResult:
     plan: FastSumPlan
     achieved_error: float | None = None
     checked_tokens: int = 0
+    #: Precision of the query side (features and the products ``W phi``): ``"float32"`` only where
+    #: the proved bound below, added to the truncation bound, stays within ``tol``.
+    precision: str = "float64"
+    #: Proved bound on the relative error that float32 rounding of the query side would add
+    #: (:func:`float32_rounding_bound`); ``None`` when not computed (CUDA, no numba, d = 1).
+    float32_bound: float | None = None
 
 
 def chebyshev_tail_bound(beta: float, degree: int, terms: int = 64) -> float:
@@ -440,8 +455,18 @@ def fast_stats(
             V64 = V.detach().to(torch.float64)
             Wt = torch.cat([W[:, None, :, 0], V64 @ W[:, :, 1:].transpose(1, 2)], dim=1).reshape(-1, fp.features)
     dv = 0 if V is None else int(V.shape[-2])  # value rows per head (V may stack extra values)
+    bound32: float | None = None
+    precision = "float64"
     if _compiled(x64):
-        logZ, out = _evaluate_cpu(x64, Wt, fp.degree, H, dv)
+        with _timed("coefficients"):
+            scale = x64.new_ones(H, 1 + dv)
+            if dv:
+                scale[:, 1:] = torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)[:, None]
+            floor = math.exp(-fp.beta * mean_norm(x64, a64)) - fp.kernel_error
+            bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, scale.reshape(-1), floor, fp.degree, d)
+        if fp.relative_bound + bound32 <= fp.tol:
+            precision = "float32"
+        logZ, out = _evaluate_cpu(x64, Wt, fp.degree, H, dv, torch.float32 if precision == "float32" else torch.float64)
     else:
         logZ, out = _evaluate_torch(x64, Wt, fp.degree, H, dv)
     achieved = _check(x64, A64, None if V is None else V.detach().to(torch.float64), a64, out, logZ, check, seed)
@@ -451,7 +476,52 @@ def fast_stats(
         plan=fp,
         achieved_error=achieved,
         checked_tokens=min(check, N),
+        precision=precision,
+        float32_bound=bound32,
     )
+
+
+def float32_rounding_bound(
+    Wt: torch.Tensor,
+    C: tuple[torch.Tensor, torch.Tensor],
+    G: torch.Tensor,
+    scale: torch.Tensor,
+    floor: float,
+    P: int,
+    d: int,
+) -> float:
+    """Proved bound on the relative error added by evaluating ``Wt phi(x)`` in float32 (query side).
+
+    On the sphere every monomial has ``|phi_k(x)| <= 1``. Rounding ``Wt`` to float32 (``u``), building
+    ``phi`` by at most ``2P + d`` products (``gamma_{2P+d}``) and the float32 dot product of length
+    ``M`` in any order (``gamma_M``) move row ``r`` by at most ``(M + 2P + d + 1) u sum_k |Wt_rk|``
+    (first order; ``gamma_n = n u / (1 - n u)`` is used); ``Wt`` itself carries the float64 error of
+    ``C G``, ``gamma_M^{64} (|C| |G|)``. Rows are ``[Z_h, V_h num_h]`` with scales ``[1, ||V_h||]``; with
+    ``Z >= floor`` (the Jensen floor minus the truncation bound) the relative errors of ``Z`` and of
+    ``out = num / Z`` (per ``||V_h||``) are at most ``dZ / floor`` and ``(dnum / ||V|| + dZ) / (floor - dZ)``.
+    """
+    M = Wt.shape[-1]
+    u32, u64 = float(np.finfo(np.float32).eps) / 2, float(np.finfo(np.float64).eps) / 2
+
+    def gamma(n: int, u: float) -> float:
+        return n * u / (1.0 - n * u)
+
+    if floor <= 0:
+        return math.inf
+    C_P, C_Q = C
+    MP = C_P.shape[-1]
+    H = C_P.shape[0]
+    absCG = torch.cat([C_P.abs() @ G[:MP].abs(), C_Q.abs() @ G[MP:].abs()], dim=1)  # (H, M, d + 1)
+    err64 = gamma(M, u64) * absCG.sum(1)  # (H, d + 1): float64 error of the columns of C G
+    row_err = gamma(M + 2 * P + d + 1, u32) * Wt.abs().sum(-1).reshape(H, -1)  # (H, 1 + dv)
+    dZ = row_err[:, 0] + err64[:, 0]
+    bounds = [dZ / floor]
+    if row_err.shape[1] > 1:
+        normV = scale.reshape(H, -1)[:, 1]
+        # |d(V num)| <= ||row errors||_2 + ||V|| ||float64 column errors||_1, per ||V||
+        dnum = torch.linalg.vector_norm(row_err[:, 1:], dim=-1) / normV + err64[:, 1:].sum(-1)
+        bounds.append((dnum + dZ) / (floor - dZ).clamp_min(1e-300))
+    return float(torch.stack(bounds).max())
 
 
 def _evaluate_torch(
@@ -489,7 +559,7 @@ def _exponents(P: int, d: int) -> np.ndarray:
 
 
 def _evaluate_cpu(
-    x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int
+    x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Query side on the CPU: compiled feature blocks, one BLAS product ``Wt F`` per block (that
     orientation runs near the GEMM peak; ``F^T Wt^T`` measured 3x slower), a compiled division."""
@@ -499,12 +569,14 @@ def _evaluate_cpu(
     nb = min(N, CPU_BLOCK_TOKENS)
     blocks = -(-N // nb)
     kept = _cache("cpu_features", dict)
-    if kept.get("key") != (exps.shape[0], nb):
+    key = (exps.shape[0], nb, dtype)
+    if kept.get("key") != key:
         kept.clear()
-        kept.update(key=(exps.shape[0], nb), buf=np.empty((exps.shape[0], nb)))
+        kept.update(key=key, buf=torch.empty(exps.shape[0], nb, dtype=dtype).numpy())
     buf: np.ndarray = kept["buf"]
     F = torch.from_numpy(buf)
-    R = x64.new_empty(blocks, Wt.shape[0], nb)  # R[b, r, i]: row r at token b * nb + i
+    Wt = Wt.to(dtype)
+    R = torch.empty(blocks, Wt.shape[0], nb, dtype=dtype)  # R[b, r, i]: row r at token b * nb + i
     with _timed("features") as clock:
         for b in range(blocks):
             s = b * nb
