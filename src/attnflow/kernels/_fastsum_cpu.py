@@ -147,7 +147,7 @@ if AVAILABLE:
                 z = np.float64(zr[j])  # float64 from here on, whatever the precision of R
                 if not z > 0.0:
                     bad[t] = True
-                    z = 1.0
+                    z = np.float64(1.0)
                 logZ[h, lo + j] = np.log(z)
                 for c in range(d):
                     out[h, lo + j, c] = np.float64(R[b, h * (d + 1) + 1 + c, j]) / z

@@ -460,7 +460,7 @@ def fast_stats(
     if _compiled(x64):
         with _timed("coefficients"):
             scale = x64.new_ones(H, 1 + dv)
-            if dv:
+            if V is not None:
                 scale[:, 1:] = torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)[:, None]
             floor = math.exp(-fp.beta * mean_norm(x64, a64)) - fp.kernel_error
             bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, scale.reshape(-1), floor, fp.degree, d)
