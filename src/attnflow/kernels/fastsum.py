@@ -499,6 +499,7 @@ def float32_rounding_bound(
     ``C G``, ``gamma_M^{64} (|C| |G|)``. Rows are ``[Z_h, V_h num_h]`` with scales ``[1, ||V_h||]``; with
     ``Z >= floor`` (the Jensen floor minus the truncation bound) the relative errors of ``Z`` and of
     ``out = num / Z`` (per ``||V_h||``) are at most ``dZ / floor`` and ``(dnum / ||V|| + dZ) / (floor - dZ)``.
+    ``inf`` when the float32 term alone exceeds 1 (then nothing else is computed).
     """
     M = Wt.shape[-1]
     u32, u64 = float(np.finfo(np.float32).eps) / 2, float(np.finfo(np.float64).eps) / 2
@@ -508,12 +509,14 @@ def float32_rounding_bound(
 
     if floor <= 0:
         return math.inf
+    row_err = gamma(M + 2 * P + d + 1, u32) * Wt.abs().sum(-1).reshape(C[0].shape[0], -1)  # (H, 1 + dv)
+    if float(row_err[:, 0].max()) / floor > 1.0:
+        return math.inf  # float32 is out of the question: skip the float64 part (|C| |G|)
     C_P, C_Q = C
     MP = C_P.shape[-1]
     H = C_P.shape[0]
     absCG = torch.cat([C_P.abs() @ G[:MP].abs(), C_Q.abs() @ G[MP:].abs()], dim=1)  # (H, M, d + 1)
     err64 = gamma(M, u64) * absCG.sum(1)  # (H, d + 1): float64 error of the columns of C G
-    row_err = gamma(M + 2 * P + d + 1, u32) * Wt.abs().sum(-1).reshape(H, -1)  # (H, 1 + dv)
     dZ = row_err[:, 0] + err64[:, 0]
     bounds = [dZ / floor]
     if row_err.shape[1] > 1:
