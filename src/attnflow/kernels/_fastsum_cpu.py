@@ -79,23 +79,6 @@ if AVAILABLE:
             for k in range(M):
                 _product(pw, exps[k], m, out[k, lo : lo + m])
 
-    @njit(parallel=True, cache=True)
-    def build_features_parallel(x: np.ndarray, exps: np.ndarray, P: int, out: np.ndarray) -> None:  # pragma: no cover
-        """``out[k, i] = prod_a x[i, a] ** exps[k, a]`` for the block ``x`` ``(n, d)``, ``2 <= d <= 4``;
-        ``out`` ``(M, >= n)``. On one thread: it alternates with torch's multithreaded GEMM block by
-        block, and two thread pools taking turns (each spinning while the other works) measured
-        several times slower than one."""
-        n, d = x.shape
-        M = exps.shape[0]
-        nch = (n + CHUNK - 1) // CHUNK
-        for c in prange(nch):
-            lo = c * CHUNK
-            m = min(n, lo + CHUNK) - lo
-            pw = np.empty((d, P + 1, CHUNK))
-            _powers(x, lo, m, P, pw)
-            for k in range(M):
-                _product(pw, exps[k], m, out[k, lo : lo + m])
-
     @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
     def key_moments(x: np.ndarray, w: np.ndarray, exps: np.ndarray, P: int) -> np.ndarray:  # pragma: no cover
         """``G[k] = sum_j w_j phi_k(x_j) [1, x_j]`` ``(M, d + 1)``, summed in :data:`GROUPS` fixed groups."""

@@ -56,8 +56,6 @@ import torch
 from numpy.polynomial import chebyshev
 from scipy.special import ive
 
-from attnflow.kernels import _fastsum_cpu as _cpu
-
 #: Largest dimension handled (the monomial count grows like ``P^(d-1)``).
 MAX_DIM = 4
 #: Largest expansion degree used; beyond it (large ``beta`` or tiny ``tol``) the dense kernel is used.
@@ -549,9 +547,17 @@ def _evaluate_torch(
     return torch.log(Z), None if num is None else num / Z.unsqueeze(-1)
 
 
+def _loops() -> Any:
+    """The compiled CPU loops (:mod:`attnflow.kernels._fastsum_cpu`), imported at first use: numba's
+    import costs about 0.3 s, which runs that never use fast summation should not pay."""
+    from attnflow.kernels import _fastsum_cpu
+
+    return _fastsum_cpu
+
+
 def _compiled(x64: torch.Tensor) -> bool:
     """Whether the compiled CPU loops serve ``x64`` (numba present, CPU tensor, ``2 <= d <= 4``)."""
-    return _cpu.AVAILABLE and x64.device.type == "cpu" and 2 <= x64.shape[-1] <= MAX_DIM
+    return x64.device.type == "cpu" and 2 <= x64.shape[-1] <= MAX_DIM and bool(_loops().AVAILABLE)
 
 
 @cache
@@ -584,7 +590,7 @@ def _evaluate_cpu(
         for b in range(blocks):
             s = b * nb
             m = min(N, s + nb) - s
-            _cpu.build_features(xn[s : s + m], exps, P, buf[:, :m])
+            _loops().build_features(xn[s : s + m], exps, P, buf[:, :m])
             clock.lap("features")
             if m == nb:
                 torch.mm(Wt, F, out=R[b])
@@ -594,7 +600,7 @@ def _evaluate_cpu(
     with _timed("division"):
         out = np.empty((H, N, dv))
         logZ = np.empty((H, N))
-        if not _cpu.divide(R.numpy(), N, H, dv, out, logZ):
+        if not _loops().divide(R.numpy(), N, H, dv, out, logZ):
             raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
     return torch.from_numpy(logZ), torch.from_numpy(out) if dv else None
 
@@ -612,7 +618,7 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
     d = x64.shape[-1]
     N = x64.shape[0]
     if _compiled(x64):
-        G = torch.from_numpy(_cpu.key_moments(x64.numpy(), a64.contiguous().numpy(), _exponents(P, d), P))
+        G = torch.from_numpy(_loops().key_moments(x64.numpy(), a64.contiguous().numpy(), _exponents(P, d), P))
     else:
         G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
         build = _builder(P, d, min(N, BLOCK_TOKENS), x64.device)
