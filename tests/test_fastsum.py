@@ -415,3 +415,34 @@ def test_float32_query_side_only_where_its_proved_bound_fits(monkeypatch):
     forced = fs.fast_stats(x.clone(), A8, A8, a, fast_plan=tight.plan, check=200)
     assert forced.precision == "float32"
     assert forced.achieved_error > 1e-6
+
+
+def test_torch_threads_are_restored_after_concurrent_evaluations():
+    # The query side runs torch on one thread per worker; concurrent calls must leave the setting as found.
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = torch.get_num_threads()
+    x = torch.as_tensor(tokens.uniform(9000, 3, seed=1))
+    A = torch.as_tensor(goe_heads(2, 3, 2.0, seed=1))
+    a = torch.full((9000,), 1 / 9000, dtype=torch.float64)
+    with ThreadPoolExecutor(3) as pool:
+        res = list(pool.map(lambda k: fast_attention_stats(x, A * (1 + 0.1 * k), A, a, tol=1e-8, check=16), range(6)))
+    assert torch.get_num_threads() == before
+    assert max(r.achieved_error for r in res) < 1e-8
+    # control: the setting is really lowered inside an evaluation (what the restore undoes)
+    from attnflow.kernels import fastsum as fs
+
+    seen = []
+    real_mm = torch.mm
+
+    def spy(*args, **kw):
+        seen.append(torch.get_num_threads())
+        return real_mm(*args, **kw)
+
+    try:
+        torch.mm = spy
+        fs.fast_stats(x.clone(), A, A, a, tol=1e-8)
+    finally:
+        torch.mm = real_mm
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before

@@ -62,12 +62,11 @@ if AVAILABLE:
             for i in range(m):
                 row[i] = r0[i] * r1[i] * r2[i] * r3[i]
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def build_features(x: np.ndarray, exps: np.ndarray, P: int, out: np.ndarray) -> None:  # pragma: no cover
         """``out[k, i] = prod_a x[i, a] ** exps[k, a]`` for the block ``x`` ``(n, d)``, ``2 <= d <= 4``;
-        ``out`` ``(M, >= n)``. On one thread: it alternates with torch's multithreaded GEMM block by
-        block, and two thread pools taking turns (each spinning while the other works) measured
-        several times slower than one."""
+        ``out`` ``(M, >= n)``. On one thread, without the GIL: the caller runs one block per core
+        (:func:`attnflow.kernels.fastsum._evaluate_cpu`)."""
         n, d = x.shape
         M = exps.shape[0]
         nch = (n + CHUNK - 1) // CHUNK
