@@ -345,28 +345,38 @@ def test_compiled_features_are_the_monomials():
 
 def test_key_moments_do_not_depend_on_the_thread_count():
     # Fixed groups of chunks: the same bits on one thread or two (a resumed run must repeat itself).
-    import numba
-
     from attnflow.kernels import _fastsum_cpu
     from attnflow.kernels.fastsum import _exponents
 
     x = tokens.uniform(40_000, 3, seed=7)
     w = np.random.default_rng(1).dirichlet(np.ones(40_000))
     e = _exponents(12, 3)
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = _fastsum_cpu.key_moments(x, w, e, 12)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-        many = _fastsum_cpu.key_moments(x, w, e, 12)
-    finally:
-        numba.set_num_threads(before)
-    assert np.array_equal(one, many)
+    G = _fastsum_cpu.GROUPS
+    one = np.zeros((G, len(e), 4))
+    _fastsum_cpu.key_moments(x, w, e, 12, 0, G, one)
+    split = np.zeros((G, len(e), 4))
+    for lo, hi in ((0, 5), (5, 40), (40, G)):  # any shares, any order
+        _fastsum_cpu.key_moments(x, w, e, 12, lo, hi, split)
+    assert np.array_equal(one.sum(0), split.sum(0))
     # the test can see a difference in the last bits: the same sums in another order differ
     F = np.prod(x[None, :, :] ** e[:, None, :], axis=-1)
     reordered = F[:, ::-1] @ (w[::-1, None] * np.hstack([np.ones((40_000, 1)), x])[::-1])
-    assert not np.array_equal(one, reordered)
-    np.testing.assert_allclose(one, reordered, rtol=1e-10, atol=1e-14)
+    assert not np.array_equal(one.sum(0), reordered)
+    np.testing.assert_allclose(one.sum(0), reordered, rtol=1e-10, atol=1e-14)
+    # and through fast_stats: one torch thread or two give the same bits
+    from attnflow.kernels import fastsum as fs
+
+    xt, A = torch.as_tensor(x), torch.as_tensor(goe_heads(3, 3, 2.0, seed=2))
+    wt = torch.as_tensor(w)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        r1 = fs.fast_stats(xt.clone(), A, A, wt, tol=1e-8)
+        torch.set_num_threads(2)
+        r2 = fs.fast_stats(xt.clone(), A, A, wt, tol=1e-8)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(r1.logZ, r2.logZ) and torch.equal(r1.out, r2.out)
 
 
 def test_profile_splits_the_time_of_an_evaluation():

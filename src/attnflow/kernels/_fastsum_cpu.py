@@ -6,11 +6,11 @@ cost more than the arithmetic (0.35 s per pass, against 0.05 s for the loops bel
 compute the same products in the same order of factors, so the features are identical to the torch
 builder's up to the rounding of the order of their factors (tested to 1e-13 relative).
 
-Every loop runs over fixed chunks of tokens with one private accumulator per fixed group of
-chunks, so the sums do not depend on the number of threads: a run gives the same bits on one core
-or two, and a resumed run repeats the uninterrupted one. numba's default threading layer is kept:
-unlike its ``workqueue`` layer it may be called from several Python threads at once (Dask
-workers, servers), which aborts the process under ``workqueue``.
+The loops are serial and release the GIL: the caller runs one Python thread per core over shares
+of the work (with torch on one thread meanwhile), so no second thread pool takes turns with
+torch's, each spinning while the other works. The moments are summed over fixed chunks with one
+private accumulator per fixed group of chunks, so the sums do not depend on the number of threads:
+a run gives the same bits on one core or two, and a resumed run repeats the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 try:  # numba is a declared dependency; the torch builder stays as the fallback (and for CUDA).
-    from numba import njit, prange
+    from numba import njit
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - exercised only in installs without numba
@@ -78,17 +78,20 @@ if AVAILABLE:
             for k in range(M):
                 _product(pw, exps[k], m, out[k, lo : lo + m])
 
-    @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
-    def key_moments(x: np.ndarray, w: np.ndarray, exps: np.ndarray, P: int) -> np.ndarray:  # pragma: no cover
-        """``G[k] = sum_j w_j phi_k(x_j) [1, x_j]`` ``(M, d + 1)``, summed in :data:`GROUPS` fixed groups."""
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+    def key_moments(
+        x: np.ndarray, w: np.ndarray, exps: np.ndarray, P: int, g_lo: int, g_hi: int, acc: np.ndarray
+    ) -> None:  # pragma: no cover
+        """Groups ``g_lo <= g < g_hi`` of the key moments: ``acc[g, k] = sum_j w_j phi_k(x_j) [1, x_j]``
+        over the chunks ``c = g, g + GROUPS, ...``; ``acc`` ``(GROUPS, M, d + 1)``. The caller sums the
+        groups in a fixed order (:func:`attnflow.kernels.fastsum._cached_moments`)."""
         N, d = x.shape
         M = exps.shape[0]
         nch = (N + CHUNK - 1) // CHUNK
-        acc = np.zeros((GROUPS, M, d + 1))
-        for g in prange(GROUPS):
-            pw = np.empty((d, P + 1, CHUNK))
-            rhs = np.empty((d + 1, CHUNK))
-            phi = np.empty(CHUNK)
+        pw = np.empty((d, P + 1, CHUNK))
+        rhs = np.empty((d + 1, CHUNK))
+        phi = np.empty(CHUNK)
+        for g in range(g_lo, g_hi):
             for c in range(g, nch, GROUPS):
                 lo = c * CHUNK
                 m = min(N, lo + CHUNK) - lo
@@ -106,20 +109,18 @@ if AVAILABLE:
                         for i in range(m):
                             s += rc[i] * phi[i]
                         acc[g, k, col] += s
-        G = np.zeros((M, d + 1))
-        for g in range(GROUPS):  # in a fixed order
-            G += acc[g]
-        return G
 
-    @njit(parallel=True, cache=True)
-    def divide(R: np.ndarray, N: int, H: int, d: int, out: np.ndarray, logZ: np.ndarray) -> bool:  # pragma: no cover
-        """From the blocks ``R`` ``(B, H (d + 1), nb)`` (rows ``[Z_h, V_h num_h]`` per head, or ``[Z_h]``
-        when ``d = 0``): ``out[h, i] = V_h num_h / Z_h`` and ``logZ[h, i] = log Z_h`` for the first
-        ``N`` tokens. Returns ``False`` when some ``Z <= 0`` (impossible within the proved bound)."""
-        B, _, nb = R.shape
-        bad = np.zeros(B * H, dtype=np.bool_)
-        # One (block, head) pair per task: every read of R and every write of out is contiguous.
-        for t in prange(B * H):
+    @njit(cache=True, nogil=True)
+    def divide(
+        R: np.ndarray, N: int, H: int, d: int, out: np.ndarray, logZ: np.ndarray, t_lo: int, t_hi: int
+    ) -> bool:  # pragma: no cover
+        """Tasks ``t_lo <= t < t_hi`` (one per block and head) of: from the blocks ``R`` ``(B, H (d + 1), nb)``
+        (rows ``[Z_h, V_h num_h]`` per head, or ``[Z_h]`` when ``d = 0``), ``out[h, i] = V_h num_h / Z_h``
+        and ``logZ[h, i] = log Z_h`` for the first ``N`` tokens. Returns ``False`` when some ``Z <= 0``
+        (impossible within the proved bound). Every read of ``R`` and write of ``out`` is contiguous."""
+        nb = R.shape[2]
+        ok = True
+        for t in range(t_lo, t_hi):
             b = t // H
             h = t - b * H
             lo = b * nb
@@ -128,9 +129,9 @@ if AVAILABLE:
             for j in range(m):
                 z = np.float64(zr[j])  # float64 from here on, whatever the precision of R
                 if not z > 0.0:
-                    bad[t] = True
+                    ok = False
                     z = np.float64(1.0)
                 logZ[h, lo + j] = np.log(z)
                 for c in range(d):
                     out[h, lo + j, c] = np.float64(R[b, h * (d + 1) + 1 + c, j]) / z
-        return not bad.any()
+        return ok

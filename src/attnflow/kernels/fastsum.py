@@ -593,6 +593,29 @@ def _torch_on_one_thread() -> Iterator[int]:
                 torch.set_num_threads(_SINGLE_THREADED["threads"])
 
 
+def _on_cores(job: Callable[[int, int], None], tasks: int) -> None:
+    """Run ``job(lo, hi)`` over ``tasks`` split into one contiguous share per core (one Python thread
+    each; the compiled loops release the GIL), torch on one thread meanwhile; re-raises a failure."""
+    with _torch_on_one_thread() as threads:
+        T = max(1, min(threads, tasks))
+        errors: list[BaseException] = []
+
+        def share(k: int) -> None:
+            try:
+                job(k * tasks // T, (k + 1) * tasks // T)
+            except BaseException as e:  # re-raised in the calling thread
+                errors.append(e)
+
+        workers = [threading.Thread(target=share, args=(k,), daemon=True) for k in range(1, T)]
+        for w in workers:
+            w.start()
+        share(0)
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
+
+
 def _evaluate_cpu(
     x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -613,8 +636,20 @@ def _evaluate_cpu(
     R = torch.empty(blocks, Wt.shape[0], nb, dtype=dtype)  # R[b, r, i]: row r at token b * nb + i
     build = _loops().build_features
 
-    def work(lo: int, hi: int, buf: np.ndarray, spent: list[float]) -> None:
+    threads = torch.get_num_threads() if _SINGLE_THREADED["depth"] == 0 else _SINGLE_THREADED["threads"]
+    T = max(1, min(threads, blocks))
+    kept = _cache("cpu_features", dict)
+    key = (exps.shape[0], nb, dtype, T)
+    if kept.get("key") != key:
+        kept.clear()
+        kept.update(key=key, bufs=[torch.empty(exps.shape[0], nb, dtype=dtype).numpy() for _ in range(T)])
+    bufs: list[np.ndarray] = kept["bufs"]
+    spent = [0.0, 0.0]  # seconds building, multiplying (summed over the threads)
+
+    def work(lo: int, hi: int) -> None:
+        buf = bufs[lo * T // blocks]  # one buffer per share
         F = torch.from_numpy(buf)
+        built = multiplied = 0.0
         for b in range(lo, hi):
             t0 = time.perf_counter()
             s = b * nb
@@ -625,45 +660,26 @@ def _evaluate_cpu(
                 torch.mm(Wt, F, out=R[b])
             else:  # the last, partial block: a contiguous output, then a copy
                 R[b, :, :m] = torch.mm(Wt, F[:, :m])
-            spent[0] += t1 - t0
-            spent[1] += time.perf_counter() - t1
+            built += t1 - t0
+            multiplied += time.perf_counter() - t1
+        with _THREADS_LOCK:
+            spent[0] += built
+            spent[1] += multiplied
 
-    with _timed("evaluation") as clock, _torch_on_one_thread() as threads:
-        T = max(1, min(threads, blocks))
-        kept = _cache("cpu_features", dict)
-        key = (exps.shape[0], nb, dtype, T)
-        if kept.get("key") != key:
-            kept.clear()
-            kept.update(key=key, bufs=[torch.empty(exps.shape[0], nb, dtype=dtype).numpy() for _ in range(T)])
-        bufs: list[np.ndarray] = kept["bufs"]
-        spent = [[0.0, 0.0] for _ in range(T)]
-        errors: list[BaseException] = []
-
-        def guarded(k: int) -> None:
-            try:
-                work(k * blocks // T, (k + 1) * blocks // T, bufs[k], spent[k])
-            except BaseException as e:  # re-raised in the calling thread
-                errors.append(e)
-
-        workers = [threading.Thread(target=guarded, args=(k,), daemon=True) for k in range(1, T)]
-        for w in workers:
-            w.start()
-        guarded(0)
-        for w in workers:
-            w.join()
-        if errors:
-            raise errors[0]
+    with _timed("evaluation") as clock:
+        _on_cores(work, blocks)
         # the wall time, shared between the two parts as the threads spent it
-        built, multiplied = sum(s[0] for s in spent), sum(s[1] for s in spent)
-        if clock.split is not None and built + multiplied > 0:
-            clock.split["features"] = clock.split.get("features", 0.0) + (time.perf_counter() - clock.t) * built / (
-                built + multiplied
-            )
-            clock.t += (time.perf_counter() - clock.t) * built / (built + multiplied)
+        if clock.split is not None and sum(spent) > 0:
+            features = (time.perf_counter() - clock.t) * spent[0] / sum(spent)
+            clock.split["features"] = clock.split.get("features", 0.0) + features
+            clock.t += features
     with _timed("division"):
         out = np.empty((H, N, dv))
         logZ = np.empty((H, N))
-        if not _loops().divide(R.numpy(), N, H, dv, out, logZ):
+        ok: list[bool] = []
+        Rn = R.numpy()
+        _on_cores(lambda lo, hi: ok.append(_loops().divide(Rn, N, H, dv, out, logZ, lo, hi)), blocks * H)
+        if not all(ok):
             raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
     return torch.from_numpy(logZ), torch.from_numpy(out) if dv else None
 
@@ -681,7 +697,11 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
     d = x64.shape[-1]
     N = x64.shape[0]
     if _compiled(x64):
-        G = torch.from_numpy(_loops().key_moments(x64.numpy(), a64.contiguous().numpy(), _exponents(P, d), P))
+        loops = _loops()
+        exps, xn, wn = _exponents(P, d), x64.numpy(), a64.contiguous().numpy()
+        acc = np.zeros((loops.GROUPS, exps.shape[0], d + 1))
+        _on_cores(lambda lo, hi: loops.key_moments(xn, wn, exps, P, lo, hi, acc), loops.GROUPS)
+        G = torch.from_numpy(acc.sum(0))  # the groups in a fixed order, whatever the threads
     else:
         G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
         build = _builder(P, d, min(N, BLOCK_TOKENS), x64.device)
