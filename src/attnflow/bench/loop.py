@@ -109,7 +109,7 @@ def run_loop_benchmarks(quick: bool = False, progress: Callable[[str], None] | N
             for save_every in (10, 40):
                 if progress:
                     progress(f"loop N={N} d={d} H={H} {dtype} save_every={save_every}")
-                row = bench_loop(N, d, H, dtype, save_every, steps=40 if N <= 1024 else 20)
+                row = bench_loop(N, d, H, dtype, save_every, steps=40)
                 rows.append(row.__dict__)
     return rows
 
