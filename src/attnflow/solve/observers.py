@@ -119,9 +119,9 @@ class Saver:
         }
 
 
-#: Steps between two float32 checks. An Euler check costs two float64 passes of ``m`` query tokens
-#: (:data:`~attnflow.solve.guards.PRECISION_ROWS`) against all ``N`` keys, about ``5 m / N``
-#: evaluations of the run (a float64 pass ~2.5 float32 ones): 0.3 at ``N = 1024``, 0.08 at 4096. A
+#: Steps between two float32 checks. An Euler check costs three float64 passes of ``m`` query tokens
+#: (:data:`~attnflow.solve.guards.PRECISION_ROWS`) against all ``N`` keys, about ``7.5 m / N``
+#: evaluations of the run (a float64 pass ~2.5 float32 ones): 0.5 at ``N = 1024``, 0.12 at 4096. A
 #: method of ``s`` stages adds ``4 s - 3`` float32 passes (13 for rk4, 3.3 of its steps), so checking
 #: every 200 steps keeps any run's check below 2% of it once it is 200 steps long.
 PRECISION_CHECK_EVERY = 200
@@ -150,7 +150,7 @@ class PrecisionCheck:
     options: KernelOptions | None = None
     every_steps: int = PRECISION_CHECK_EVERY
     name: str = "float32 check"
-    field_at: Callable[[float, torch.Tensor], torch.Tensor] | None = None
+    field_at: Callable[[float, torch.Tensor], torch.Tensor | None] | None = None
     one_stage: bool = False
 
     @property

@@ -49,15 +49,19 @@ class TimeField:
         self.dtype, self.device, self.options = dtype, device, options
         # The last evaluate()d state (t, x, x's version, v): the step that starts there reuses v.
         self._kept: tuple[float, torch.Tensor, int, torch.Tensor] | None = None
+        self._raw: Heads | None = None  # the sampler's last heads and their conversion to dtype/device
+        self._heads: Heads | None = None
         self.passes = 0  # kernel passes made (the cost counter the overhead tests read)
         #: Inside an adaptive step from ``left_after``: later stage times take the weights' left limit,
         #: so a step that ends where ``Layers`` jump sees the old block throughout.
         self.left_after: float | None = None
 
     def heads_at(self, t: float) -> Heads:
-        if self.left_after is not None and t > self.left_after:
-            return self.sampler.left(t).to(dtype=self.dtype, device=self.device)
-        return self.sampler(t).to(dtype=self.dtype, device=self.device)
+        raw = self.sampler.left(t) if self.left_after is not None and t > self.left_after else self.sampler(t)
+        if raw is not self._raw:  # constant weights: the same heads every step, converted once
+            self._raw, self._heads = raw, raw.to(dtype=self.dtype, device=self.device)
+        assert self._heads is not None
+        return self._heads
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
         kept = self._kept
