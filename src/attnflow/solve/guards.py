@@ -165,8 +165,8 @@ def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: 
     if tol is None:
         tol = 1e-3 if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-6
     # Fast path (every step of a run): finite norms within half the tolerance, computed in x's own
-    # dtype (off by ~d eps, far below tol), mean finite tokens on the sphere; anything else is decided
-    # by the careful float64 check below.
+    # dtype (off by ~d eps, far below tol), prove the tokens finite and on the sphere; anything
+    # else is decided by the careful float64 check below.
     if not (x.shape[0] and bool((torch.linalg.vector_norm(x, dim=-1) - 1.0).abs().max() <= 0.5 * tol)):
         if not bool(torch.isfinite(x).all()):
             bad = (~torch.isfinite(x)).any(dim=-1).nonzero()
