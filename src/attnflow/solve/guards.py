@@ -5,9 +5,10 @@
   and the trajectory up to it.
 * :func:`stability_estimate` ``L`` from the weights and :func:`step_warning`: explicit steps with
   ``dt * L`` beyond the method's stable range give a :class:`StabilityWarning` with a suggested step.
-* :class:`Float32Monitor`: in float32 runs, compares the energy error that float32 rounding adds in
-  one step with the integrator's own truncation error (the step error, by Richardson); a run whose
-  rounding drift exceeds the budget gets a :class:`PrecisionWarning`.
+* :class:`Float32Monitor`: in float32 runs, compares the energy that float32 rounding moves in one
+  step with that of the integrator's own truncation error (the step error, by Richardson), token by
+  token at a few random tokens; a run whose rounding drift exceeds the budget gets a
+  :class:`PrecisionWarning`.
 """
 
 from __future__ import annotations
