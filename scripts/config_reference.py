@@ -36,7 +36,7 @@ DESCRIPTIONS: dict[str, str] = {
     "model": "The dynamics: `mha` (softmax per head, any $V$), `gf` (gradient flow: symmetric $A_h$, "
     "$V_h = A_h$), `usa` (unnormalised attention, mobility 1). See [the model](model.md).",
     "seed": "One seed, split into independent streams for tokens, heads and weight noise.",
-    "dtype": "Floating-point type of the simulation; float32 runs are checked against float64 at every save.",
+    "dtype": "Floating-point type of the simulation; float32 runs are checked against float64 (at the first save, then every 200 steps).",
     "tokens": "The initial token cloud on $S^{d-1}$.",
     "tokens.n": "Number of tokens $N$.",
     "tokens.d": "Ambient dimension $d$ (tokens live on $S^{d-1}$).",

@@ -210,3 +210,18 @@ def test_gram_diagnostics_equal_scipy_components_and_pairwise_inner():
     x = np.repeat(np.eye(3), 4, axis=0)  # three exact clusters of four tokens
     assert gram_diagnostics(torch.as_tensor(x), 1e-3)[0] == 3
     assert gram_diagnostics(torch.as_tensor(x), 1.5)[0] == 1  # control: a threshold below 0 joins them
+
+
+def test_gram_diagnostics_of_a_spread_cloud_take_the_no_edge_path():
+    """A spread-out cloud (no pair above 1 - eps): every token is its own component, and min/mean are
+    those of pairwise_inner bit for bit, in float64 and float32; control: a loose eps joins tokens."""
+    from attnflow.analysis.diagnostics import gram_diagnostics
+
+    for dtype in (torch.float64, torch.float32):
+        x = torch.as_tensor(tokens.uniform(500, 16, 3), dtype=dtype)
+        G = (x @ x.T).numpy()
+        assert connected_components(csr_matrix(G > 1 - 1e-3), directed=False)[0] == 500
+        clusters, mn, mean = gram_diagnostics(x, 1e-3)
+        assert clusters == 500 and (mn, mean) == pairwise_inner(x)
+        loose = connected_components(csr_matrix(G > 1 - 1.2), directed=False)[0]
+        assert gram_diagnostics(x, 1.2)[0] == loose < 500

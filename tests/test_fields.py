@@ -164,3 +164,21 @@ def test_large_beta_stability(rng):
     with pytest.raises(OverflowError, match="usa"):
         af.velocity(x, 1000 * A, model="usa")
     assert np.isfinite(af.log_slope(x, 1000 * A))
+
+
+def test_energy_gradient_is_the_autograd_gradient_of_F(rng):
+    """``dF/dx_i = a_i g(x_i)`` in R^d for symmetric A (autograd of the closed-form F); control: for a
+    non-symmetric A the query-side formula misses the key side and differs."""
+    from attnflow.dynamics.fields import field_stats
+
+    H, N, d = 3, 15, 4
+    x, a = torch.from_numpy(random_tokens(rng, N, d)), torch.from_numpy(random_masses(rng, N))
+    w = torch.full((H,), 1.0 / H, dtype=torch.float64)
+    for A, same in ((random_sym(rng, H, d), True), (rng.standard_normal((H, d, d)), False)):
+        heads = Heads(K=torch.from_numpy(A))
+        xg = x.clone().requires_grad_(True)
+        F = -0.5 * sum(w[h] * (a * (torch.exp(xg @ heads.A[h] @ xg.T) @ a)).sum() for h in range(H))
+        (grad,) = torch.autograd.grad(F, xg)
+        g = field_stats(x, heads, a, w).energy_gradient(x)
+        close = torch.allclose(a[:, None] * g, grad, rtol=1e-12, atol=1e-14)
+        assert close == same

@@ -133,3 +133,56 @@ def test_float32_drift_flagged_only_when_rounding_beats_the_step_error():
         assert not s["flagged"] and s["step_error"] > 10 * s["rounding_drift"] > 0
         tr = simulate(x0, A, t_end=1.0, dt=0.01, method="rk4", save_every=10)
     assert "float32_check" not in tr.provenance
+
+
+def test_float32_check_on_a_subset_of_rows_estimates_the_full_sums():
+    """N = 300 tokens: the check's float64 steps at 64 random rows estimate the sums over all tokens
+    (the same check with every row) to within a factor 1.5, for both a rounding-dominated (rk4, dt
+    0.01) and a truncation-dominated (euler, dt 0.05) step; the decision agrees. Control: the two
+    cases give opposite decisions."""
+    from attnflow.schemes.integrators import get_integrator
+    from attnflow.solve.guards import PRECISION_ROWS, Float32Monitor
+
+    A = torch.as_tensor(goe_heads(2, 3, 4.0, 3))
+    x = torch.as_tensor(tokens.uniform(300, 3, 2), dtype=torch.float32)
+    a, w = torch.full((300,), 1 / 300), torch.full((2,), 0.5)
+    flags = []
+    for method, dt in (("rk4", 0.01), ("euler", 0.05)):
+        step = get_integrator(method).step
+        runs = {}
+        for rows in (PRECISION_ROWS, 300):
+            m = Float32Monitor()
+            m.check(step, "gf", Heads(K=A), a, w, 0.0, x, dt, one_stage=method == "euler", seed=7, rows=rows)
+            runs[rows] = m
+        sub, full = runs[PRECISION_ROWS], runs[300]
+        assert 1 / 1.5 < sub.rounding / full.rounding < 1.5, method
+        assert 1 / 1.5 < sub.budget / full.budget < 1.5, method
+        assert sub.flagged == full.flagged
+        flags.append(full.flagged)
+    assert flags == [True, False]
+
+
+def test_float32_check_of_an_euler_run_takes_only_row_passes(monkeypatch):
+    """Euler, N = 300: every float64 pass of the check has 64 query rows and the check makes no float32
+    pass of its own (its float32 step is the run's, from the saved state's field); still flagged or
+    not as the step demands. Control: rk4 needs float32 passes for its stages."""
+    import attnflow.solve.guards as guards
+
+    queries, full32 = [], []
+    real_att, real_fs = guards.attention_stats, guards.field_stats
+    monkeypatch.setattr(
+        guards, "attention_stats", lambda q, *r, **k: queries.append(q.shape[-2]) or real_att(q, *r, **k)
+    )
+    monkeypatch.setattr(guards, "field_stats", lambda *r, **k: full32.append(1) or real_fs(*r, **k))
+    A = goe_heads(2, 3, 4.0, 3)
+    x0 = tokens.uniform(300, 3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrecisionWarning)
+        tr = simulate(x0, A, t_end=0.4, dt=0.02, method="euler", save_every=10, dtype=torch.float32)
+    s = tr.provenance["float32_check"]
+    assert s["checks"] == 1 and not s["flagged"] and s["step_error"] > 10 * s["rounding_drift"] > 0
+    assert queries == [64, 64, 64] and full32 == []  # v at x (shared by both), v at the half step, g at x
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrecisionWarning)
+        tr = simulate(x0, A, t_end=0.4, dt=0.02, method="rk4", save_every=10, dtype=torch.float32)
+    assert tr.provenance["float32_check"]["flagged"] and len(full32) == 13  # 4 s - 3 for s = 4

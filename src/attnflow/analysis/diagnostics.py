@@ -128,12 +128,16 @@ def gram_diagnostics(x: torch.Tensor, eps: float) -> tuple[int, float, float]:
     from one Gram matrix (what :func:`count_clusters` and :func:`pairwise_inner` give, in one pass)."""
     n = x.shape[0]
     G = x @ x.T
-    clusters = _components_dense(G > 1.0 - eps)
     if n < 2:
-        return clusters, 1.0, 1.0
+        return _components_dense(G > 1.0 - eps), 1.0, 1.0
     total = float(G.sum() - G.diagonal().sum())
-    G.fill_diagonal_(math.inf)
-    return clusters, float(G.min()), total / (n * (n - 1))
+    # The diagonal takes the value of an off-diagonal entry, so one pass gives the off-diagonal min
+    # and max; a self-loop never joins two components, so the count is unchanged. When no
+    # off-diagonal entry passes the threshold (a spread-out cloud) every token is its own component.
+    G.fill_diagonal_(float(G[0, 1]))
+    mn, mx = torch.aminmax(G)
+    clusters = _components_dense(G > 1.0 - eps) if bool(mx > 1.0 - eps) else n
+    return clusters, float(mn), total / (n * (n - 1))
 
 
 def _count_clusters_blocked(x: torch.Tensor, eps: float, rows_per_block: int) -> int:

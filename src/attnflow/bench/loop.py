@@ -16,6 +16,7 @@ For each size ``(N, d, H)``, dtype and ``save_every``:
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import torch
 
 from attnflow.bench.harness import BETA, _problem
 from attnflow.kernels.dispatch import KernelOptions
+from attnflow.solve.guards import PrecisionWarning
 from attnflow.solve.simulation import TimeField, simulate
 from attnflow.weights.processes import Constant
 
@@ -81,19 +83,26 @@ def bench_loop(
     a, w = torch.full((N,), 1.0 / N, dtype=dtype), torch.full((H,), 1.0 / H, dtype=dtype)
     f = TimeField("mha", process.sampler(0), a, w, dtype, x.device, KernelOptions())
     f(0.0, x)  # warm-up
-    eval_s = _best(lambda: f(0.0, x), repeats)
     dt = 1e-3
     plain_torch_step(x, A, V, dt)
-    plain_s = _best(lambda: plain_torch_step(x, A, V, dt), repeats)
-    best_step, split = float("inf"), {}
-    for _ in range(max(1, repeats - 1)):
-        traj = simulate(x, process, model="mha", t_end=steps * dt, dt=dt, method="euler", save_every=save_every)
+    # The three timings interleave, round by round, and each keeps its best: on a shared machine a
+    # slow spell then hits all three instead of one, so the ratios stay meaningful.
+    eval_s = plain_s = best_step = float("inf")
+    secs: dict[str, float] = {}
+    for r in range(repeats):
+        eval_s = min(eval_s, _best(lambda: f(0.0, x), 1))
+        plain_s = min(plain_s, _best(lambda: plain_torch_step(x, A, V, dt), 1))
+        if r >= max(1, repeats - 1):
+            continue
+        with warnings.catch_warnings():  # a float32 run at this dt is flagged (rounding > truncation): not news here
+            warnings.simplefilter("ignore", PrecisionWarning)
+            traj = simulate(x, process, model="mha", t_end=steps * dt, dt=dt, method="euler", save_every=save_every)
         per = traj.provenance["wall_time_s"] / steps
         if per < best_step:
             best_step = per
             secs = dict(traj.provenance.get("seconds", {}))
             secs["python"] = max(0.0, traj.provenance["wall_time_s"] - sum(secs.values()))
-            split = {k: v / steps / eval_s for k, v in secs.items()}
+    split = {k: v / steps / eval_s for k, v in secs.items()}
     return LoopRow(
         N, d, H, str(dtype).replace("torch.", ""), save_every, steps, eval_s, best_step, best_step / eval_s,
         plain_s, plain_s / best_step, split,
@@ -109,7 +118,7 @@ def run_loop_benchmarks(quick: bool = False, progress: Callable[[str], None] | N
             for save_every in (10, 40):
                 if progress:
                     progress(f"loop N={N} d={d} H={H} {dtype} save_every={save_every}")
-                row = bench_loop(N, d, H, dtype, save_every, steps=40 if N <= 1024 else 20)
+                row = bench_loop(N, d, H, dtype, save_every, steps=40)
                 rows.append(row.__dict__)
     return rows
 

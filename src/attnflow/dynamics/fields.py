@@ -171,6 +171,13 @@ class FieldStats:
         sq = (v * v).sum(-1)
         return 0.5 * torch.logsumexp(torch.log(a) + self.log_S + torch.log(sq), dim=-1)
 
+    def energy_gradient(self, x: torch.Tensor) -> torch.Tensor:
+        """``g(x_i) = -S(x_i) sum_h c_h out_h(x_i)`` (``gf`` mix), shape ``(N, d)``: the gradient of ``F`` in
+        ``R^d`` per unit mass, ``dF/dx_i = a_i g(x_i)``, for symmetric ``A``. Its tangent part is
+        ``-S v_gf`` (``v_gf = -b g``, as in :meth:`log_slope`); the normal part moves ``F`` when a token
+        leaves the unit sphere (by rounding, say)."""
+        return -self.inverse_mobility().unsqueeze(-1) * self.velocity(x, "gf", project=False)
+
     def energy_rate(self, x: torch.Tensor, a: torch.Tensor, dA_out: torch.Tensor) -> torch.Tensor:
         """``dF/dt = -1/2 sum_h w_h sum_ij a_i a_j (x_i^T dA_h/dt x_j) exp(x_i^T A_h x_j)`` at frozen tokens.
 

@@ -5,9 +5,10 @@
   and the trajectory up to it.
 * :func:`stability_estimate` ``L`` from the weights and :func:`step_warning`: explicit steps with
   ``dt * L`` beyond the method's stable range give a :class:`StabilityWarning` with a suggested step.
-* :class:`Float32Monitor`: in float32 runs, compares the energy error that float32 rounding adds in
-  one step with the integrator's own truncation error (the step error, by Richardson); a run whose
-  rounding drift exceeds the budget gets a :class:`PrecisionWarning`.
+* :class:`Float32Monitor`: in float32 runs, compares the energy that float32 rounding moves in one
+  step with that of the integrator's own truncation error (the step error, by Richardson), token by
+  token at a few random tokens; a run whose rounding drift exceeds the budget gets a
+  :class:`PrecisionWarning`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 from attnflow.core.caller import caller_stacklevel
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import field_stats, state_energy
+from attnflow.dynamics.fields import FieldStats, field_stats
+from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 
 
@@ -161,19 +163,23 @@ def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: 
     NaN), ``log|F|`` finite, and the slope ``|dF|`` and metric speed finite whenever the energy ``F``
     is (``F = -inf`` with finite ``log|F|`` is an overflow of the number, not of the state).
     """
-    if not bool(torch.isfinite(x).all()):
-        bad = (~torch.isfinite(x)).any(dim=-1).nonzero()
-        return f"the tokens became NaN/inf (token {int(bad[0])} first)"
     if tol is None:
         tol = 1e-3 if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-6
-    norms = _row_norms(x)
-    off = (norms - 1.0).abs()
-    if x.shape[0] and float(off.max()) > tol:
-        i = int(off.argmax())
-        r = float(norms[i])
-        if r == 0.0:
-            return f"token {i} collapsed to the zero vector (norm 0): the tokens left the unit sphere"
-        return f"token {i} left the unit sphere (its norm is {r:.6g}, off 1 by {abs(r - 1.0):.3g})"
+    # Fast path (every step of a run): finite norms within half the tolerance, computed in x's own
+    # dtype (off by ~d eps, far below tol), prove the tokens finite and on the sphere; anything
+    # else is decided by the careful float64 check below.
+    if not (x.shape[0] and bool((torch.linalg.vector_norm(x, dim=-1) - 1.0).abs().max() <= 0.5 * tol)):
+        if not bool(torch.isfinite(x).all()):
+            bad = (~torch.isfinite(x)).any(dim=-1).nonzero()
+            return f"the tokens became NaN/inf (token {int(bad[0])} first)"
+        norms = _row_norms(x)
+        off = (norms - 1.0).abs()
+        if x.shape[0] and float(off.max()) > tol:
+            i = int(off.argmax())
+            r = float(norms[i])
+            if r == 0.0:
+                return f"token {i} collapsed to the zero vector (norm 0): the tokens left the unit sphere"
+            return f"token {i} left the unit sphere (its norm is {r:.6g}, off 1 by {abs(r - 1.0):.3g})"
     if row is None:
         return None
     for name, value in row.items():
@@ -208,37 +214,117 @@ def trajectory_problem(traj: Any) -> tuple[int, str] | None:
     return None
 
 
+#: Tokens at which the float32 check takes the float64 step (all of them when there are fewer).
+PRECISION_ROWS = 64
+
+
 class _Frozen:
-    """The field with the heads frozen at one time (for the float32 check; touches no sampler)."""
+    """The field with the heads frozen at one time (for the float32 check; touches no sampler).
+
+    ``kept`` ``(x, v)``: the field already known at the state ``x`` (the run's own), returned as is.
+    """
 
     def __init__(
-        self, model: str, heads: Heads, a: torch.Tensor, w: torch.Tensor, options: KernelOptions | None = None
+        self,
+        model: str,
+        heads: Heads,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        options: KernelOptions | None = None,
+        kept: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
-        self.model, self.a, self.w, self.options = model, a, w, options
+        self.model, self.a, self.w, self.options, self.kept = model, a, w, options, kept
         self._heads = heads.to(dtype=a.dtype)
 
     def heads_at(self, t: float) -> Heads:
         return self._heads
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        if self.kept is not None and x is self.kept[0]:
+            return self.kept[1]
         st = field_stats(x, self._heads, self.a, self.w, options=self.options)
         return project_tangent(x, st.mixed_output(self.model))
 
 
-def _energy64(
-    x: torch.Tensor, heads64: Heads, a64: torch.Tensor, w64: torch.Tensor, options: KernelOptions | None = None
-) -> float:
-    return state_energy(x.to(torch.float64), heads64, a64, w64, options=options)
+def _row_stats(heads: Heads, a: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rows: torch.Tensor) -> FieldStats:
+    """The kernel pass of the tokens ``rows`` of ``x`` as queries against all of ``x`` as keys (``m / N``
+    of a pass). Causal heads, whose mask depends on the positions, take the whole pass."""
+    if heads.causal:
+        st = field_stats(x, heads, a, w)
+        return FieldStats(out=None if st.out is None else st.out[..., rows, :], logZ=st.logZ[..., rows], log_w=st.log_w)
+    q, k, c = heads.logit_features(x)
+    out, logZ = attention_stats(q[..., rows, :], k, heads.value_features(x), torch.log(a), key_bias=c)
+    return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
+
+
+class _Shadow:
+    """The float64 field for the float32 check: exact at the checked ``rows``, to float32 accuracy at the
+    other tokens (which only carry the keys along the stages), heads frozen at one time.
+
+    At the start state ``x0`` the other rows are the run's own float32 field ``v0``; elsewhere one
+    float32 pass gives them, unless ``rows_only`` (the last step of a one-stage method, whose rows
+    depend on the field at those rows alone: the others are NaN, never read).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        heads64: Heads,
+        a64: torch.Tensor,
+        w64: torch.Tensor,
+        rows: torch.Tensor,
+        coarse: _Frozen,
+        start: tuple[torch.Tensor, torch.Tensor],
+        options: KernelOptions | None = None,
+    ) -> None:
+        self.model, self._heads, self.a, self.w, self.options = model, heads64, a64, w64, options
+        self.rows, self.coarse, self.start = rows, coarse, start
+        self.rows_only = False
+        self._memo: tuple[float, torch.Tensor, torch.Tensor] | None = None
+
+    def heads_at(self, t: float) -> Heads:
+        return self._heads
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        memo = self._memo
+        if memo is not None and memo[0] == t and memo[1] is x:
+            return memo[2]
+        if x is self.start[0]:
+            v = self.start[1].to(torch.float64, copy=True)
+        elif self.rows_only:
+            v = torch.full_like(x, math.nan)
+        else:
+            v = self.coarse(t, x.to(torch.float32)).to(torch.float64)
+        st = _row_stats(self._heads, self.a, self.w, x, self.rows)
+        v[self.rows] = project_tangent(x[self.rows], st.mixed_output(self.model))
+        self._memo = (t, x, v)
+        return v
+
+
+def check_rows(n: int, seed: int, m: int = PRECISION_ROWS) -> torch.Tensor:
+    """The ``min(m, n)`` tokens a float32 check looks at: drawn without replacement, a function of ``seed``."""
+    if n <= m:
+        return torch.arange(n)
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randperm(n, generator=g)[:m].sort().values
 
 
 @dataclass
 class Float32Monitor:
-    """Energy drift of a float32 run against the truncation error of its steps (``step_error``).
+    """Energy moved by the float32 rounding of a run's steps against that of their truncation error.
 
-    At a state ``x`` with the heads frozen, one step in float32 and the same step in float64 differ
-    in energy by the rounding error ``r``; one step against two half steps (float64) differ by the
-    truncation error ``e`` (Richardson). Summed over the checked states, ``sum r > sum e`` means
-    float32 rounding, not the step size, limits the accuracy: the run is flagged.
+    At a state ``x`` with the heads frozen, the float32 step ``y32`` (the run's own, from the run's own
+    field ``v32`` when given) and the same step in float64 ``y64`` differ by the rounding ``y32 - y64``;
+    ``y64`` and two half steps ``y64h`` differ by the truncation error (Richardson). Each token's share
+    of the energy change, ``a_i |<g_i, .>|`` with ``g`` the gradient of ``F``
+    (:meth:`~attnflow.dynamics.fields.FieldStats.energy_gradient`), summed over the tokens gives the
+    rounding ``r`` and the truncation ``e`` of the step (an energy-weighted distance: zero at a
+    critical point of ``F``, where neither matters). The float64 steps are taken at ``m``
+    (:data:`PRECISION_ROWS`) random tokens only, as queries against all tokens as keys, the keys moved
+    along the stages by their float32 field (off by ``dt eps32``, which moves the checked rows by
+    ``dt^2 L eps32``, far below the rounding measured); the sum over the tokens is estimated by
+    ``N/m`` times the sum over those rows (exact when ``N <= m``). Summed over the checked states,
+    ``sum r > sum e`` means float32 rounding, not the step size, limits the accuracy: the run is flagged.
     """
 
     rounding: float = 0.0
@@ -259,24 +345,44 @@ class Float32Monitor:
         dt: float,
         weight: int = 1,
         options: KernelOptions | None = None,
+        *,
+        v32: torch.Tensor | None = None,
+        one_stage: bool = False,
+        seed: int = 0,
+        rows: int = PRECISION_ROWS,
     ) -> None:
+        """Check the step ``dt`` from ``x`` at time ``t``. ``v32``: the run's float32 field at ``x``
+        (computed when not given); ``one_stage``: ``step`` evaluates the field once (Euler), so the
+        last half step needs the checked rows only; ``seed`` picks the rows."""
         try:
+            n = x.shape[0]
+            idx = check_rows(n, seed, rows).to(x.device)
             a64, w64 = a.to(torch.float64), w.to(torch.float64)
             h64 = heads.to(dtype=torch.float64)
-            f64 = _Frozen(model, h64, a64, w64, options)
+            x32 = x.to(torch.float32)
             f32 = _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32), options)
+            if v32 is None:
+                v32 = f32(t, x32)
+            f32.kept = (x32, v32.to(torch.float32))
             x64 = x.to(torch.float64)
-            y64 = step(f64, t, x64, dt)
-            y64h = step(f64, t + 0.5 * dt, step(f64, t, x64, 0.5 * dt), 0.5 * dt)
-            y32 = step(f32, t, x.to(torch.float32), dt)
-            F64 = _energy64(y64, h64, a64, w64, options)
-            r = abs(_energy64(y32, h64, a64, w64, options) - F64)
-            e = abs(F64 - _energy64(y64h, h64, a64, w64, options))
+            f64 = _Shadow(model, h64, a64, w64, idx, f32, (x64, v32), options)
+            y32 = step(f32, t, x32, dt)[idx].to(torch.float64)
+            y64 = step(f64, t, x64, dt)[idx]
+            half = step(f64, t, x64, 0.5 * dt)
+            f64.rows_only = one_stage
+            y64h = step(f64, t + 0.5 * dt, half, 0.5 * dt)[idx]
+            st = _row_stats(h64.without_values(), a64, w64, x64, idx)
+            g = st.energy_gradient(x64[idx])
+            share = lambda u: float((a64[idx] * ((g * u).sum(-1)).abs()).sum()) * n / len(idx)
+            r, e = share(y32 - y64), share(y64 - y64h)
+            F = 0.5 * float((a64[idx] * st.inverse_mobility()).sum()) * n / len(idx)
+            if not (math.isfinite(r) and math.isfinite(e)):
+                raise OverflowError("the float32 check's shadow step left the float range")
             self.rounding += weight * r
             self.budget += weight * e
-            self.scale = max(self.scale, abs(F64))
+            self.scale = max(self.scale, F)
             self.checks += 1
-        except OverflowError:  # the float32 shadow step overflowed (usa): nothing to compare here
+        except OverflowError:  # the float64 shadow step overflowed (usa): nothing to compare here
             return
 
     @property
@@ -294,8 +400,9 @@ class Float32Monitor:
 
     def message(self) -> str:
         return (
-            f"this float32 run lost accuracy: float32 rounding moves the energy by about {self.rounding:.3g} over the run, "
-            f"more than the integrator's own error budget {self.budget:.3g} (step vs two half steps, float64). "
+            f"this float32 run lost accuracy: float32 rounding moves the energy by about {self.rounding:.3g} over the run "
+            f"(summed token by token), more than the integrator's own error {self.budget:.3g} (step vs two half steps, "
+            "float64). "
             "Rerun with dtype float64 (--set dtype=float64) for results as accurate as the method and step allow."
         )
 

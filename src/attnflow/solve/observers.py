@@ -53,6 +53,8 @@ class Saver:
     As: list[np.ndarray] = field(default_factory=list)
     Vs: list[np.ndarray] = field(default_factory=list)
     any_V: bool = False
+    #: ``(t, x, v_t(x))`` of the last saved state (what :meth:`field_at` returns without a new pass).
+    last: tuple[float, torch.Tensor, torch.Tensor] | None = None
 
     def record(self, t: float, y: torch.Tensor) -> None:
         """Save the state ``y`` at time ``t`` with its diagnostics."""
@@ -60,6 +62,7 @@ class Saver:
         if self.check_gf:
             heads.check_gradient_flow()
         v, stats = self.evaluate(t, y)
+        self.last = (t, y, v)
         self.rows.append(
             state_diagnostics(
                 y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats
@@ -70,6 +73,11 @@ class Saver:
         self.As.append(to_numpy(heads.A).astype(np.float64))
         self.Vs.append(to_numpy(heads.values).astype(np.float64))
         self.any_V = self.any_V or heads.V is not None
+
+    def field_at(self, t: float, y: torch.Tensor) -> torch.Tensor | None:
+        """The field at the last saved state when ``(t, y)`` is it, else ``None``."""
+        last = self.last
+        return last[2] if last is not None and last[0] == t and last[1] is y else None
 
     def on_step(self, state: StepState) -> None:
         if state.save:
@@ -111,9 +119,11 @@ class Saver:
         }
 
 
-#: Steps between two float32 checks. A check costs about ten steps of the run (three float64 steps,
-#: a float32 one, three float64 energies, with a float64 pass ~2.5 float32 ones), so checking every
-#: 200 steps keeps it near 5% of the run, whatever ``save_every`` is.
+#: Steps between two float32 checks. An Euler check costs three float64 passes of ``m`` query tokens
+#: (:data:`~attnflow.solve.guards.PRECISION_ROWS`) against all ``N`` keys, about ``7.5 m / N``
+#: evaluations of the run (a float64 pass ~2.5 float32 ones): 0.5 at ``N = 1024``, 0.12 at 4096. A
+#: method of ``s`` stages adds ``4 s - 3`` float32 passes (13 for rk4, 3.3 of its steps), so checking
+#: every 200 steps keeps any run's check below 2% of it once it is 200 steps long.
 PRECISION_CHECK_EVERY = 200
 
 
@@ -124,7 +134,9 @@ class PrecisionCheck:
     It checks at the first save time and then at every save time that closes
     ``every_steps`` steps, each check standing for the steps up to the next one (its ``weight``),
     so the summed drift estimates the whole run at a bounded cost. The schedule depends on the step
-    index only, so a resumed run checks where the uninterrupted one does.
+    index only, so a resumed run checks where the uninterrupted one does. ``field_at(t, x)`` is the
+    run's own field at a saved state (the saver's pass, so the check's float32 step is the run's);
+    ``one_stage``: the method evaluates the field once per step (Euler).
     """
 
     monitor: Float32Monitor
@@ -138,6 +150,8 @@ class PrecisionCheck:
     options: KernelOptions | None = None
     every_steps: int = PRECISION_CHECK_EVERY
     name: str = "float32 check"
+    field_at: Callable[[float, torch.Tensor], torch.Tensor | None] | None = None
+    one_stage: bool = False
 
     @property
     def stride(self) -> int:
@@ -153,9 +167,10 @@ class PrecisionCheck:
     def on_step(self, state: StepState) -> None:
         if state.save and self.due(state.k, state.n_steps):
             weight = min(self.stride * self.save_every, state.n_steps - state.k + 1)
+            v32 = None if self.field_at is None else self.field_at(state.t, state.x)
             self.monitor.check(
                 self.step, self.model, self.heads_at(state.t), self.a, self.w, state.t, state.x, self.dt,
-                weight=weight, options=self.options,
+                weight=weight, options=self.options, v32=v32, one_stage=self.one_stage, seed=state.k,
             )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time as _time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -48,15 +49,19 @@ class TimeField:
         self.dtype, self.device, self.options = dtype, device, options
         # The last evaluate()d state (t, x, x's version, v): the step that starts there reuses v.
         self._kept: tuple[float, torch.Tensor, int, torch.Tensor] | None = None
+        self._raw: Heads | None = None  # the sampler's last heads and their conversion to dtype/device
+        self._heads: Heads | None = None
         self.passes = 0  # kernel passes made (the cost counter the overhead tests read)
         #: Inside an adaptive step from ``left_after``: later stage times take the weights' left limit,
         #: so a step that ends where ``Layers`` jump sees the old block throughout.
         self.left_after: float | None = None
 
     def heads_at(self, t: float) -> Heads:
-        if self.left_after is not None and t > self.left_after:
-            return self.sampler.left(t).to(dtype=self.dtype, device=self.device)
-        return self.sampler(t).to(dtype=self.dtype, device=self.device)
+        raw = self.sampler.left(t) if self.left_after is not None and t > self.left_after else self.sampler(t)
+        if raw is not self._raw:  # constant weights: the same heads every step, converted once
+            self._raw, self._heads = raw, raw.to(dtype=self.dtype, device=self.device)
+        assert self._heads is not None
+        return self._heads
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
         kept = self._kept
@@ -77,13 +82,19 @@ class TimeField:
         if not heads.plain:
             return self(t, x), None
         self.passes += 1
-        d = x.shape[-1]
-        extra = None if heads.V is None else heads.A
-        out, logZ = head_stats(x, heads, self.a, options=self.options, extra_values=extra)
         log_w = torch.log(self.w)
-        model_st = FieldStats(out=None if out is None else out[..., :d], logZ=logZ, log_w=log_w)
-        v = project_tangent(x, model_st.mixed_output(self.model))
-        a_out = model_st.out if extra is None or out is None else out[..., d:]
+        if heads.V is None:  # V = A: the field's own pass is the diagnostics' pass
+            out, logZ = head_stats(x, heads, self.a, options=self.options)
+            v_out = a_out = out
+        else:
+            # Values are linear (plain heads): with the identity as value matrix the pass gives the
+            # attention means m_hi = sum_j p_hij x_j, and then V_h m_hi and A_h m_hi, both outputs at
+            # the cost of one plain pass plus two (N, d) x (d, d) products per head.
+            eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand(heads.H, -1, -1)
+            means, logZ = head_stats(x, replace(heads, V=eye), self.a, options=self.options)
+            assert means is not None
+            v_out, a_out = means @ heads.V.transpose(-1, -2), means @ heads.A.transpose(-1, -2)
+        v = project_tangent(x, FieldStats(out=v_out, logZ=logZ, log_w=log_w).mixed_output(self.model))
         self._kept = (t, x, x._version, v)
         return v, FieldStats(out=a_out, logZ=logZ, log_w=log_w)
 
@@ -223,6 +234,7 @@ def _simulate(
     monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
 
     start = _time.perf_counter()
+    costs = Costs({})  # wall time by part (the initial state's diagnostics count as diagnostics)
     run_id = (
         _fingerprint(
             x0=to_numpy(x),
@@ -261,7 +273,9 @@ def _simulate(
     if resume is None:
         if (msg := _guards.step_warning(dt, method, heads_at(t0), model, t_end - t0)) is not None:
             _guards.warn(msg, _guards.StabilityWarning)
+        tic = _time.perf_counter()
         saver.record(float(t0), x)
+        costs.add(saver.name, _time.perf_counter() - tic)
         if (why := _guards.state_problem(x, saver.rows[0])) is not None:
             raise ValueError(f"the initial state cannot be simulated: {why}")
     else:
@@ -294,12 +308,16 @@ def _simulate(
 
     observers: list[Observer] = []
     if monitor is not None:
-        observers.append(PrecisionCheck(monitor, stepper.step, model, heads_at, a, w, dt, int(save_every), options))
+        observers.append(
+            PrecisionCheck(
+                monitor, stepper.step, model, heads_at, a, w, dt, int(save_every), options,
+                field_at=saver.field_at, one_stage=stepper.weights is not None and len(stepper.weights) == 1,
+            )
+        )  # fmt: skip
     if checkpoint is not None:
         observers.append(CheckpointWriter(checkpoint, snapshot))
     if progress is not None:
         observers.append(ProgressReport(progress))
-    costs = Costs({})
     try:
         x = run_loop(
             step, x, t0=t0, dt=dt, k0=k0, n_steps=n_steps, save_every=int(save_every),
@@ -502,6 +520,7 @@ def _simulate_adaptive(
     saver = Saver(_diagnostics_pass(f, recorder), heads_at, a, w, cluster_eps, check_gf=model == "gf", options=options)
     saves = save_grid(float(t0), float(t_end), spacing)
     start = _time.perf_counter()
+    costs = Costs({})  # wall time by part (the initial state's diagnostics count as diagnostics)
     run_id = (
         _fingerprint(
             x0=to_numpy(x),
@@ -539,7 +558,9 @@ def _simulate_adaptive(
         )  # fmt: skip
 
     if resume is None:
+        tic = _time.perf_counter()
         saver.record(float(t0), x)
+        costs.add(saver.name, _time.perf_counter() - tic)
         if (why := _guards.state_problem(x, saver.rows[0])) is not None:
             raise ValueError(f"the initial state cannot be simulated: {why}")
     else:
@@ -614,7 +635,6 @@ def _simulate_adaptive(
         span = float(t_end) - float(t0)
         report = progress
         observers.append(ProgressReport(lambda k, n: report(int(1000 * (now["t"] - t0) / span), 1000)))
-    costs = Costs({})
     try:
         x = run_adaptive(
             attempt, x, t=now["t"], t_end=float(t_end), save_times=saves, controller=ctrl,
