@@ -593,16 +593,16 @@ def _torch_on_one_thread() -> Iterator[int]:
                 torch.set_num_threads(_SINGLE_THREADED["threads"])
 
 
-def _on_cores(job: Callable[[int, int], None], tasks: int) -> None:
-    """Run ``job(lo, hi)`` over ``tasks`` split into one contiguous share per core (one Python thread
+def _on_cores(job: Callable[[int, int, int], None], tasks: int, shares: int | None = None) -> None:
+    """Run ``job(k, lo, hi)`` over ``tasks`` split into contiguous shares ``k`` (one Python thread
     each; the compiled loops release the GIL), torch on one thread meanwhile; re-raises a failure."""
     with _torch_on_one_thread() as threads:
-        T = max(1, min(threads, tasks))
+        T = max(1, min(threads if shares is None else shares, tasks))
         errors: list[BaseException] = []
 
         def share(k: int) -> None:
             try:
-                job(k * tasks // T, (k + 1) * tasks // T)
+                job(k, k * tasks // T, (k + 1) * tasks // T)
             except BaseException as e:  # re-raised in the calling thread
                 errors.append(e)
 
@@ -646,8 +646,8 @@ def _evaluate_cpu(
     bufs: list[np.ndarray] = kept["bufs"]
     spent = [0.0, 0.0]  # seconds building, multiplying (summed over the threads)
 
-    def work(lo: int, hi: int) -> None:
-        buf = bufs[lo * T // blocks]  # one buffer per share
+    def work(k: int, lo: int, hi: int) -> None:
+        buf = bufs[k]  # one buffer per share
         F = torch.from_numpy(buf)
         built = multiplied = 0.0
         for b in range(lo, hi):
@@ -667,7 +667,7 @@ def _evaluate_cpu(
             spent[1] += multiplied
 
     with _timed("evaluation") as clock:
-        _on_cores(work, blocks)
+        _on_cores(work, blocks, T)
         # the wall time, shared between the two parts as the threads spent it
         if clock.split is not None and sum(spent) > 0:
             features = (time.perf_counter() - clock.t) * spent[0] / sum(spent)
@@ -678,7 +678,7 @@ def _evaluate_cpu(
         logZ = np.empty((H, N))
         ok: list[bool] = []
         Rn = R.numpy()
-        _on_cores(lambda lo, hi: ok.append(_loops().divide(Rn, N, H, dv, out, logZ, lo, hi)), blocks * H)
+        _on_cores(lambda k, lo, hi: ok.append(_loops().divide(Rn, N, H, dv, out, logZ, lo, hi)), blocks * H)
         if not all(ok):
             raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
     return torch.from_numpy(logZ), torch.from_numpy(out) if dv else None
@@ -700,7 +700,7 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
         loops = _loops()
         exps, xn, wn = _exponents(P, d), x64.numpy(), a64.contiguous().numpy()
         acc = np.zeros((loops.GROUPS, exps.shape[0], d + 1))
-        _on_cores(lambda lo, hi: loops.key_moments(xn, wn, exps, P, lo, hi, acc), loops.GROUPS)
+        _on_cores(lambda k, lo, hi: loops.key_moments(xn, wn, exps, P, lo, hi, acc), loops.GROUPS)
         G = torch.from_numpy(acc.sum(0))  # the groups in a fixed order, whatever the threads
     else:
         G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
