@@ -11,13 +11,13 @@ from the machine's limit; the total's floor is the sum of the parts' floors.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from attnflow.bench.harness import _best
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
@@ -26,15 +26,6 @@ from attnflow.kernels import fastsum
 
 #: Columns of :func:`fast_profile_rows`.
 FAST_PROFILE_HEADER = ("part", "seconds", "share", "work", "rate", "machine limit", "floor (s)", "x floor")
-
-
-def _best(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def machine_peaks(size: int = 2048, copy_mib: int = 512) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -11,6 +12,16 @@ from rich.console import Console
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
+
+
+def _table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]], left: Sequence[str]) -> Table:
+    """A rich table: ``header`` columns (those in ``left`` left-aligned, the rest right-aligned), ``rows``."""
+    table = Table(title=title)
+    for h in header:
+        table.add_column(h, justify="left" if h in left else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    return table
 
 
 @app.command()
@@ -116,23 +127,13 @@ def bench(
 
         measure("fast summation, part by part")
         prof = profile_fast(N=100_000 if quick else 1_000_000)
-        ft = Table(title=fast_profile_title(prof))
-        for h in FAST_PROFILE_HEADER:
-            ft.add_column(h, justify="left" if h == "part" else "right")
-        for fast_cells in fast_profile_rows(prof):
-            ft.add_row(*fast_cells)
-        wide.print(ft)
+        wide.print(_table(fast_profile_title(prof), FAST_PROFILE_HEADER, fast_profile_rows(prof), left=("part",)))
         result["fast_profile"] = prof
         text += ("\n" if text else "") + fast_profile_markdown(prof)
     if only_metastability or (not profile and (metastability if metastability is not None else not quick)):
         meta = run_metastability(progress=lambda s: say(f"metastability: {s} ..."))
         result["metastability"] = meta
-        mt = Table(title=meta_title(meta))
-        for h in META_HEADER:
-            mt.add_column(h, justify="left" if h == "method" else "right")
-        for meta_cells in meta_rows(meta):
-            mt.add_row(*meta_cells)
-        wide.print(mt)
+        wide.print(_table(meta_title(meta), META_HEADER, meta_rows(meta), left=("method",)))
         text += ("\n" if text else "") + meta_markdown(meta)
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2))
