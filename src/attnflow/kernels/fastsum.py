@@ -577,6 +577,8 @@ def _torch_on_one_thread() -> Iterator[int]:
 
     Nested and concurrent blocks (several Python threads evaluating at once) share one saved
     count, restored when the last one leaves, so the process never keeps the lowered setting.
+    torch's thread count is process-wide: torch work in other threads of the process also runs on
+    one thread while a block is open (it is still correct, only not parallel).
     """
     with _THREADS_LOCK:
         if _SINGLE_THREADED["depth"] == 0:
