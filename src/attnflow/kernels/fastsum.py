@@ -428,7 +428,9 @@ def fast_stats(
     N, d = x.shape
     if d > MAX_DIM:
         raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
-    fp = fast_plan or plan(A, tol, mean_norm(x, a))
+    # The Jensen factor |m|, for the plan and for the float32 bound (the compiled path's precision).
+    m_norm = mean_norm(x, a) if fast_plan is None or _compiled(x) else math.nan
+    fp = fast_plan or plan(A, tol, m_norm)
     if fp is None:
         raise ValueError(
             f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
@@ -457,11 +459,9 @@ def fast_stats(
     precision = "float64"
     if _compiled(x64):
         with _timed("coefficients"):
-            scale = x64.new_ones(H, 1 + dv)
-            if V is not None:
-                scale[:, 1:] = torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)[:, None]
-            floor = math.exp(-fp.beta * mean_norm(x64, a64)) - fp.kernel_error
-            bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, scale.reshape(-1), floor, fp.degree, d)
+            normV = None if V is None else torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)
+            floor = math.exp(-fp.beta * m_norm) - fp.kernel_error
+            bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, normV, floor, fp.degree, d)
         if fp.relative_bound + bound32 <= fp.tol:
             precision = "float32"
         logZ, out = _evaluate_cpu(x64, Wt, fp.degree, H, dv, torch.float32 if precision == "float32" else torch.float64)
@@ -483,7 +483,7 @@ def float32_rounding_bound(
     Wt: torch.Tensor,
     C: tuple[torch.Tensor, torch.Tensor],
     G: torch.Tensor,
-    scale: torch.Tensor,
+    normV: torch.Tensor | None,
     floor: float,
     P: int,
     d: int,
@@ -494,7 +494,8 @@ def float32_rounding_bound(
     ``phi`` by at most ``2P + d`` products (``gamma_{2P+d}``) and the float32 dot product of length
     ``M`` in any order (``gamma_M``) move row ``r`` by at most ``(M + 2P + d + 1) u sum_k |Wt_rk|``
     (first order; ``gamma_n = n u / (1 - n u)`` is used); ``Wt`` itself carries the float64 error of
-    ``C G``, ``gamma_M^{64} (|C| |G|)``. Rows are ``[Z_h, V_h num_h]`` with scales ``[1, ||V_h||]``; with
+    ``C G``, ``gamma_M^{64} (|C| |G|)``. Rows are ``[Z_h, V_h num_h]`` (``normV``: ``||V_h||``, ``None``
+    when there are no value rows); with
     ``Z >= floor`` (the Jensen floor minus the truncation bound) the relative errors of ``Z`` and of
     ``out = num / Z`` (per ``||V_h||``) are at most ``dZ / floor`` and ``(dnum / ||V|| + dZ) / (floor - dZ)``.
     ``inf`` when the float32 term alone exceeds 1 (then nothing else is computed).
@@ -507,18 +508,16 @@ def float32_rounding_bound(
 
     if floor <= 0:
         return math.inf
-    row_err = gamma(M + 2 * P + d + 1, u32) * Wt.abs().sum(-1).reshape(C[0].shape[0], -1)  # (H, 1 + dv)
+    C_P, C_Q = C
+    MP, H = C_P.shape[-1], C_P.shape[0]
+    row_err = gamma(M + 2 * P + d + 1, u32) * Wt.abs().sum(-1).reshape(H, -1)  # (H, 1 + dv)
     if float(row_err[:, 0].max()) / floor > 1.0:
         return math.inf  # float32 is out of the question: skip the float64 part (|C| |G|)
-    C_P, C_Q = C
-    MP = C_P.shape[-1]
-    H = C_P.shape[0]
     absCG = torch.cat([C_P.abs() @ G[:MP].abs(), C_Q.abs() @ G[MP:].abs()], dim=1)  # (H, M, d + 1)
     err64 = gamma(M, u64) * absCG.sum(1)  # (H, d + 1): float64 error of the columns of C G
     dZ = row_err[:, 0] + err64[:, 0]
     bounds = [dZ / floor]
-    if row_err.shape[1] > 1:
-        normV = scale.reshape(H, -1)[:, 1]
+    if normV is not None:
         # |d(V num)| <= ||row errors||_2 + ||V|| ||float64 column errors||_1, per ||V||
         dnum = torch.linalg.vector_norm(row_err[:, 1:], dim=-1) / normV + err64[:, 1:].sum(-1)
         bounds.append((dnum + dZ) / (floor - dZ).clamp_min(1e-300))
@@ -571,9 +570,16 @@ _THREADS_LOCK = threading.Lock()
 _SINGLE_THREADED = {"depth": 0, "threads": 1}
 
 
+def _workers(tasks: int) -> int:
+    """Python threads for ``tasks`` shares of work: torch's thread count (the one saved while
+    :func:`_torch_on_one_thread` holds it at 1), at most one per task."""
+    threads = torch.get_num_threads() if _SINGLE_THREADED["depth"] == 0 else _SINGLE_THREADED["threads"]
+    return max(1, min(threads, tasks))
+
+
 @contextmanager
-def _torch_on_one_thread() -> Iterator[int]:
-    """torch on one thread inside the block; yields the thread count it had (the block's workers).
+def _torch_on_one_thread() -> Iterator[None]:
+    """torch on one thread inside the block.
 
     Nested and concurrent blocks (several Python threads evaluating at once) share one saved
     count, restored when the last one leaves, so the process never keeps the lowered setting.
@@ -585,9 +591,8 @@ def _torch_on_one_thread() -> Iterator[int]:
             _SINGLE_THREADED["threads"] = torch.get_num_threads()
             torch.set_num_threads(1)
         _SINGLE_THREADED["depth"] += 1
-        threads = _SINGLE_THREADED["threads"]
     try:
-        yield threads
+        yield
     finally:
         with _THREADS_LOCK:
             _SINGLE_THREADED["depth"] -= 1
@@ -595,11 +600,12 @@ def _torch_on_one_thread() -> Iterator[int]:
                 torch.set_num_threads(_SINGLE_THREADED["threads"])
 
 
-def _on_cores(job: Callable[[int, int, int], None], tasks: int, shares: int | None = None) -> None:
-    """Run ``job(k, lo, hi)`` over ``tasks`` split into contiguous shares ``k`` (one Python thread
-    each; the compiled loops release the GIL), torch on one thread meanwhile; re-raises a failure."""
-    with _torch_on_one_thread() as threads:
-        T = max(1, min(threads if shares is None else shares, tasks))
+def _on_cores(job: Callable[[int, int, int], None], tasks: int) -> None:
+    """Run ``job(k, lo, hi)`` over ``tasks`` split into :func:`_workers` contiguous shares ``k`` (one
+    Python thread each; the compiled loops release the GIL), torch on one thread meanwhile;
+    re-raises a failure."""
+    T = _workers(tasks)
+    with _torch_on_one_thread():
         errors: list[BaseException] = []
 
         def share(k: int) -> None:
@@ -638,8 +644,7 @@ def _evaluate_cpu(
     R = torch.empty(blocks, Wt.shape[0], nb, dtype=dtype)  # R[b, r, i]: row r at token b * nb + i
     build = _loops().build_features
 
-    threads = torch.get_num_threads() if _SINGLE_THREADED["depth"] == 0 else _SINGLE_THREADED["threads"]
-    T = max(1, min(threads, blocks))
+    T = _workers(blocks)  # the shares _on_cores makes: one feature buffer each
     kept = _cache("cpu_features", dict)
     key = (exps.shape[0], nb, dtype, T)
     if kept.get("key") != key:
@@ -669,7 +674,7 @@ def _evaluate_cpu(
             spent[1] += multiplied
 
     with _timed("evaluation") as clock:
-        _on_cores(work, blocks, T)
+        _on_cores(work, blocks)
         # the wall time, shared between the two parts as the threads spent it
         if clock.split is not None and sum(spent) > 0:
             features = (time.perf_counter() - clock.t) * spent[0] / sum(spent)
