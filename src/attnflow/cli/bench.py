@@ -97,24 +97,15 @@ def bench(
         run_loop_benchmarks(quick=quick, progress=measure) if (loop or profile) and not only_metastability else []
     )
     if loop_rows:
-        loop_table = Table(title="simulate: cost per step against its field evaluations (explicit Euler)")
-        for h in LOOP_HEADER:
-            loop_table.add_column(h, justify="left" if h in ("dtype", "split (evaluations per step)") else "right")
-        for loop_cells in loop_table_rows(loop_rows):
-            loop_table.add_row(*loop_cells)
-        wide.print(loop_table)
+        title = "simulate: cost per step against its field evaluations (explicit Euler)"
+        left = ("dtype", "split (evaluations per step)")
+        wide.print(_table(title, LOOP_HEADER, loop_table_rows(loop_rows), left=left))
         result["loop"] = loop_rows
         text += loop_markdown(loop_rows)
     if not only_metastability and not profile:
         result.update(run_benchmarks(quick=quick, progress=measure))
-        table = Table(
-            title=f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
-        )
-        for h in HEADER:
-            table.add_column(h, justify="left" if h in ("backend", "dtype") else "right")
-        for cells in table_rows(result):
-            table.add_row(*cells)
-        wide.print(table)
+        title = f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
+        wide.print(_table(title, HEADER, table_rows(result), left=("backend", "dtype")))
         text = markdown(result) + ("\n" + text if text else "")
     if not only_metastability:
         from attnflow.bench.fastsum import (
