@@ -161,6 +161,19 @@ def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int)
     return float(np.sqrt(np.mean(s**2)))
 
 
+def _floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
+    """The slope-floor entries of one experiment's ``results.json`` (``own`` run, ``other`` its control):
+    the same keys in ``ou`` and ``oscillating``, each naming its own run plainly and the other by suffix."""
+    return {
+        "slope_floor_scale": fl["scale"],
+        "slope_late_rms": fl[own]["rms"],
+        f"slope_late_rms_{other}": fl[other]["rms"],
+        "slope_floor_ratio": fl[own]["ratio"],
+        f"slope_floor_ratio_{other}": fl[other]["ratio"],
+        "slope_window": fl[own]["window"],
+    }
+
+
 def _slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """Late-window rms slope of each run over the floor scale ``s_H`` (at the OU run's final cloud)."""
     period = 2 * np.pi / float(cfg["oscillating"]["omega"])
@@ -401,12 +414,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settled_fraction": settle_ou,
         "settled_fraction_oscillating": settle_osc,
         "w2_to_final_late": w2_ou,
-        "slope_floor_scale": fl["scale"],
-        "slope_late_rms": fl["ou"]["rms"],
-        "slope_late_rms_oscillating": fl["oscillating"]["rms"],
-        "slope_floor_ratio": fl["ou"]["ratio"],
-        "slope_floor_ratio_oscillating": fl["oscillating"]["ratio"],
-        "slope_window": fl["ou"]["window"],
+        **_floor_keys(fl, "ou", "oscillating"),
         "clusters_end": int(d["clusters"][-1]),
         "window": [float(traj.t[idx[0]]), float(traj.t[-1])],
         "spectrum": cfg["heads"]["spectrum"],
@@ -502,12 +510,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     Ts = ", ".join(f"{T:g}" for T in t_ends)
     show = lambda k, src: ", ".join(fmt(v) for v in src[k])
     headline = {
-        "slope_floor_scale": fl["scale"],
-        "slope_late_rms": fl["oscillating"]["rms"],
-        "slope_late_rms_ou": fl["ou"]["rms"],
-        "slope_floor_ratio": fl["oscillating"]["ratio"],
-        "slope_floor_ratio_ou": fl["ou"]["ratio"],
-        "slope_window": fl["oscillating"]["window"],
+        **_floor_keys(fl, "oscillating", "ou"),
         "settled_fraction": settle["oscillating"],
         "settled_fraction_ou": settle["ou"],
         "law_t_ends": t_ends,
