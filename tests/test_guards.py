@@ -163,7 +163,7 @@ def test_float32_check_on_a_subset_of_rows_estimates_the_full_sums():
 
 
 def test_float32_check_of_an_euler_run_takes_only_row_passes(monkeypatch):
-    """Euler, N = 300: every float64 pass of the check has 64 query rows and the check makes no float32
+    """Euler, N = 300: the check makes two float64 passes, each of 64 query rows, and no float32
     pass of its own (its float32 step is the run's, from the saved state's field); still flagged or
     not as the step demands. Control: rk4 needs float32 passes for its stages."""
     import attnflow.solve.guards as guards
@@ -181,7 +181,8 @@ def test_float32_check_of_an_euler_run_takes_only_row_passes(monkeypatch):
         tr = simulate(x0, A, t_end=0.4, dt=0.02, method="euler", save_every=10, dtype=torch.float32)
     s = tr.provenance["float32_check"]
     assert s["checks"] == 1 and not s["flagged"] and s["step_error"] > 10 * s["rounding_drift"] > 0
-    assert queries == [64, 64, 64] and full32 == []  # v at x (shared by both), v at the half step, g at x
+    # one pass at x gives v (shared by both steps) and g (identity values), one at the half step
+    assert queries == [64, 64] and full32 == []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrecisionWarning)
         tr = simulate(x0, A, t_end=0.4, dt=0.02, method="rk4", save_every=10, dtype=torch.float32)

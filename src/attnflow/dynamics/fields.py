@@ -17,7 +17,8 @@ quantities that really leave float range have ``log_*`` variants and otherwise r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 import torch
@@ -99,7 +100,7 @@ class FieldStats:
     logZ: torch.Tensor
     log_w: torch.Tensor  # (H,)
 
-    @property
+    @cached_property  # energy, mobility, speed and slope all read it: one logsumexp per pass
     def log_S(self) -> torch.Tensor:
         """``log S(x_i) = log sum_h w_h Z_h(x_i)`` = ``-log b(x_i)``, shape ``(N,)``."""
         return torch.logsumexp(self.logZ + self.log_w[..., :, None], dim=-2)
@@ -207,6 +208,23 @@ def field_stats(
     """
     out, logZ = head_stats(x, heads, a, values=values, options=options, backend=backend)
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
+
+
+def identity_values(heads: Heads) -> Heads:
+    """``heads`` with ``V_h = I``: a kernel pass with them gives the attention means
+    ``m_hi = sum_j p_hij x_j``, from which :func:`split_means` makes both outputs below."""
+    eye = torch.eye(heads.d, dtype=heads.A.dtype, device=heads.A.device).expand(heads.H, -1, -1)
+    return replace(heads, V=eye)
+
+
+def split_means(means: FieldStats, heads: Heads) -> tuple[FieldStats, FieldStats]:
+    """From the pass of :func:`identity_values` (plain heads: values are linear), the statistics with the
+    heads' values (``out_h = V_h m_h``) and with ``A`` alone (``out_h = A_h m_h``, what ``F``, ``b`` and
+    ``|dF|`` need): two ``(N, d) x (d, d)`` products per head instead of a second kernel pass."""
+    assert means.out is not None
+    a_out = means.out @ heads.A.transpose(-1, -2)
+    v_out = a_out if heads.V is None else means.out @ heads.V.transpose(-1, -2)
+    return replace(means, out=v_out), replace(means, out=a_out)
 
 
 def check_model(model: str, heads: Heads) -> None:

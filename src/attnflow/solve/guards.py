@@ -24,7 +24,7 @@ import torch
 from attnflow.core.caller import caller_stacklevel
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, field_stats
+from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, split_means
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 
@@ -281,6 +281,8 @@ class _Shadow:
         self.rows, self.coarse, self.start = rows, coarse, start
         self.rows_only = False
         self._memo: tuple[float, torch.Tensor, torch.Tensor] | None = None
+        #: The row statistics of ``A`` alone at the start state, when a pass there gave them (plain heads).
+        self.start_stats: FieldStats | None = None
 
     def heads_at(self, t: float) -> Heads:
         return self._heads
@@ -295,7 +297,13 @@ class _Shadow:
             v = torch.full_like(x, math.nan)
         else:
             v = self.coarse(t, x.to(torch.float32)).to(torch.float64)
-        st = _row_stats(self._heads, self.a, self.w, x, self.rows)
+        heads = self._heads
+        if heads.plain:  # one row pass gives the values' and A's outputs (see split_means)
+            st, a_st = split_means(_row_stats(identity_values(heads), self.a, self.w, x, self.rows), heads)
+            if x is self.start[0]:
+                self.start_stats = a_st
+        else:
+            st = _row_stats(heads, self.a, self.w, x, self.rows)
         v[self.rows] = project_tangent(x[self.rows], st.mixed_output(self.model))
         self._memo = (t, x, v)
         return v
@@ -371,7 +379,7 @@ class Float32Monitor:
             half = step(f64, t, x64, 0.5 * dt)
             f64.rows_only = one_stage
             y64h = step(f64, t + 0.5 * dt, half, 0.5 * dt)[idx]
-            st = _row_stats(h64.without_values(), a64, w64, x64, idx)
+            st = f64.start_stats or _row_stats(h64.without_values(), a64, w64, x64, idx)
             g = st.energy_gradient(x64[idx])
             share = lambda u: float((a64[idx] * ((g * u).sum(-1)).abs()).sum()) * n / len(idx)
             r, e = share(y32 - y64), share(y64 - y64h)

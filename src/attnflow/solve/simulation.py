@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import time as _time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,11 +19,11 @@ from attnflow.analysis.edi import StepRecorder
 from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import MODELS, FieldStats, check_model, field_stats, masses
+from attnflow.dynamics.fields import MODELS, FieldStats, check_model, field_stats, identity_values, masses, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
-from attnflow.kernels.dispatch import KernelOptions, head_stats
+from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, Integrator, get_integrator
 from attnflow.solve import guards as _guards
 from attnflow.solve.loop import AdaptiveStats, Controller, Costs, Observer, StepFailed, run_adaptive, run_loop
@@ -82,21 +81,14 @@ class TimeField:
         if not heads.plain:
             return self(t, x), None
         self.passes += 1
-        log_w = torch.log(self.w)
         if heads.V is None:  # V = A: the field's own pass is the diagnostics' pass
-            out, logZ = head_stats(x, heads, self.a, options=self.options)
-            v_out = a_out = out
-        else:
-            # Values are linear (plain heads): with the identity as value matrix the pass gives the
-            # attention means m_hi = sum_j p_hij x_j, and then V_h m_hi and A_h m_hi, both outputs at
-            # the cost of one plain pass plus two (N, d) x (d, d) products per head.
-            eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand(heads.H, -1, -1)
-            means, logZ = head_stats(x, replace(heads, V=eye), self.a, options=self.options)
-            assert means is not None
-            v_out, a_out = means @ heads.V.transpose(-1, -2), means @ heads.A.transpose(-1, -2)
-        v = project_tangent(x, FieldStats(out=v_out, logZ=logZ, log_w=log_w).mixed_output(self.model))
+            v_st = a_st = field_stats(x, heads, self.a, self.w, options=self.options)
+        else:  # one pass with identity values gives both (values are linear for plain heads)
+            means = field_stats(x, identity_values(heads), self.a, self.w, options=self.options)
+            v_st, a_st = split_means(means, heads)
+        v = project_tangent(x, v_st.mixed_output(self.model))
         self._kept = (t, x, x._version, v)
-        return v, FieldStats(out=a_out, logZ=logZ, log_w=log_w)
+        return v, a_st
 
 
 def simulate(
