@@ -352,24 +352,45 @@ def test_compiled_features_are_the_monomials():
     np.testing.assert_allclose(out, direct, rtol=1e-13, atol=1e-300)
 
 
+def test_key_side_from_the_moments_of_two_degrees():
+    # G = sum_j a_j [phi_P; phi_{P-1}](x_j) [1, x_j] assembled from the moments of degrees P + 1 and P
+    # equals the direct sums; control: without the sphere (|x| != 1) the phi_{P-1} column is wrong.
+    from attnflow.kernels.fastsum import _exponents, _moment_exponents, _moments_to_keys
+
+    for d, P in ((2, 5), (3, 1), (3, 14), (4, 6)):
+        x = tokens.uniform(500, d, seed=d + P)
+        w = np.random.default_rng(P).dirichlet(np.ones(500))
+        direct = np.prod(x[None] ** _exponents(P, d)[:, None, :], axis=-1) @ (
+            w[:, None] * np.hstack([np.ones((500, 1)), x])
+        )
+        mu = np.prod(x[None] ** _moment_exponents(P, d)[:, None, :], axis=-1) @ w
+        np.testing.assert_allclose(_moments_to_keys(mu, P, d), direct, rtol=1e-12, atol=1e-15)
+    y = 1.1 * x
+    mu = np.prod(y[None] ** _moment_exponents(P, d)[:, None, :], axis=-1) @ w
+    direct = np.prod(y[None] ** _exponents(P, d)[:, None, :], axis=-1) @ (
+        w[:, None] * np.hstack([np.ones((500, 1)), y])
+    )
+    assert np.abs(_moments_to_keys(mu, P, d) - direct).max() > 1e-3 * np.abs(direct).max()
+
+
 def test_key_moments_do_not_depend_on_the_thread_count():
     # Fixed groups of chunks: the same bits on one thread or two (a resumed run must repeat itself).
     from attnflow.kernels import _fastsum_cpu
-    from attnflow.kernels.fastsum import _exponents
+    from attnflow.kernels.fastsum import _moment_exponents
 
     x = tokens.uniform(40_000, 3, seed=7)
     w = np.random.default_rng(1).dirichlet(np.ones(40_000))
-    e = _exponents(12, 3)
+    e = _moment_exponents(12, 3)
     G = _fastsum_cpu.GROUPS
-    one = np.zeros((G, len(e), 4))
-    _fastsum_cpu.key_moments(x, w, e, 12, 0, G, one)
-    split = np.zeros((G, len(e), 4))
+    one = np.zeros((G, len(e)))
+    _fastsum_cpu.weighted_moments(x, w, e, 13, 0, G, one)
+    split = np.zeros((G, len(e)))
     for lo, hi in ((0, 5), (5, 40), (40, G)):  # any shares, any order
-        _fastsum_cpu.key_moments(x, w, e, 12, lo, hi, split)
+        _fastsum_cpu.weighted_moments(x, w, e, 13, lo, hi, split)
     assert np.array_equal(one.sum(0), split.sum(0))
     # the test can see a difference in the last bits: the same sums in another order differ
     F = np.prod(x[None, :, :] ** e[:, None, :], axis=-1)
-    reordered = F[:, ::-1] @ (w[::-1, None] * np.hstack([np.ones((40_000, 1)), x])[::-1])
+    reordered = F[:, ::-1] @ w[::-1]
     assert not np.array_equal(one.sum(0), reordered)
     np.testing.assert_allclose(one.sum(0), reordered, rtol=1e-10, atol=1e-14)
     # and through fast_stats: one torch thread or two give the same bits

@@ -87,11 +87,13 @@ def profile_fast(
             best = split
     assert best is not None
     M, rows = fp.features, H * (d + 1)
+    K = len(fastsum._moment_exponents(fp.degree, d))
     g64, bw = peaks["gemm64"], peaks["bandwidth"]
     inside = sum(best.get(k, 0.0) for k in ("moments", "coefficients", "features", "evaluation", "division"))
     # work per part: the products at the GEMM rate, the passes over memory at the bandwidth
     table = [
-        ("key moments", best.get("moments", 0.0), 2.0 * N * M * (d + 1) / 1e9, "GFLOP", g64),
+        # K moments of degrees P + 1 and P, each d flops per token (d - 1 products, one sum)
+        ("key moments", best.get("moments", 0.0), N * K * d / 1e9, "GFLOP", g64),
         ("coefficient products", best.get("coefficients", 0.0), 0.0, "GFLOP", g64),
         ("feature building", best.get("features", 0.0), N * M * 8 / 1e9, "GB", bw),
         ("evaluation (W phi)", best.get("evaluation", 0.0), 2.0 * N * M * rows / 1e9, "GFLOP", g64),

@@ -79,59 +79,61 @@ if AVAILABLE:
                 _product(pw, exps[k], m, out[k, lo : lo + m])
 
     @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-    def key_moments(
+    def weighted_moments(
         x: np.ndarray, w: np.ndarray, exps: np.ndarray, P: int, g_lo: int, g_hi: int, acc: np.ndarray
     ) -> None:  # pragma: no cover
-        """Groups ``g_lo <= g < g_hi`` of the key moments: ``acc[g, k] = sum_j w_j phi_k(x_j) [1, x_j]``
-        over the chunks ``c = g, g + GROUPS, ...``; ``acc`` ``(GROUPS, M, d + 1)``. The caller sums the
-        groups in a fixed order (:func:`attnflow.kernels.fastsum._cached_moments`)."""
+        """Groups ``g_lo <= g < g_hi`` of the weighted monomial moments ``acc[g, k] = sum_j w_j
+        prod_a x_ja ** exps[k, a]`` (degrees ``<= P``) over the chunks ``c = g, g + GROUPS, ...``;
+        ``acc`` ``(GROUPS, K)``. The caller sums the groups in a fixed order
+        (:func:`attnflow.kernels.fastsum._cached_moments`)."""
         N, d = x.shape
-        M = exps.shape[0]
+        K = exps.shape[0]
         nch = (N + CHUNK - 1) // CHUNK
         pw = np.empty((d, P + 1, CHUNK))
-        rhs = np.empty((d + 1, CHUNK))
-        phi = np.empty(CHUNK)
         for g in range(g_lo, g_hi):
             for c in range(g, nch, GROUPS):
                 lo = c * CHUNK
                 m = min(N, lo + CHUNK) - lo
                 _powers(x, lo, m, P, pw)
-                for i in range(m):
-                    rhs[0, i] = w[lo + i]
-                for a in range(d):
+                for e in range(P + 1):  # w_j x_j0^e: the weight rides on the first factor
                     for i in range(m):
-                        rhs[a + 1, i] = w[lo + i] * x[lo + i, a]
-                for k in range(M):
-                    _product(pw, exps[k], m, phi)
-                    for col in range(d + 1):
-                        s = 0.0
-                        rc = rhs[col]
+                        pw[0, e, i] *= w[lo + i]
+                # Indexing pw directly (no row views per monomial) measured 1.5x faster here.
+                for k in range(K):
+                    e0, e1 = exps[k, 0], exps[k, 1]
+                    s = 0.0
+                    if d == 2:
                         for i in range(m):
-                            s += rc[i] * phi[i]
-                        acc[g, k, col] += s
+                            s += pw[0, e0, i] * pw[1, e1, i]
+                    elif d == 3:
+                        e2 = exps[k, 2]
+                        for i in range(m):
+                            s += pw[0, e0, i] * pw[1, e1, i] * pw[2, e2, i]
+                    else:
+                        e2, e3 = exps[k, 2], exps[k, 3]
+                        for i in range(m):
+                            s += pw[0, e0, i] * pw[1, e1, i] * pw[2, e2, i] * pw[3, e3, i]
+                    acc[g, k] += s
 
     @njit(cache=True, nogil=True)
-    def divide(
-        R: np.ndarray, N: int, H: int, d: int, out: np.ndarray, logZ: np.ndarray, t_lo: int, t_hi: int
+    def divide_block(
+        R: np.ndarray, s: int, m: int, H: int, d: int, out: np.ndarray, Z: np.ndarray
     ) -> bool:  # pragma: no cover
-        """Tasks ``t_lo <= t < t_hi`` (one per block and head) of: from the blocks ``R`` ``(B, H (d + 1), nb)``
-        (rows ``[Z_h, V_h num_h]`` per head, or ``[Z_h]`` when ``d = 0``), ``out[h, i] = V_h num_h / Z_h``
-        and ``logZ[h, i] = log Z_h`` for the first ``N`` tokens. Returns ``False`` when some ``Z <= 0``
-        (impossible within the proved bound). Every read of ``R`` and write of ``out`` is contiguous."""
-        nb = R.shape[2]
+        """From one block ``R`` ``(H (d + 1), >= m)`` of tokens ``s .. s + m`` (rows ``[Z_h, V_h num_h]``
+        per head, or ``[Z_h]`` when ``d = 0``): ``out[h, s + j] = V_h num_h / Z_h`` and ``Z[h, s + j] = Z_h``
+        (the caller takes the logarithms in one vectorised pass). Returns ``False`` when some
+        ``Z <= 0`` (impossible within the proved bound). Run right after the block's product, while
+        ``R`` is in the cache."""
         ok = True
-        for t in range(t_lo, t_hi):
-            b = t // H
-            h = t - b * H
-            lo = b * nb
-            m = min(N, lo + nb) - lo
-            zr = R[b, h * (d + 1)]
+        for h in range(H):
+            zr = R[h * (d + 1)]
             for j in range(m):
                 z = np.float64(zr[j])  # float64 from here on, whatever the precision of R
                 if not z > 0.0:
                     ok = False
                     z = np.float64(1.0)
-                logZ[h, lo + j] = np.log(z)
+                Z[h, s + j] = z
+                inv = 1.0 / z  # one division per token and head, not per coordinate
                 for c in range(d):
-                    out[h, lo + j, c] = np.float64(R[b, h * (d + 1) + 1 + c, j]) / z
+                    out[h, s + j, c] = np.float64(R[h * (d + 1) + 1 + c, j]) * inv
         return ok

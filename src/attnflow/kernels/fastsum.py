@@ -14,7 +14,9 @@ homogeneous monomials ``phi_P`` and ``phi_{P-1}`` of degree ``P`` and ``P - 1``,
     ``p(x^T A_h y) = phi_P(x)^T C^h_P phi_P(y) + phi_{P-1}(x)^T C^h_{P-1} phi_{P-1}(y)``,
 
 with ``(P+1)^2`` features in all for ``d = 3``. The key side collapses to the moments
-``G = sum_j a_j phi(x_j) [1, x_j^T]`` (shared by every head, since ``V_h x_j`` is linear), so
+``G = sum_j a_j phi(x_j) [1, x_j^T]`` (shared by every head, since ``V_h x_j`` is linear; every entry
+is a moment of a monomial of degree ``P + 1`` or ``P``, using ``|x|^2 = 1`` for ``phi_{P-1}``, so the
+compiled path sums those ``(P + 2)^2`` moments, not ``(d + 1) (P + 1)^2`` products), so
 ``Z_h(x_i) ~ phi(x_i)^T C^h G[:, 0]`` and ``sum_j a_j k_h(x_i, x_j) V_h x_j ~ V_h G[:, 1:]^T C^h phi(x_i)``
 cost ``O(N (P+1)^2 H d)``.
 
@@ -150,8 +152,12 @@ def plan(A: torch.Tensor, tol: float, mean_norm: float = 1.0) -> FastSumPlan | N
 
 def mean_norm(x: torch.Tensor, a: torch.Tensor) -> float:
     """``|m| = |sum_j a_j x_j / |x_j||``, the Jensen factor of the error bound (plus rounding slack)."""
-    xs = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return min(1.0, float(torch.linalg.vector_norm((a[:, None] * xs).sum(0))) + 1e-12)
+    return _mean_norm_unit(x / torch.linalg.vector_norm(x, dim=-1, keepdim=True), a)
+
+
+def _mean_norm_unit(xs: torch.Tensor, a: torch.Tensor) -> float:
+    """:func:`mean_norm` of tokens already on the sphere: one product ``a^T x``."""
+    return min(1.0, float(torch.linalg.vector_norm(a.to(xs.dtype) @ xs)) + 1e-12)
 
 
 def _n_monomials(degree: int, d: int) -> int:
@@ -428,8 +434,11 @@ def fast_stats(
     N, d = x.shape
     if d > MAX_DIM:
         raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
+    x64 = x.detach().to(torch.float64)
+    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
+    a64 = a.detach().to(torch.float64)
     # The Jensen factor |m|, for the plan and for the float32 bound (the compiled path's precision).
-    m_norm = mean_norm(x, a) if fast_plan is None or _compiled(x) else math.nan
+    m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or _compiled(x) else math.nan
     fp = fast_plan or plan(A, tol, m_norm)
     if fp is None:
         raise ValueError(
@@ -437,10 +446,7 @@ def fast_stats(
             f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel or a larger tol"
         )
     dtype = x.dtype
-    x64 = x.detach().to(torch.float64)
-    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
     A64 = A.detach().to(torch.float64)
-    a64 = a.detach().to(torch.float64)
     H = A.shape[0]
     with _timed("moments"):
         G = _cached_moments(x, a, x64, a64, fp.degree)
@@ -566,6 +572,29 @@ def _exponents(P: int, d: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64)
 
 
+@cache
+def _moment_exponents(P: int, d: int) -> np.ndarray:
+    """Exponents ``(K, d)`` of the monomials of degree ``P + 1`` and ``P``: their weighted moments give
+    the whole key side ``G`` (:func:`_moments_to_keys`), 256 sums at ``P = 14``, ``d = 3`` instead of
+    ``(P + 1)^2 (d + 1) = 900``."""
+    return np.ascontiguousarray(np.concatenate([_monomials(P + 1, d), _monomials(P, d)]), dtype=np.int64)
+
+
+def _moments_to_keys(mu: np.ndarray, P: int, d: int) -> np.ndarray:
+    """``G`` ``(M, d + 1)`` (:func:`_cached_moments`) from the moments ``mu`` of :func:`_moment_exponents`.
+
+    ``x_a phi_P`` and ``x_a phi_{P-1}`` are monomials of degree ``P + 1`` and ``P``, and so is ``phi_P``
+    itself; ``phi_{P-1} = sum_a x_a^2 phi_{P-1}`` on the sphere (degree ``P + 1``).
+    """
+    top = _n_monomials(P + 1, d)
+    hi, lo = mu[:top], mu[top:]
+    up_P, up_Q = _raise_maps(P, d), _raise_maps(P - 1, d)
+    sq_Q = _square_index(P - 1, d).numpy()
+    G_P = np.column_stack([lo, *(hi[up_P[a]] for a in range(d))])
+    G_Q = np.column_stack([hi[sq_Q].sum(0), *(lo[up_Q[a]] for a in range(d))])
+    return np.concatenate([G_P, G_Q])
+
+
 _THREADS_LOCK = threading.Lock()
 _SINGLE_THREADED = {"depth": 0, "threads": 1}
 
@@ -627,13 +656,15 @@ def _on_cores(job: Callable[[int, int, int], None], tasks: int) -> None:
 def _evaluate_cpu(
     x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Query side on the CPU: compiled feature blocks, one BLAS product ``Wt F`` per block (that
-    orientation runs near the GEMM peak; ``F^T Wt^T`` measured 3x slower), a compiled division.
+    """Query side on the CPU: per block of tokens, compiled features, one BLAS product ``R = Wt F``
+    (that orientation runs near the GEMM peak; ``F^T Wt^T`` measured 3x slower) and the compiled
+    division of ``R`` while it is in the cache; then ``log Z`` in one vectorised pass.
 
-    The blocks are shared out to one Python thread per core, each building its features and
-    multiplying them on one core (torch on one thread meanwhile). Alternating a compiled loop with
-    torch's multithreaded GEMM block by block made the two thread pools take turns, each spinning
-    while the other worked: at N = 1e6 under load 2.4-7.3 s against 0.63-0.69 s this way.
+    The blocks are shared out to one Python thread per core, each building, multiplying and dividing
+    on one core (torch on one thread meanwhile). Alternating a compiled loop with torch's
+    multithreaded GEMM block by block made the two thread pools take turns, each spinning while the
+    other worked: at N = 1e6 under load 2.4-7.3 s against 0.63-0.69 s this way. No ``(rows, N)``
+    array of products is made: at N = 1e6 its fresh pages alone (256 MB) cost ~20 ms to fault in.
     """
     N = x64.shape[0]
     xn = x64.numpy()
@@ -641,54 +672,64 @@ def _evaluate_cpu(
     nb = min(N, CPU_BLOCK_TOKENS)
     blocks = -(-N // nb)
     Wt = Wt.to(dtype)
-    R = torch.empty(blocks, Wt.shape[0], nb, dtype=dtype)  # R[b, r, i]: row r at token b * nb + i
-    build = _loops().build_features
+    loops = _loops()
+    out = np.empty((H, N, dv))
+    Z = np.empty((H, N))  # Z, then log Z in place
 
-    T = _workers(blocks)  # the shares _on_cores makes: one feature buffer each
+    T = _workers(blocks)  # the shares _on_cores makes: one feature and product buffer each
     kept = _cache("cpu_features", dict)
-    key = (exps.shape[0], nb, dtype, T)
+    key = (exps.shape[0], Wt.shape[0], nb, dtype, T)
     if kept.get("key") != key:
         kept.clear()
-        kept.update(key=key, bufs=[torch.empty(exps.shape[0], nb, dtype=dtype).numpy() for _ in range(T)])
+        kept.update(
+            key=key,
+            bufs=[torch.empty(exps.shape[0], nb, dtype=dtype).numpy() for _ in range(T)],
+            prods=[torch.empty(Wt.shape[0], nb, dtype=dtype) for _ in range(T)],
+        )
     bufs: list[np.ndarray] = kept["bufs"]
-    spent = [0.0, 0.0]  # seconds building, multiplying (summed over the threads)
+    prods: list[torch.Tensor] = kept["prods"]
+    spent = [0.0, 0.0, 0.0]  # seconds building, multiplying, dividing (summed over the threads)
+    ok: list[bool] = []
 
     def work(k: int, lo: int, hi: int) -> None:
-        buf = bufs[k]  # one buffer per share
-        F = torch.from_numpy(buf)
-        built = multiplied = 0.0
+        buf, R = bufs[k], prods[k]  # one pair per share
+        F, Rn = torch.from_numpy(buf), R.numpy()
+        times = [0.0, 0.0, 0.0]
+        good = True
         for b in range(lo, hi):
             t0 = time.perf_counter()
             s = b * nb
             m = min(N, s + nb) - s
-            build(xn[s : s + m], exps, P, buf[:, :m])
+            loops.build_features(xn[s : s + m], exps, P, buf[:, :m])
             t1 = time.perf_counter()
             if m == nb:
-                torch.mm(Wt, F, out=R[b])
-            else:  # the last, partial block: a contiguous output, then a copy
-                R[b, :, :m] = torch.mm(Wt, F[:, :m])
-            built += t1 - t0
-            multiplied += time.perf_counter() - t1
+                torch.mm(Wt, F, out=R)
+            else:  # the last, partial block: a contiguous product, then a copy
+                R[:, :m] = torch.mm(Wt, F[:, :m])
+            t2 = time.perf_counter()
+            good = loops.divide_block(Rn, s, m, H, dv, out, Z) and good
+            times[0] += t1 - t0
+            times[1] += t2 - t1
+            times[2] += time.perf_counter() - t2
         with _THREADS_LOCK:
-            spent[0] += built
-            spent[1] += multiplied
+            ok.append(good)
+            for i, t in enumerate(times):
+                spent[i] += t
 
     with _timed("evaluation") as clock:
         _on_cores(work, blocks)
-        # the wall time, shared between the two parts as the threads spent it
+        # the wall time, shared between the three parts as the threads spent it
         if clock.split is not None and sum(spent) > 0:
-            features = (time.perf_counter() - clock.t) * spent[0] / sum(spent)
-            clock.split["features"] = clock.split.get("features", 0.0) + features
-            clock.t += features
+            wall = time.perf_counter() - clock.t
+            for name, t in (("features", spent[0]), ("division", spent[2])):
+                clock.split[name] = clock.split.get(name, 0.0) + wall * t / sum(spent)
+                clock.t += wall * t / sum(spent)
+    if not all(ok):
+        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
     with _timed("division"):
-        out = np.empty((H, N, dv))
-        logZ = np.empty((H, N))
-        ok: list[bool] = []
-        Rn = R.numpy()
-        _on_cores(lambda k, lo, hi: ok.append(_loops().divide(Rn, N, H, dv, out, logZ, lo, hi)), blocks * H)
-        if not all(ok):
-            raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
-    return torch.from_numpy(logZ), torch.from_numpy(out) if dv else None
+        logZ = torch.from_numpy(Z)
+        torch.log(logZ, out=logZ)  # vectorised, on every thread
+    return logZ, torch.from_numpy(out) if dv else None
 
 
 def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: torch.Tensor, P: int) -> torch.Tensor:
@@ -705,10 +746,10 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
     N = x64.shape[0]
     if _compiled(x64):
         loops = _loops()
-        exps, xn, wn = _exponents(P, d), x64.numpy(), a64.contiguous().numpy()
-        acc = np.zeros((loops.GROUPS, exps.shape[0], d + 1))
-        _on_cores(lambda k, lo, hi: loops.key_moments(xn, wn, exps, P, lo, hi, acc), loops.GROUPS)
-        G = torch.from_numpy(acc.sum(0))  # the groups in a fixed order, whatever the threads
+        exps, xn, wn = _moment_exponents(P, d), x64.numpy(), a64.contiguous().numpy()
+        acc = np.zeros((loops.GROUPS, exps.shape[0]))
+        _on_cores(lambda k, lo, hi: loops.weighted_moments(xn, wn, exps, P + 1, lo, hi, acc), loops.GROUPS)
+        G = torch.from_numpy(_moments_to_keys(acc.sum(0), P, d))  # the groups in a fixed order, whatever the threads
     else:
         G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
         build = _builder(P, d, min(N, BLOCK_TOKENS), x64.device)
