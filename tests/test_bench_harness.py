@@ -42,7 +42,7 @@ def test_fast_profile_accounts_for_the_whole_evaluation():
     # the split adds up to the measured call (every part, overhead and assembly included)
     assert abs(sum(p["seconds"] for p in prof["parts"]) - prof["seconds"]) <= 1e-6 + 0.02 * prof["seconds"]
     # the products' work is counted from the plan: 2 N M H (d + 1) flops, floor at the stated GEMM rate
-    ev = parts["evaluation (W phi)"]
+    ev = parts["products W phi (fused loop)"]
     assert ev["work"] == pytest.approx(2 * 20_000 * prof["features"] * 4 * 4 / 1e9)
     assert ev["floor"] == pytest.approx(ev["work"] / 50.0)
     assert prof["floor"] == pytest.approx(sum(p["floor"] for p in prof["parts"]))

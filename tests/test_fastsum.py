@@ -461,6 +461,17 @@ def test_torch_threads_are_restored_after_concurrent_evaluations():
     # The query side runs torch on one thread per worker; concurrent calls must leave the setting as found.
     from concurrent.futures import ThreadPoolExecutor
 
+    outer = torch.get_num_threads()
+    torch.set_num_threads(2)  # the tests run on one thread (conftest): a restore to 1 must show
+    try:
+        _threads_restored()
+    finally:
+        torch.set_num_threads(outer)
+
+
+def _threads_restored():
+    from concurrent.futures import ThreadPoolExecutor
+
     before = torch.get_num_threads()
     x = torch.as_tensor(tokens.uniform(9000, 3, seed=1))
     A = torch.as_tensor(goe_heads(2, 3, 2.0, seed=1))
@@ -469,20 +480,27 @@ def test_torch_threads_are_restored_after_concurrent_evaluations():
         res = list(pool.map(lambda k: fast_attention_stats(x, A * (1 + 0.1 * k), A, a, tol=1e-8, check=16), range(6)))
     assert torch.get_num_threads() == before
     assert max(r.achieved_error for r in res) < 1e-8
-    # control: the setting is really lowered inside an evaluation (what the restore undoes)
+    # control: the setting is really lowered inside an evaluation (what the restore undoes), for torch
+    # and for the BLAS that the compiled loop calls
+    from threadpoolctl import threadpool_info
+
+    from attnflow.kernels import _fastsum_cpu
     from attnflow.kernels import fastsum as fs
 
     seen = []
-    real_mm = torch.mm
+    blas_before = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    real = _fastsum_cpu.evaluate_blocks
 
-    def spy(*args, **kw):
+    def spy(*args):
         seen.append(torch.get_num_threads())
-        return real_mm(*args, **kw)
+        seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+        return real(*args)
 
     try:
-        torch.mm = spy
+        _fastsum_cpu.evaluate_blocks = spy
         fs.fast_stats(x.clone(), A, A, a, tol=1e-8)
     finally:
-        torch.mm = real_mm
+        _fastsum_cpu.evaluate_blocks = real
+    assert {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == blas_before
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before

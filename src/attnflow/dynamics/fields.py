@@ -125,7 +125,12 @@ class FieldStats:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
         if self.out is None:
             raise ValueError("these statistics were computed without values (values=False); the field needs them")
-        mix, out = self.head_mix(model).unsqueeze(-1), self.out
+        out = self.out
+        if model == "mha" and out.dim() == 3 and self.log_w.dim() == 1:
+            # Constant head weights: one product w^T out over the heads, each entry read once.
+            H, N, d = out.shape
+            return (self.log_w.exp() @ out.reshape(H, N * d)).reshape(N, d)
+        mix = self.head_mix(model).unsqueeze(-1)
         # Accumulated head by head: a broadcast product would first write an (H, N, d) temporary,
         # which measured 8x slower at N = 1e6 (page faults and memory traffic).
         u = mix[..., 0, :, :] * out[..., 0, :, :]

@@ -70,10 +70,11 @@ ROUNDING = float(np.finfo(np.float64).eps)
 #: Tokens per block: the block's feature matrix (a few MiB) stays in the CPU caches between being
 #: built and being multiplied, which measured 4-5x faster than blocks of 32768 (memory-bound).
 BLOCK_TOKENS = 2048
-#: Tokens per block of the compiled CPU path: its feature block (``M x 2048`` float64, 3.5 MiB at
-#: ``P = 14``) stays in the caches between being built and being multiplied (``Wt F`` measured 89%
-#: of the single-core GEMM peak at 2048 columns, 63% at 4096).
-CPU_BLOCK_TOKENS = 2048
+#: Tokens per block of the compiled CPU path: its feature block (``M x 128`` float64, 230 KiB at
+#: ``P = 14``) stays in the core's L2 cache between being built, multiplied and divided. With the
+#: whole loop compiled (no Python between blocks), 128 measured fastest (0.21 s at N = 1e6 against
+#: 0.24 s for 256 to 2048).
+CPU_BLOCK_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,9 @@ def _timed(name: str) -> Iterator[_Clock]:
 def profile() -> Iterator[dict[str, float]]:
     """Seconds spent per part of :func:`fast_stats` inside the block, in this thread: ``moments``
     (key side), ``coefficients`` (``C^h`` builds and the products ``C^h G``), ``features`` (query
-    side), ``evaluation`` (the products ``W phi``), ``division`` (``out``, ``log Z``) and ``total``."""
+    side), ``evaluation`` (the products ``W phi``), ``division`` (``out`` and ``Z``), ``logZ`` and
+    ``total``. The compiled query loop does the middle three block by block; a profile splits its
+    time by rerunning it without its later stages (the reruns are not in ``total``)."""
     split: dict[str, float] = {}
     previous = getattr(_LOCAL, "split", None)
     _LOCAL.split = split
@@ -312,7 +315,7 @@ def profile() -> Iterator[dict[str, float]]:
     try:
         yield split
     finally:
-        split["total"] = split.get("total", 0.0) + time.perf_counter() - start
+        split["total"] = split.get("total", 0.0) + time.perf_counter() - start - split.pop("rerun", 0.0)
         _LOCAL.split = previous
 
 
@@ -576,8 +579,27 @@ def _exponents(P: int, d: int) -> np.ndarray:
 def _moment_exponents(P: int, d: int) -> np.ndarray:
     """Exponents ``(K, d)`` of the monomials of degree ``P + 1`` and ``P``: their weighted moments give
     the whole key side ``G`` (:func:`_moments_to_keys`), 256 sums at ``P = 14``, ``d = 3`` instead of
-    ``(P + 1)^2 (d + 1) = 900``."""
-    return np.ascontiguousarray(np.concatenate([_monomials(P + 1, d), _monomials(P, d)]), dtype=np.int64)
+    ``(P + 1)^2 (d + 1) = 900``. For ``d = 3`` in pairs ``x^a y^b z^c, x^a y^b z^(c-1)`` (the compiled
+    loop forms ``x^a y^b`` once for both)."""
+    if d != 3:
+        parts = [_monomials(P + 1, d), _monomials(P, d)]
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64)
+    rows = []
+    for a in range(P + 1, -1, -1):
+        for b in range(P + 1 - a, -1, -1):
+            c = P + 1 - a - b
+            rows.append((a, b, c))
+            if c >= 1:
+                rows.append((a, b, c - 1))
+    return np.array(rows, dtype=np.int64)
+
+
+@cache
+def _moment_positions(P: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where the monomials of degree ``P + 1`` and ``P`` (order of :func:`_monomials`) sit in :func:`_moment_exponents`."""
+    pos = {tuple(e): i for i, e in enumerate(_moment_exponents(P, d).tolist())}
+    hi, lo = (np.array([pos[tuple(e)] for e in _monomials(n, d).tolist()]) for n in (P + 1, P))
+    return hi, lo
 
 
 def _moments_to_keys(mu: np.ndarray, P: int, d: int) -> np.ndarray:
@@ -586,8 +608,8 @@ def _moments_to_keys(mu: np.ndarray, P: int, d: int) -> np.ndarray:
     ``x_a phi_P`` and ``x_a phi_{P-1}`` are monomials of degree ``P + 1`` and ``P``, and so is ``phi_P``
     itself; ``phi_{P-1} = sum_a x_a^2 phi_{P-1}`` on the sphere (degree ``P + 1``).
     """
-    top = _n_monomials(P + 1, d)
-    hi, lo = mu[:top], mu[top:]
+    at_hi, at_lo = _moment_positions(P, d)
+    hi, lo = mu[at_hi], mu[at_lo]
     up_P, up_Q = _raise_maps(P, d), _raise_maps(P - 1, d)
     sq_Q = _square_index(P - 1, d).numpy()
     G_P = np.column_stack([lo, *(hi[up_P[a]] for a in range(d))])
@@ -606,9 +628,24 @@ def _workers(tasks: int) -> int:
     return max(1, min(threads, tasks))
 
 
+_BLAS_LIMIT: list[Any] = []
+
+
+@cache
+def _blas_pools() -> Any:
+    """The BLAS libraries' thread pools (threadpoolctl), found once: numba's ``np.dot`` in the compiled
+    loops calls SciPy's OpenBLAS, whose own threads would take turns with the per-core loops."""
+    from threadpoolctl import ThreadpoolController
+
+    _loops()  # loads the BLAS that the loops call, so that the controller sees it
+    # Only the BLAS pools: restoring a limit resets every pool of its controller, and torch's OpenMP
+    # pool is set and restored on its own.
+    return ThreadpoolController().select(user_api="blas")
+
+
 @contextmanager
 def _torch_on_one_thread() -> Iterator[None]:
-    """torch on one thread inside the block.
+    """torch and the BLAS libraries on one thread inside the block.
 
     Nested and concurrent blocks (several Python threads evaluating at once) share one saved
     count, restored when the last one leaves, so the process never keeps the lowered setting.
@@ -619,6 +656,7 @@ def _torch_on_one_thread() -> Iterator[None]:
         if _SINGLE_THREADED["depth"] == 0:
             _SINGLE_THREADED["threads"] = torch.get_num_threads()
             torch.set_num_threads(1)
+            _BLAS_LIMIT.append(_blas_pools().limit(limits=1))
         _SINGLE_THREADED["depth"] += 1
     try:
         yield
@@ -627,6 +665,7 @@ def _torch_on_one_thread() -> Iterator[None]:
             _SINGLE_THREADED["depth"] -= 1
             if _SINGLE_THREADED["depth"] == 0:
                 torch.set_num_threads(_SINGLE_THREADED["threads"])
+                _BLAS_LIMIT.pop().restore_original_limits()
 
 
 def _on_cores(job: Callable[[int, int, int], None], tasks: int) -> None:
@@ -656,77 +695,71 @@ def _on_cores(job: Callable[[int, int, int], None], tasks: int) -> None:
 def _evaluate_cpu(
     x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Query side on the CPU: per block of tokens, compiled features, one BLAS product ``R = Wt F``
-    (that orientation runs near the GEMM peak; ``F^T Wt^T`` measured 3x slower) and the compiled
-    division of ``R`` while it is in the cache; then ``log Z`` in one vectorised pass.
+    """Query side on the CPU: one compiled loop per core over blocks of :data:`CPU_BLOCK_TOKENS`
+    tokens, each block's features, product ``R = Wt F`` (BLAS; that orientation runs near the GEMM
+    peak, ``F^T Wt^T`` measured 3x slower) and division made while the block is in the cache
+    (:func:`attnflow.kernels._fastsum_cpu.evaluate_blocks`); then ``log Z`` in one vectorised pass.
 
-    The blocks are shared out to one Python thread per core, each building, multiplying and dividing
-    on one core (torch on one thread meanwhile). Alternating a compiled loop with torch's
-    multithreaded GEMM block by block made the two thread pools take turns, each spinning while the
-    other worked: at N = 1e6 under load 2.4-7.3 s against 0.63-0.69 s this way. No ``(rows, N)``
-    array of products is made: at N = 1e6 its fresh pages alone (256 MB) cost ~20 ms to fault in.
+    Nothing returns to Python between blocks: per-block calls from Python (a numba dispatch and a
+    torch product each) cost ~20 us, which at small blocks outweighed what the caches gave. BLAS and
+    torch run on one thread meanwhile (:func:`_torch_on_one_thread`): two thread pools taking turns
+    with the per-core loops spin while the other works (at N = 1e6 under load 2.4-7.3 s against
+    0.63-0.69 s). No ``(rows, N)`` array of products is made (its fresh pages alone, 256 MB at
+    N = 1e6, cost ~20 ms to fault in).
     """
     N = x64.shape[0]
     xn = x64.numpy()
     exps = _exponents(P, x64.shape[-1])
     nb = min(N, CPU_BLOCK_TOKENS)
     blocks = -(-N // nb)
-    Wt = Wt.to(dtype)
+    Wn = Wt.to(dtype).contiguous().numpy()
+    np_dtype = Wn.dtype
     loops = _loops()
     out = np.empty((H, N, dv))
     Z = np.empty((H, N))  # Z, then log Z in place
 
     T = _workers(blocks)  # the shares _on_cores makes: one feature and product buffer each
     kept = _cache("cpu_features", dict)
-    key = (exps.shape[0], Wt.shape[0], nb, dtype, T)
+    key = (exps.shape[0], Wn.shape[0], nb, np_dtype, T)
     if kept.get("key") != key:
         kept.clear()
         kept.update(
             key=key,
-            bufs=[torch.empty(exps.shape[0], nb, dtype=dtype).numpy() for _ in range(T)],
-            prods=[torch.empty(Wt.shape[0], nb, dtype=dtype) for _ in range(T)],
+            bufs=[np.empty((exps.shape[0], nb), dtype=np_dtype) for _ in range(T)],
+            prods=[np.empty((Wn.shape[0], nb), dtype=np_dtype) for _ in range(T)],
         )
     bufs: list[np.ndarray] = kept["bufs"]
-    prods: list[torch.Tensor] = kept["prods"]
-    spent = [0.0, 0.0, 0.0]  # seconds building, multiplying, dividing (summed over the threads)
+    prods: list[np.ndarray] = kept["prods"]
     ok: list[bool] = []
 
-    def work(k: int, lo: int, hi: int) -> None:
-        buf, R = bufs[k], prods[k]  # one pair per share
-        F, Rn = torch.from_numpy(buf), R.numpy()
-        times = [0.0, 0.0, 0.0]
-        good = True
-        for b in range(lo, hi):
-            t0 = time.perf_counter()
-            s = b * nb
-            m = min(N, s + nb) - s
-            loops.build_features(xn[s : s + m], exps, P, buf[:, :m])
-            t1 = time.perf_counter()
-            if m == nb:
-                torch.mm(Wt, F, out=R)
-            else:  # the last, partial block: a contiguous product, then a copy
-                R[:, :m] = torch.mm(Wt, F[:, :m])
-            t2 = time.perf_counter()
-            good = loops.divide_block(Rn, s, m, H, dv, out, Z) and good
-            times[0] += t1 - t0
-            times[1] += t2 - t1
-            times[2] += time.perf_counter() - t2
-        with _THREADS_LOCK:
-            ok.append(good)
-            for i, t in enumerate(times):
-                spent[i] += t
+    def run(stages: int, out: np.ndarray = out, Z: np.ndarray = Z) -> float:
+        start = time.perf_counter()
+        _on_cores(
+            lambda k, lo, hi: ok.append(
+                loops.evaluate_blocks(xn, exps, P, Wn, lo, hi, H, dv, out, Z, bufs[k], prods[k], stages)
+            ),
+            blocks,
+        )
+        return time.perf_counter() - start
 
-    with _timed("evaluation") as clock:
-        _on_cores(work, blocks)
-        # the wall time, shared between the three parts as the threads spent it
-        if clock.split is not None and sum(spent) > 0:
-            wall = time.perf_counter() - clock.t
-            for name, t in (("features", spent[0]), ("division", spent[2])):
-                clock.split[name] = clock.split.get(name, 0.0) + wall * t / sum(spent)
-                clock.t += wall * t / sum(spent)
+    whole = run(3)
+    split: dict[str, float] | None = getattr(_LOCAL, "split", None)
+    if split is not None:
+        # A profile splits the loop's time by rerunning it: features only, features and products,
+        # division only (into scratch arrays). The three are scaled to the fused loop's own time;
+        # the reruns are left out of the profile's total.
+        good = all(ok)
+        built, both = run(1), run(2)
+        divided = run(4, np.empty_like(out), np.empty_like(Z))
+        ok[:] = [good]
+        parts = {"features": built, "evaluation": max(0.0, both - built), "division": divided}
+        scale = whole / sum(parts.values())
+        for name, t in parts.items():
+            split[name] = split.get(name, 0.0) + t * scale
+        split["rerun"] = split.get("rerun", 0.0) + built + both + divided
     if not all(ok):
         raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
-    with _timed("division"):
+    with _timed("logZ"):
         logZ = torch.from_numpy(Z)
         torch.log(logZ, out=logZ)  # vectorised, on every thread
     return logZ, torch.from_numpy(out) if dv else None
