@@ -459,7 +459,6 @@ def test_float32_query_side_only_where_its_proved_bound_fits(monkeypatch):
 
 def test_torch_threads_are_restored_after_concurrent_evaluations():
     # The query side runs torch on one thread per worker; concurrent calls must leave the setting as found.
-    from concurrent.futures import ThreadPoolExecutor
 
     outer = torch.get_num_threads()
     torch.set_num_threads(2)  # the tests run on one thread (conftest): a restore to 1 must show
