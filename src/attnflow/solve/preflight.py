@@ -7,9 +7,11 @@ written) plus the working set of one field evaluation (features ``q, k, v`` of `
 stage, the ``N x N`` Gram matrix of the cluster count when ``N`` is small enough to form it, and the
 kernel's blocks). Time: ``n_steps x stages`` field evaluations at :data:`FLOPS_PER_SECOND`, each
 ``H N^2 (d + 20)`` floating-point operations for the dense kernel and ``2 N M (H + 1) (d + 1)`` for
-fast summation (``d <= 4``, many tokens; ``M =`` :data:`FAST_FEATURES`). The 100,000-token ``ou``
-preset run of 1000 rk4 steps is estimated at 2.5 hours; it took 9 minutes at tolerance 1e-6 and 27
-at 1e-10 (the old ``N x 1000`` pairs said 10 hours).
+fast summation (``d <= 4``, many tokens; ``M =`` :data:`FAST_FEATURES`) at
+:data:`FAST_FLOPS_PER_SECOND` (BLAS products). The 100,000-token ``ou`` preset run of 1000 rk4 steps
+is estimated at 31 minutes; it took 6 minutes at tolerance 1e-6 on 2026-12-01 (27 at 1e-10 with
+the code of 2026-11-29; the old ``N x 1000`` pairs said 10 hours, the products at the dense
+kernel's rate 2.5 hours).
 
 :func:`preflight` refuses (``PreflightError``) what cannot fit in the machine's memory and flags
 (``Estimate.heavy``) what exceeds :data:`WARN_SECONDS` or :data:`WARN_MEMORY_FRACTION` of memory,
@@ -32,6 +34,9 @@ FLOPS_PER_SECOND = 2e9
 #: Features per token of fast summation assumed by the estimate: ``(P + 1)^2`` at degree 24, what the
 #: ``auto`` tolerance 1e-10 needs at beta about 6 in d = 3 (tolerance 1e-6 at beta 4 needs 225).
 FAST_FEATURES = 625.0
+#: Assumed rate of fast summation's products (BLAS, float64): a quarter of one core's measured rate
+#: (about 45 GFLOP/s on this machine's CPUs), conservative on purpose.
+FAST_FLOPS_PER_SECOND = 1e10
 #: Fixed cost of one step (Python, sampler, bookkeeping).
 SECONDS_PER_STEP = 2e-5
 #: Warn (and ask) above this estimated wall time ...
@@ -110,11 +115,11 @@ def estimate(cfg: RunConfig | dict, *, available_bytes: float | None = None) -> 
     fast = backend == "fast" or (backend == "auto" and d <= 4 and N >= 4096)
     if fast:
         # Fast summation: the query-side products W phi (H (d + 1) rows of FAST_FEATURES features
-        # per token) and the key moments (d + 1 columns), 2 flops per term.
-        flops = 2.0 * N * FAST_FEATURES * (H + 1.0) * (d + 1.0)
+        # per token) and the key moments (d + 1 columns), 2 flops per term, at the BLAS rate.
+        seconds_per_eval = 2.0 * N * FAST_FEATURES * (H + 1.0) * (d + 1.0) / FAST_FLOPS_PER_SECOND
     else:
-        flops = H * N * N * (d + 20.0)
-    per_step = stages * flops / FLOPS_PER_SECOND + SECONDS_PER_STEP
+        seconds_per_eval = H * N * N * (d + 20.0) / FLOPS_PER_SECOND
+    per_step = stages * seconds_per_eval + SECONDS_PER_STEP
     seconds = steps * per_step + saved * (N * min(N, GRAM_TOKENS) * d / FLOPS_PER_SECOND)
     if available_bytes is None:
         available_bytes = machine_memory()
