@@ -503,3 +503,35 @@ def _threads_restored():
     assert {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == blas_before
     assert seen and set(seen) == {1}
     assert torch.get_num_threads() == before
+
+
+def test_heads_mixed_inside_the_loop_equal_the_mixed_outputs():
+    # fast_stats(mix=...) mixes the heads as their sums are made (no (H, N, d) outputs); the field
+    # before P_x must be FieldStats.mixed_output of the per-head outputs, for mha and gf, V != A.
+    from attnflow.dynamics.fields import FieldStats, field_stats, mixed_field
+    from attnflow.kernels import fastsum as fs
+    from attnflow.kernels.dispatch import KernelOptions
+
+    N, H = 20_000, 4
+    x = torch.as_tensor(tokens.uniform(N, 3, seed=3))
+    A = torch.as_tensor(goe_heads(H, 3, 3.0, seed=4))
+    V = torch.as_tensor(np.random.default_rng(5).normal(size=(H, 3, 3)))
+    a = torch.as_tensor(np.random.default_rng(6).dirichlet(np.ones(N)))
+    w = torch.as_tensor(np.random.default_rng(7).dirichlet(np.ones(H)))
+    full = fs.fast_stats(x, A, V, a, tol=1e-10)
+    got = {}
+    for model in ("mha", "gf"):
+        res = fs.fast_stats(x.clone(), A, V, a, fast_plan=full.plan, mix=(model, w))
+        assert res.out is None and res.mixed.shape == (N, 3)
+        assert torch.equal(res.logZ, full.logZ)
+        ref = FieldStats(out=full.out, logZ=full.logZ, log_w=torch.log(w)).mixed_output(model)
+        assert float((res.mixed - ref).abs().max()) < 1e-13 * float(ref.abs().max())
+        got[model] = res.mixed
+        # the same through the fields' entry point, which a run's steps use
+        heads = Heads(K=A, V=V)
+        opts = KernelOptions("fast", 1e-10)
+        via = mixed_field(x, heads, a, w, model, options=opts)
+        ref2 = field_stats(x, heads, a, w, options=opts).mixed_output(model)
+        assert float((via - ref2).abs().max()) < 1e-13 * float(ref2.abs().max())
+    # control: the two models' mixes differ far beyond the comparison's tolerance
+    assert float((got["mha"] - got["gf"]).abs().max()) > 1e-3

@@ -169,11 +169,13 @@ def test_float32_check_of_an_euler_run_takes_only_row_passes(monkeypatch):
     import attnflow.solve.guards as guards
 
     queries, full32 = [], []
-    real_att, real_fs = guards.attention_stats, guards.field_stats
+    real_att, real_fs, real_mix = guards.attention_stats, guards.field_stats, guards.mixed_field
     monkeypatch.setattr(
         guards, "attention_stats", lambda q, *r, **k: queries.append(q.shape[-2]) or real_att(q, *r, **k)
     )
+    # a full pass is either entry point (statistics, or the mixed field of a step)
     monkeypatch.setattr(guards, "field_stats", lambda *r, **k: full32.append(1) or real_fs(*r, **k))
+    monkeypatch.setattr(guards, "mixed_field", lambda *r, **k: full32.append(1) or real_mix(*r, **k))
     A = goe_heads(2, 3, 4.0, 3)
     x0 = tokens.uniform(300, 3, 2)
     with warnings.catch_warnings():

@@ -216,8 +216,10 @@ def bench_size(
         res = fast_stats(xt, At, At, at, tol=fast_tol)
 
         def f_fast(y: torch.Tensor) -> torch.Tensor:
-            r = fast_stats(y, At, At, at, fast_plan=res.plan)
-            return project_tangent(y, FieldStats(r.out, r.logZ, torch.log(wt)).mixed_output("mha"))
+            # as a run's step (attnflow.dynamics.fields.mixed_field): the heads mixed inside the loop
+            r = fast_stats(y, At, At, at, fast_plan=res.plan, mix=("mha", wt))
+            u = r.mixed if r.mixed is not None else FieldStats(r.out, r.logZ, torch.log(wt)).mixed_output("mha")
+            return project_tangent(y, u)
 
         # a new cloud each time (a copy of the same tokens): the key moments are recomputed, as at
         # every step of a run (the same tensor would find them cached)

@@ -87,8 +87,9 @@ def bench_loop(
     f(0.0, x)  # warm-up
     dt = 1e-3
     plain_torch_step(x, A, V, dt)
-    # The three timings interleave, round by round, and each keeps its best: on a shared machine a
-    # slow spell then hits all three instead of one, so the ratios stay meaningful.
+    # The three timings interleave, round by round, and each keeps its best of the same number of
+    # rounds: on a shared machine a slow spell then hits all three instead of one, and no timing
+    # gets more chances than another (the run had one round fewer before), so the ratios stay fair.
     eval_s = plain_s = best_step = float("inf")
     secs: dict[str, float] = {}
 
@@ -96,11 +97,9 @@ def bench_loop(
         for _ in range(steps):
             f(0.0, x)
 
-    for r in range(repeats):
+    for _ in range(repeats):
         eval_s = min(eval_s, _best(evaluations, 1) / steps)
         plain_s = min(plain_s, _best(lambda: plain_torch_step(x, A, V, dt), 1))
-        if r >= max(1, repeats - 1):
-            continue
         with warnings.catch_warnings():  # a float32 run at this dt is flagged (rounding > truncation): not news here
             warnings.simplefilter("ignore", PrecisionWarning)
             traj = simulate(x, process, model="mha", t_end=steps * dt, dt=dt, method="euler", save_every=save_every)

@@ -153,6 +153,35 @@ if AVAILABLE:
         return ok
 
     @njit(cache=True, nogil=True)
+    def mix_block(
+        R: np.ndarray, s: int, m: int, H: int, d: int, c: np.ndarray, gf: bool, u: np.ndarray, Z: np.ndarray
+    ) -> bool:  # pragma: no cover
+        """Like :func:`divide_block`, but the heads mixed at once into ``u`` ``(N, d)``, the field before
+        its tangent projection (``attnflow.dynamics.fields.FieldStats.mixed_output``): ``mha``
+        ``u = sum_h c_h V_h num_h / Z_h``; ``gf`` (softmax weights ``c_h Z_h / sum_h' c_h' Z_h'``)
+        ``u = sum_h c_h V_h num_h / sum_h c_h Z_h``. ``c`` ``(H,)`` the head weights; ``Z[h, s + j]`` as there."""
+        ok = True
+        acc = np.empty(d)
+        for j in range(m):
+            for k in range(d):
+                acc[k] = 0.0
+            zs = 0.0
+            for h in range(H):
+                z = np.float64(R[h * (d + 1), j])
+                if not z > 0.0:
+                    ok = False
+                    z = np.float64(1.0)
+                Z[h, s + j] = z
+                f = c[h] if gf else c[h] / z
+                zs += c[h] * z
+                for k in range(d):
+                    acc[k] += np.float64(R[h * (d + 1) + 1 + k, j]) * f
+            norm = 1.0 / zs if gf else 1.0
+            for k in range(d):
+                u[s + j, k] = acc[k] * norm
+        return ok
+
+    @njit(cache=True, nogil=True)
     def evaluate_blocks(
         x: np.ndarray,
         exps: np.ndarray,
@@ -166,15 +195,19 @@ if AVAILABLE:
         Z: np.ndarray,
         buf: np.ndarray,
         R: np.ndarray,
-        stages: int = 3,
+        stages: int,
+        c: np.ndarray,
+        mix: int,
+        u: np.ndarray,
     ) -> bool:  # pragma: no cover
         """Blocks ``b_lo <= b < b_hi`` of ``nb = buf.shape[1]`` tokens of the query side, each while the
         last is in the cache: the features into ``buf`` ``(M, nb)`` (:func:`build_features`; a partial
         block is padded with zeros), the product ``R = Wt buf`` (BLAS through ``np.dot``; float32 or
         float64 as ``Wt`` and ``buf`` are), and :func:`divide_block`. A profile reruns the loop to split
         its time: ``stages`` 1 stops after the features, 2 after the product, 4 only divides (the
-        ``R`` left by the last run, into scratch ``out`` and ``Z``). Returns ``False`` when some
-        ``Z <= 0``."""
+        ``R`` left by the last run, into scratch ``out`` and ``Z``). ``mix`` 0 writes ``out`` per head;
+        1 (``mha``) and 2 (``gf``) mix the heads with weights ``c`` into ``u`` (:func:`mix_block`;
+        ``out`` is not written). Returns ``False`` when some ``Z <= 0``."""
         N = x.shape[0]
         nb = buf.shape[1]
         ok = True
@@ -188,5 +221,8 @@ if AVAILABLE:
             if stages in (2, 3):
                 np.dot(Wt, buf, R)
             if stages >= 3:
-                ok = divide_block(R, s, m, H, d, out, Z) and ok
+                if mix == 0:
+                    ok = divide_block(R, s, m, H, d, out, Z) and ok
+                else:
+                    ok = mix_block(R, s, m, H, d, c, mix == 2, u, Z) and ok
         return ok

@@ -112,6 +112,32 @@ def head_stats(
     ``extra_values`` ``(H, e, d)``: matrices ``E_h`` whose averages ``sum_j p_hij E_h x_j`` are appended
     to ``out`` (shape ``(H, N, d + e)``) from the same pass (the EDI recorder's ``dA/dt``).
     """
+    fp, backend = fast_plan_for(x, heads, a, options=options, backend=backend, tol=tol)
+    if fp is not None:
+        V = heads.values if values else None
+        if V is not None and extra_values is not None:
+            V = torch.cat([V, extra_values.to(V)], dim=-2)
+        res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp)
+        return res.out, res.logZ
+    q, k, key_bias = heads.logit_features(x)
+    v = heads.value_features(x) if values else None
+    if v is not None and extra_values is not None:
+        v = torch.cat([v, x.unsqueeze(-3) @ extra_values.to(x).transpose(-1, -2)], dim=-1)
+    dense = backend if backend in KERNEL_BACKENDS else "auto"
+    return attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal, backend=dense)
+
+
+def fast_plan_for(
+    x: torch.Tensor,
+    heads: Heads,
+    a: torch.Tensor,
+    *,
+    options: KernelOptions | None = None,
+    backend: str | None = None,
+    tol: float | None = None,
+) -> tuple[fastsum.FastSumPlan | None, str]:
+    """The fast-summation plan :func:`head_stats` uses for these arguments (``None``: the dense kernel)
+    and the backend it resolved; the one home of that choice."""
     opts = resolve_options(options)
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
@@ -123,19 +149,8 @@ def head_stats(
             "mask or rotary embeddings: use backend 'auto' (dense)"
         )
     if backend in ("auto", "fast") and heads.plain:
-        fp = choose_fast(x, heads, a, tol, force=backend == "fast")
-        if fp is not None:
-            V = heads.values if values else None
-            if V is not None and extra_values is not None:
-                V = torch.cat([V, extra_values.to(V)], dim=-2)
-            res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp)
-            return res.out, res.logZ
-    q, k, key_bias = heads.logit_features(x)
-    v = heads.value_features(x) if values else None
-    if v is not None and extra_values is not None:
-        v = torch.cat([v, x.unsqueeze(-3) @ extra_values.to(x).transpose(-1, -2)], dim=-1)
-    dense = backend if backend in KERNEL_BACKENDS else "auto"
-    return attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal, backend=dense)
+        return choose_fast(x, heads, a, tol, force=backend == "fast"), backend
+    return None, backend
 
 
 def choose_fast(

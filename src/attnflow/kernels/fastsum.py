@@ -106,6 +106,8 @@ class FastSumResult:
     #: Proved bound on the relative error that float32 rounding of the query side would add
     #: (:func:`float32_rounding_bound`); ``None`` when not computed (CUDA, no numba, d = 1).
     float32_bound: float | None = None
+    #: The heads mixed as they were made, ``(N, d)`` (``fast_stats(mix=...)``), else ``None``.
+    mixed: torch.Tensor | None = None
 
 
 def chebyshev_tail_bound(beta: float, degree: int, terms: int = 64) -> float:
@@ -425,6 +427,7 @@ def fast_stats(
     fast_plan: FastSumPlan | None = None,
     check: int = 0,
     seed: int = 0,
+    mix: tuple[str, torch.Tensor] | None = None,
 ) -> FastSumResult:
     """``out_h(x_i)`` and ``log Z_h(x_i)`` (as :func:`attnflow.kernels.dense_stats`) by fast summation.
 
@@ -433,6 +436,11 @@ def fast_stats(
     (relative to ``||V_h||``) is at most ``tol`` (proved); ``check > 0`` also measures it on that many
     random tokens against the exact sums and reports the largest value in ``achieved_error``.
     Computes in float64 and returns the dtype of ``x``.
+
+    ``mix = (model, w)`` (``model`` in :data:`MIX_MODELS`, head weights ``w`` ``(H,)``, the CPU's
+    compiled path): the heads' outputs are mixed as they are made, and ``mixed`` ``(N, d)`` (the field
+    before its tangent projection, as ``FieldStats.mixed_output``) replaces ``out``, which is then
+    ``None``: no ``(H, N, d)`` array is written. Elsewhere ``mix`` is ignored (``mixed`` is ``None``).
     """
     N, d = x.shape
     if d > MAX_DIM:
@@ -473,11 +481,17 @@ def fast_stats(
             bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, normV, floor, fp.degree, d)
         if fp.relative_bound + bound32 <= fp.tol:
             precision = "float32"
-        logZ, out = _evaluate_cpu(x64, Wt, fp.degree, H, dv, torch.float32 if precision == "float32" else torch.float64)
+        mixing = mix if mix is not None and dv and mix[0] in MIX_MODELS else None
+        logZ, out = _evaluate_cpu(
+            x64, Wt, fp.degree, H, dv, torch.float32 if precision == "float32" else torch.float64, mixing
+        )
+        mixed, out = (out, None) if mixing is not None else (None, out)
     else:
         logZ, out = _evaluate_torch(x64, Wt, fp.degree, H, dv)
+        mixed = None
     achieved = _check(x64, A64, None if V is None else V.detach().to(torch.float64), a64, out, logZ, check, seed)
     return FastSumResult(
+        mixed=None if mixed is None else mixed.to(dtype),
         out=None if out is None else out.to(dtype),
         logZ=logZ.to(dtype),
         plan=fp,
@@ -628,6 +642,10 @@ def _workers(tasks: int) -> int:
     return max(1, min(threads, tasks))
 
 
+#: Models whose head mix the compiled loop can apply (``fast_stats(mix=...)``): ``mha`` (constant
+#: weights) and ``gf`` (softmax weights, ``sum_h w_h V_h num_h / sum_h w_h Z_h``).
+MIX_MODELS = {"mha": 1, "gf": 2}
+
 _BLAS_LIMIT: list[Any] = []
 
 
@@ -693,7 +711,13 @@ def _on_cores(job: Callable[[int, int, int], None], tasks: int) -> None:
 
 
 def _evaluate_cpu(
-    x64: torch.Tensor, Wt: torch.Tensor, P: int, H: int, dv: int, dtype: torch.dtype = torch.float64
+    x64: torch.Tensor,
+    Wt: torch.Tensor,
+    P: int,
+    H: int,
+    dv: int,
+    dtype: torch.dtype = torch.float64,
+    mix: tuple[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Query side on the CPU: one compiled loop per core over blocks of :data:`CPU_BLOCK_TOKENS`
     tokens, each block's features, product ``R = Wt F`` (BLAS; that orientation runs near the GEMM
@@ -715,7 +739,10 @@ def _evaluate_cpu(
     Wn = Wt.to(dtype).contiguous().numpy()
     np_dtype = Wn.dtype
     loops = _loops()
-    out = np.empty((H, N, dv))
+    mode = 0 if mix is None else MIX_MODELS[mix[0]]
+    out = np.empty((H, N, dv) if mode == 0 else (0, 0, 0))
+    u = np.empty((N, dv) if mode else (0, 0))
+    c = np.zeros(H) if mix is None else mix[1].detach().to(torch.float64).cpu().numpy()
     Z = np.empty((H, N))  # Z, then log Z in place
 
     T = _workers(blocks)  # the shares _on_cores makes: one feature and product buffer each
@@ -732,11 +759,11 @@ def _evaluate_cpu(
     prods: list[np.ndarray] = kept["prods"]
     ok: list[bool] = []
 
-    def run(stages: int, out: np.ndarray = out, Z: np.ndarray = Z) -> float:
+    def run(stages: int, out: np.ndarray = out, u: np.ndarray = u, Z: np.ndarray = Z) -> float:
         start = time.perf_counter()
         _on_cores(
             lambda k, lo, hi: ok.append(
-                loops.evaluate_blocks(xn, exps, P, Wn, lo, hi, H, dv, out, Z, bufs[k], prods[k], stages)
+                loops.evaluate_blocks(xn, exps, P, Wn, lo, hi, H, dv, out, Z, bufs[k], prods[k], stages, c, mode, u)
             ),
             blocks,
         )
@@ -750,7 +777,7 @@ def _evaluate_cpu(
         # the reruns are left out of the profile's total.
         good = all(ok)
         built, both = run(1), run(2)
-        divided = run(4, np.empty_like(out), np.empty_like(Z))
+        divided = run(4, np.empty_like(out), np.empty_like(u), np.empty_like(Z))
         ok[:] = [good]
         parts = {"features": built, "evaluation": max(0.0, both - built), "division": divided}
         scale = whole / sum(parts.values())
@@ -762,6 +789,8 @@ def _evaluate_cpu(
     with _timed("logZ"):
         logZ = torch.from_numpy(Z)
         torch.log(logZ, out=logZ)  # vectorised, on every thread
+    if mode:
+        return logZ, torch.from_numpy(u)
     return logZ, torch.from_numpy(out) if dv else None
 
 

@@ -24,7 +24,7 @@ import torch
 from attnflow.core.caller import caller_stacklevel
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, split_means
+from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, mixed_field, split_means
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 
@@ -242,8 +242,7 @@ class _Frozen:
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
         if self.kept is not None and x is self.kept[0]:
             return self.kept[1]
-        st = field_stats(x, self._heads, self.a, self.w, options=self.options)
-        return project_tangent(x, st.mixed_output(self.model))
+        return project_tangent(x, mixed_field(x, self._heads, self.a, self.w, self.model, options=self.options))
 
 
 def _row_stats(heads: Heads, a: torch.Tensor, w: torch.Tensor, x: torch.Tensor, rows: torch.Tensor) -> FieldStats:

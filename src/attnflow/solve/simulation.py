@@ -19,7 +19,16 @@ from attnflow.analysis.edi import StepRecorder
 from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import MODELS, FieldStats, check_model, field_stats, identity_values, masses, split_means
+from attnflow.dynamics.fields import (
+    MODELS,
+    FieldStats,
+    check_model,
+    field_stats,
+    identity_values,
+    masses,
+    mixed_field,
+    split_means,
+)
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
@@ -67,8 +76,7 @@ class TimeField:
         if kept is not None and kept[0] == t and kept[1] is x and kept[2] == x._version:
             return kept[3]
         self.passes += 1
-        st = field_stats(x, self.heads_at(t), self.a, self.w, options=self.options)
-        return project_tangent(x, st.mixed_output(self.model))
+        return project_tangent(x, mixed_field(x, self.heads_at(t), self.a, self.w, self.model, options=self.options))
 
     def evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
         """``v_t(x)`` and, from the same kernel pass, the statistics of the heads' ``A`` alone
