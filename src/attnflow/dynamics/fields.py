@@ -225,13 +225,13 @@ def mixed_field(
     inside it as their sums are made, so no ``(H, N, d)`` outputs are written (at N = 1e6, 192 MB of
     fresh pages and a pass over them); equal to the other path to rounding (tested).
     """
-    fp, _ = fast_plan_for(x, heads, a, options=options)
-    if fp is not None and model in fastsum.MIX_MODELS:
-        res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
-        if res.mixed is not None:
-            return res.mixed
-        return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w)).mixed_output(model)
-    return field_stats(x, heads, a, w, options=options).mixed_output(model)
+    fp, backend = fast_plan_for(x, heads, a, options=options)
+    if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
+        return field_stats(x, heads, a, w, options=options, backend=backend).mixed_output(model)
+    res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
+    if res.mixed is not None:
+        return res.mixed
+    return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w)).mixed_output(model)
 
 
 def identity_values(heads: Heads) -> Heads:

@@ -24,7 +24,7 @@ import torch
 
 from attnflow.core.heads import Heads
 from attnflow.kernels import fastsum
-from attnflow.kernels.dense import KERNEL_BACKENDS, attention_stats
+from attnflow.kernels.dense import attention_stats, resolve_backend
 
 #: Every backend name accepted by :func:`head_stats` (and ``simulate(..., backend=...)``).
 BACKENDS: tuple[str, ...] = ("auto", "flash", "stream", "fast")
@@ -123,8 +123,7 @@ def head_stats(
     v = heads.value_features(x) if values else None
     if v is not None and extra_values is not None:
         v = torch.cat([v, x.unsqueeze(-3) @ extra_values.to(x).transpose(-1, -2)], dim=-1)
-    dense = backend if backend in KERNEL_BACKENDS else "auto"
-    return attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal, backend=dense)
+    return attention_stats(q, k, v, torch.log(a), key_bias=key_bias, causal=heads.causal, backend=backend)
 
 
 def fast_plan_for(
@@ -136,8 +135,9 @@ def fast_plan_for(
     backend: str | None = None,
     tol: float | None = None,
 ) -> tuple[fastsum.FastSumPlan | None, str]:
-    """The fast-summation plan :func:`head_stats` uses for these arguments (``None``: the dense kernel)
-    and the backend it resolved; the one home of that choice."""
+    """The fast-summation plan :func:`head_stats` uses for these arguments and the backend it resolved;
+    the one home of that choice. With no plan the backend is the concrete dense one (``"flash"`` or
+    ``"stream"``), so a caller passing it on is not given the choice to make again."""
     opts = resolve_options(options)
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
@@ -149,8 +149,10 @@ def fast_plan_for(
             "mask or rotary embeddings: use backend 'auto' (dense)"
         )
     if backend in ("auto", "fast") and heads.plain:
-        return choose_fast(x, heads, a, tol, force=backend == "fast"), backend
-    return None, backend
+        fp = choose_fast(x, heads, a, tol, force=backend == "fast")
+        if fp is not None:
+            return fp, backend
+    return None, backend if backend in ("flash", "stream") else resolve_backend("auto", x)
 
 
 def choose_fast(
