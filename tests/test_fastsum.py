@@ -1,5 +1,6 @@
 """Fast summation (d <= 4) against the numpy reference, its error bound and its pieces."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -535,3 +536,31 @@ def test_heads_mixed_inside_the_loop_equal_the_mixed_outputs():
         assert float((via - ref2).abs().max()) < 1e-13 * float(ref2.abs().max())
     # control: the two models' mixes differ far beyond the comparison's tolerance
     assert float((got["mha"] - got["gf"]).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("tol", [1e-6, 1e-10])
+def test_energy_from_the_key_moments_alone(tol):
+    # T_h = sum_ij a_i a_j exp(x_i^T A_h x_j) as g^T C^h g (no query pass): within the plan's proved
+    # bound of the exact double sum; state_energy's fast path equals its dense one to that bound.
+    from attnflow.dynamics.fields import state_energy
+    from attnflow.kernels import fastsum as fs
+    from attnflow.kernels.dispatch import KernelOptions
+
+    N, H = 5000, 4
+    x = torch.as_tensor(tokens.uniform(N, 3, seed=11))
+    A = torch.as_tensor(goe_heads(H, 3, 4.0, seed=12))
+    a = torch.as_tensor(np.random.default_rng(13).dirichlet(np.ones(N)))
+    w = torch.as_tensor(np.random.default_rng(14).dirichlet(np.ones(H)))
+    exact = torch.stack([(a[:, None] * a[None, :] * torch.exp(x @ A[h] @ x.T)).sum() for h in range(H)])
+    fp = plan(A, tol, float(torch.linalg.vector_norm(a @ x)))
+    T = fs.fast_head_means(x, A, a, fast_plan=fp)
+    err = float((T / exact - 1).abs().max())
+    assert err <= fp.relative_bound <= tol
+    F_exact = -0.5 * float((w * exact).sum())
+    heads = Heads(K=A)
+    F_fast = state_energy(x, heads, a, w, options=KernelOptions("fast", tol))
+    F_dense = state_energy(x, heads, a, w, options=KernelOptions("stream", tol))
+    assert abs(F_fast / F_exact - 1) <= tol and abs(F_dense / F_exact - 1) < 1e-13
+    # control: four degrees fewer than the plan leaves an error the bound would not allow
+    low = dataclasses.replace(fp, degree=fp.degree - 4, features=(fp.degree - 3) ** 2)
+    assert float((fs.fast_head_means(x, A, a, fast_plan=low) / exact - 1).abs().max()) > tol

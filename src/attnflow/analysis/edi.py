@@ -39,7 +39,7 @@ import torch
 
 from attnflow.core.geometry import geodesic_distance_sq
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, field_stats, state_energy
+from attnflow.dynamics.fields import FieldStats, field_stats, mixed_stats, state_energy
 from attnflow.kernels.dispatch import head_stats
 from attnflow.schemes.integrators import Integrator, get_integrator
 
@@ -90,14 +90,20 @@ class StepRecorder:
     ) -> tuple[torch.Tensor, float, float, float, float]:
         d = x.shape[-1]
         dA = self.derivative(t) if self.rule == "quadrature" else None
-        out, logZ = head_stats(x, heads, self.a, options=self.options, extra_values=dA)
-        assert out is not None  # values were asked for
-        st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
+        dA_out = None
+        if dA is None and self.model == "gf":
+            # Everything below reads log Z and the gf field only: the heads may be mixed in the kernel.
+            st = mixed_stats(x, heads, self.a, self.w, "gf", options=self.options)
+        else:
+            out, logZ = head_stats(x, heads, self.a, options=self.options, extra_values=dA)
+            assert out is not None  # values were asked for
+            st = FieldStats(out=out[..., :d], logZ=logZ, log_w=torch.log(self.w))
+            dA_out = out[..., d:]
         v = st.velocity(x, self.model)
         speed2 = float(st.speed_sq(v, self.a))
         # |dF|^2 = ||v_gf||_mu^2 (v = -b g): the metric speed of the gf field, v itself for model gf.
-        slope2 = float(st.speed_sq(v if self.model == "gf" else st.velocity(x, "gf"), self.a))
-        dFdt = 0.0 if dA is None else float(st.energy_rate(x, self.a, out[..., d:]))
+        slope2 = speed2 if self.model == "gf" else float(st.speed_sq(st.velocity(x, "gf"), self.a))
+        dFdt = 0.0 if dA_out is None else float(st.energy_rate(x, self.a, dA_out))
         F = float(st.energy(self.a))
         self.last = (t, x, v, st)
         return v, speed2, slope2, dFdt, F

@@ -100,6 +100,10 @@ class FieldStats:
     out: torch.Tensor | None
     logZ: torch.Tensor
     log_w: torch.Tensor  # (H,)
+    #: ``(model, u)``: the heads' outputs already mixed for ``model`` (``u`` ``(N, d)``, before ``P_x``), as
+    #: fast summation's compiled loop makes them (:func:`mixed_stats`); ``out`` is then ``None``, and
+    #: :meth:`mixed_output` gives ``u`` for that model only.
+    mixed: tuple[str, torch.Tensor] | None = None
 
     @cached_property  # energy, mobility, speed and slope all read it: one logsumexp per pass
     def log_S(self) -> torch.Tensor:
@@ -124,7 +128,11 @@ class FieldStats:
 
     def mixed_output(self, model: str) -> torch.Tensor:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
+        if self.mixed is not None and self.mixed[0] == model:
+            return self.mixed[1]
         if self.out is None:
+            if self.mixed is not None:
+                raise ValueError(f"these statistics hold the field of model {self.mixed[0]!r} only, not of {model!r}")
             raise ValueError("these statistics were computed without values (values=False); the field needs them")
         out = self.out
         if model == "mha" and out.dim() == 3 and self.log_w.dim() == 1:
@@ -216,22 +224,31 @@ def field_stats(
     return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
 
 
-def mixed_field(
+def mixed_stats(
     x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, model: str, *, options: KernelOptions | None = None
-) -> torch.Tensor:
-    """``sum_h c_h(x_i) out_h(x_i)``, the field of ``model`` before ``P_x``: ``field_stats(...).mixed_output(model)``.
+) -> FieldStats:
+    """The kernel pass of a step of ``model``: :class:`FieldStats` whose :meth:`~FieldStats.mixed_output`
+    for ``model`` is ``field_stats(...).mixed_output(model)``, with every statistic of ``log Z``.
 
     Where fast summation's compiled CPU loop runs (models ``mha`` and ``gf``) the heads are mixed
     inside it as their sums are made, so no ``(H, N, d)`` outputs are written (at N = 1e6, 192 MB of
-    fresh pages and a pass over them); equal to the other path to rounding (tested).
+    fresh pages and a pass over them): the result holds ``mixed`` and no ``out``. Equal to the other
+    path to rounding (tested).
     """
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
-        return field_stats(x, heads, a, w, options=options, backend=backend).mixed_output(model)
+        return field_stats(x, heads, a, w, options=options, backend=backend)
     res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
-    if res.mixed is not None:
-        return res.mixed
-    return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w)).mixed_output(model)
+    mixed = None if res.mixed is None else (model, res.mixed)
+    return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w), mixed=mixed)
+
+
+def mixed_field(
+    x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, model: str, *, options: KernelOptions | None = None
+) -> torch.Tensor:
+    """``sum_h c_h(x_i) out_h(x_i)``, the field of ``model`` before ``P_x``: ``field_stats(...).mixed_output(model)``,
+    from :func:`mixed_stats` (no ``(H, N, d)`` outputs where fast summation mixes the heads)."""
+    return mixed_stats(x, heads, a, w, model, options=options).mixed_output(model)
 
 
 def identity_values(heads: Heads) -> Heads:
@@ -305,8 +322,20 @@ def log_energy(
 def state_energy(
     x: torch.Tensor, heads: Heads, a: torch.Tensor, w: torch.Tensor, *, options: KernelOptions | None = None
 ) -> float:
-    """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form."""
-    st = field_stats(x, heads.without_values(), a, w, values=False, options=options)
+    """``F(mu)`` for torch tokens, heads (``A`` only) and masses already prepared: the integrators' form.
+
+    Where fast summation serves the heads, ``F`` is a quadratic form in the key moments
+    (:func:`attnflow.kernels.fastsum.fast_head_means`): no pass over the tokens. Its means
+    ``T_h = sum_i a_i Z_h(x_i)`` are the statistics of one token of mass 1 with ``Z_h = T_h``, so ``F``
+    still comes from :meth:`FieldStats.log_abs_energy`.
+    """
+    heads = heads.without_values()
+    fp, backend = fast_plan_for(x, heads, a, options=options)
+    if fp is not None:
+        T = fastsum.fast_head_means(x, heads.A, a, fast_plan=fp)
+        one = FieldStats(out=None, logZ=torch.log(T)[:, None], log_w=torch.log(w))
+        return -math.exp(float(one.log_abs_energy(torch.ones(1, dtype=T.dtype, device=T.device))))
+    st = field_stats(x, heads, a, w, values=False, options=options, backend=backend)
     return -math.exp(float(st.log_abs_energy(a)))
 
 

@@ -502,6 +502,40 @@ def fast_stats(
     )
 
 
+def fast_head_means(
+    x: torch.Tensor, A: torch.Tensor, a: torch.Tensor, *, tol: float = 1e-10, fast_plan: FastSumPlan | None = None
+) -> torch.Tensor:
+    """``T_h = sum_i a_i Z_h(x_i) = sum_ij a_i a_j exp(x_i^T A_h x_j)`` ``(H,)``, the mean partition function
+    (``F = -1/2 sum_h w_h T_h``), from the key moments alone: ``T_h ~ g^T C^h g`` with ``g = sum_j a_j phi(x_j)``
+    (``G[:, 0]`` of :func:`fast_stats`), no pass over the query tokens.
+
+    Each pair's kernel is off by at most ``eps_P`` and ``sum_ij a_i a_j = 1``, so ``|T~ - T| <= eps_P``; by
+    Jensen ``T_h >= exp(-beta |m|)``, so the relative error has the bound of ``Z`` in :func:`fast_stats`
+    (``plan.relative_bound``, within ``tol``). Tokens off the sphere are taken at their directions.
+    """
+    N, d = x.shape
+    if d > MAX_DIM:
+        raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
+    x64 = x.detach().to(torch.float64)
+    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
+    a64 = a.detach().to(torch.float64)
+    fp = fast_plan or plan(A, tol, _mean_norm_unit(x64, a64))
+    if fp is None:
+        raise ValueError(
+            f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol}"
+        )
+    with _timed("moments"):
+        G = _cached_moments(x, a, x64, a64, fp.degree)
+    with _timed("coefficients"):
+        C_P, C_Q = _cached_coefficients(A.detach().to(torch.float64), fp)
+        MP = C_P.shape[-1]
+        g_P, g_Q = G[:MP, 0].to(C_P.device), G[MP:, 0].to(C_P.device)
+        T = (C_P @ g_P) @ g_P + (C_Q @ g_Q) @ g_Q
+    if not bool((T > 0).all()):
+        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+    return T.to(x.dtype)
+
+
 def float32_rounding_bound(
     Wt: torch.Tensor,
     C: tuple[torch.Tensor, torch.Tensor],
