@@ -564,3 +564,23 @@ def test_energy_from_the_key_moments_alone(tol):
     # control: four degrees fewer than the plan leaves an error the bound would not allow
     low = dataclasses.replace(fp, degree=fp.degree - 4, features=(fp.degree - 3) ** 2)
     assert float((fs.fast_head_means(x, A, a, fast_plan=low) / exact - 1).abs().max()) > tol
+
+
+@pytest.mark.parametrize("d, P", [(2, 9), (3, 1), (3, 2), (3, 14), (4, 7)])
+def test_compiled_coefficients_equal_the_torch_recursion(d, P):
+    # The compiled builder (per head, in the caches) against the whole-array torch one: the same
+    # recursion, summed in another order, so equal to rounding. Non-symmetric heads, so that the
+    # roles of x and y (rows and columns) are told apart.
+    from attnflow.kernels import fastsum as fs
+
+    A = torch.as_tensor(np.random.default_rng(P + 10 * d).normal(size=(3, d, d)))
+    fp = dataclasses.replace(plan(A, 1e-6), degree=P, features=fs._n_monomials(P, d) + fs._n_monomials(P - 1, d))
+    got = fs._kernel_coefficients_cpu(A, fp)
+    ref = fs._kernel_coefficients_torch(A, fp)
+    for g, r in zip(got, ref, strict=True):
+        assert g.shape == r.shape
+        assert float((g - r).abs().max()) <= 1e-13 * float(r.abs().max())
+    # control: the transposed heads give other coefficients, far beyond that tolerance
+    other = fs._kernel_coefficients_cpu(A.transpose(1, 2).contiguous(), fp)
+    if P >= 1:
+        assert float((other[0] - ref[0]).abs().max()) > 1e-3 * float(ref[0].abs().max())

@@ -246,3 +246,97 @@ if AVAILABLE:
                 else:
                     ok = mix_block(R, s, m, H, d, c, mix == 2, u, Z, acc) and ok
         return ok
+
+    @njit(cache=True)
+    def _times_B(C: np.ndarray, A: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+        """``out += `` the coefficients of ``(x^T A y) c(x, y)`` (``c`` of degree ``(n, n)``, ``C`` ``(M, M)``,
+        ``out`` ``(M1, M1)``, ``up`` ``(d, M)`` the raise maps of degree ``n``): row ``alpha`` of ``C``
+        is spread to the columns ``up[b]`` (one scalar scatter per ``b``), the rows ``sum_b A_ab s_b``
+        are made and added to row ``up[a, alpha]``, both along whole rows (SIMD)."""
+        M = C.shape[0]
+        d = A.shape[0]
+        M1 = out.shape[0]
+        s = np.zeros((d, M1))  # the positions outside up[b] stay zero: every row writes the same ones
+        z = np.empty(M1)
+        for al in range(M):
+            for b in range(d):
+                upb = up[b]
+                sb = s[b]
+                for be in range(M):
+                    sb[upb[be]] = C[al, be]
+            for a in range(d):
+                for k in range(M1):
+                    z[k] = 0.0
+                for b in range(d):
+                    ab = A[a, b]
+                    sb = s[b]
+                    for k in range(M1):
+                        z[k] += ab * sb[k]
+                row = out[up[a, al]]
+                for k in range(M1):
+                    row[k] += z[k]
+
+    @njit(cache=True)
+    def _times_Q_plus(K: np.ndarray, sq: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+        """``out += `` the coefficients of ``|x|^2 |y|^2 k(x, y)`` (``K`` ``(M, M)`` of degree ``(n, n)``,
+        ``sq`` ``(d, M)``: the index of ``x_a^2 m`` among the monomials of degree ``n + 2``)."""
+        M = K.shape[0]
+        d = sq.shape[0]
+        M2 = out.shape[0]
+        s = np.empty(M2)
+        for al in range(M):
+            for k in range(M2):
+                s[k] = 0.0
+            for b in range(d):
+                sqb = sq[b]
+                for be in range(M):
+                    s[sqb[be]] += K[al, be]
+            for a in range(d):
+                row = out[sq[a, al]]
+                for k in range(M2):
+                    row[k] += s[k]
+
+    @njit(cache=True, nogil=True)
+    def kernel_coefficients_heads(
+        A: np.ndarray,
+        c: np.ndarray,
+        up_flat: np.ndarray,
+        sq_flat: np.ndarray,
+        sizes: np.ndarray,
+        h_lo: int,
+        h_hi: int,
+        out_P: np.ndarray,
+        out_Q: np.ndarray,
+    ) -> None:  # pragma: no cover
+        """The coefficient matrices ``C_P[h]``, ``C_{P-1}[h]`` of :func:`attnflow.kernels.fastsum.kernel_coefficients`
+        for the heads ``h_lo <= h < h_hi``, the same recursion (powers ``B^n`` of ``x^T A_h y``, then Horner in
+        ``Q = |x|^2 |y|^2`` for each parity) with every matrix of one head in the core's caches.
+        ``sizes[n]`` ``= M_n`` (``n <= P``); ``up_flat`` the raise maps of degrees ``0 .. P - 1`` one after
+        the other (``(d, M_n)`` each), ``sq_flat`` the square maps of degrees ``0 .. P - 2``."""
+        P = sizes.shape[0] - 1
+        d = A.shape[1]
+        for h in range(h_lo, h_hi):
+            powers = [np.ones((1, 1))]
+            off = 0
+            for n in range(P):
+                M, M1 = sizes[n], sizes[n + 1]
+                up = up_flat[off : off + d * M].reshape(d, M)
+                off += d * M
+                nxt = np.zeros((M1, M1))
+                _times_B(powers[n], A[h], up, nxt)
+                powers.append(nxt)
+            sq_off = np.zeros(P + 1, dtype=np.int64)
+            for n in range(P - 1):
+                sq_off[n + 1] = sq_off[n] + d * sizes[n]
+            for top in (P, P - 1):
+                n = top % 2
+                K = c[n] * powers[n]
+                while n < top:
+                    nxt = c[n + 2] * powers[n + 2]
+                    _times_Q_plus(K, sq_flat[sq_off[n] : sq_off[n] + d * sizes[n]].reshape(d, sizes[n]), nxt)
+                    K = nxt
+                    n += 2
+                if top == P:
+                    out_P[h] = K
+                else:
+                    out_Q[h] = K

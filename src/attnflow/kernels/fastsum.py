@@ -247,6 +247,39 @@ def kernel_coefficients(A: np.ndarray | torch.Tensor, fp: FastSumPlan) -> tuple[
     if isinstance(A, np.ndarray):
         return tuple(C.numpy() for C in kernel_coefficients(torch.from_numpy(A), fp))
     A = A.detach().to(torch.float64)
+    if A.device.type == "cpu" and _loops().AVAILABLE and fp.degree >= 1:
+        return _kernel_coefficients_cpu(A, fp)
+    return _kernel_coefficients_torch(A, fp)
+
+
+@cache
+def _flat_maps(P: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The monomial counts ``M_0 .. M_P``, and the raise maps (degrees ``0 .. P - 1``) and square maps
+    (degrees ``0 .. P - 2``) laid end to end, for :func:`attnflow.kernels._fastsum_cpu.kernel_coefficients_heads`."""
+    sizes = np.array([_n_monomials(n, d) for n in range(P + 1)], dtype=np.int64)
+    up = np.concatenate([_raise_maps(n, d).ravel() for n in range(P)])
+    sq = [_square_index(n, d).numpy().ravel() for n in range(P - 1)]
+    return sizes, up, np.concatenate(sq) if sq else np.zeros(0, dtype=np.int64)
+
+
+def _kernel_coefficients_cpu(A: torch.Tensor, fp: FastSumPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`kernel_coefficients` by the compiled loops, the heads shared between the cores: every
+    matrix of a head stays in its core's caches (the whole-array torch version streams ``(H, d, M, M)``
+    temporaries through memory; 21 ms against 4 ms at ``H = 8``, ``d = 3``, ``P = 18``)."""
+    H, d, _ = A.shape
+    P = fp.degree
+    sizes, up, sq = _flat_maps(P, d)
+    c = power_coefficients(fp.beta, P)
+    An = A.contiguous().numpy()
+    out_P = np.empty((H, sizes[P], sizes[P]))
+    out_Q = np.empty((H, sizes[P - 1], sizes[P - 1]))
+    loops = _loops()
+    _on_cores(lambda k, lo, hi: loops.kernel_coefficients_heads(An, c, up, sq, sizes, lo, hi, out_P, out_Q), H)
+    return torch.from_numpy(out_P), torch.from_numpy(out_Q)
+
+
+def _kernel_coefficients_torch(A: torch.Tensor, fp: FastSumPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`kernel_coefficients` by whole-array torch operations (any device)."""
     H, d, _ = A.shape
     P = fp.degree
     c = power_coefficients(fp.beta, P)
