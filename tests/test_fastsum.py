@@ -394,6 +394,21 @@ def test_key_moments_do_not_depend_on_the_thread_count():
     reordered = F[:, ::-1] @ w[::-1]
     assert not np.array_equal(one.sum(0), reordered)
     np.testing.assert_allclose(one.sum(0), reordered, rtol=1e-10, atol=1e-14)
+    # the d = 3 walk (what fast_stats runs): the same sums to rounding, the same bits in any shares
+    from attnflow.kernels.fastsum import _moment_pairs
+
+    k_hi, k_lo = _moment_pairs(12)
+    three = np.zeros((G, len(e)))
+    _fastsum_cpu.weighted_moments3(x, w, 13, k_hi, k_lo, 0, G, three)
+    split3 = np.zeros((G, len(e)))
+    for lo, hi in ((0, 33), (33, G)):
+        _fastsum_cpu.weighted_moments3(x, w, 13, k_hi, k_lo, lo, hi, split3)
+    assert np.array_equal(three.sum(0), split3.sum(0))
+    np.testing.assert_allclose(three.sum(0), reordered, rtol=1e-12, atol=1e-16)
+    # control: the pairs' second index one place off puts the sums in the wrong entries
+    wrong = np.zeros((G, len(e)))
+    _fastsum_cpu.weighted_moments3(x, w, 13, k_hi, np.where(k_lo >= 0, k_lo[::-1].clip(0), -1), 0, G, wrong)
+    assert np.abs(wrong.sum(0) - reordered).max() > 1e-3 * np.abs(reordered).max()
     # and through fast_stats: one torch thread or two give the same bits
     from attnflow.kernels import fastsum as fs
 

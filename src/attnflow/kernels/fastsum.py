@@ -676,6 +676,21 @@ def _moment_exponents(P: int, d: int) -> np.ndarray:
 
 
 @cache
+def _moment_pairs(P: int) -> tuple[np.ndarray, np.ndarray]:
+    """For ``d = 3``: where ``x^a y^b z^c`` (degree ``P + 1``) and ``x^a y^b z^(c - 1)`` (degree ``P``; ``-1``
+    when ``c = 0``) sit in :func:`_moment_exponents`, for ``a`` and then ``b`` ascending (the walk of
+    :func:`attnflow.kernels._fastsum_cpu.weighted_moments3`)."""
+    pos = {tuple(e): i for i, e in enumerate(_moment_exponents(P, 3).tolist())}
+    hi, lo = [], []
+    for a in range(P + 2):
+        for b in range(P + 2 - a):
+            c = P + 1 - a - b
+            hi.append(pos[(a, b, c)])
+            lo.append(pos[(a, b, c - 1)] if c >= 1 else -1)
+    return np.array(hi, dtype=np.int64), np.array(lo, dtype=np.int64)
+
+
+@cache
 def _moment_positions(P: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     """Where the monomials of degree ``P + 1`` and ``P`` (order of :func:`_monomials`) sit in :func:`_moment_exponents`."""
     pos = {tuple(e): i for i, e in enumerate(_moment_exponents(P, d).tolist())}
@@ -877,7 +892,11 @@ def _cached_moments(x: torch.Tensor, a: torch.Tensor, x64: torch.Tensor, a64: to
         loops = _loops()
         exps, xn, wn = _moment_exponents(P, d), x64.numpy(), a64.contiguous().numpy()
         acc = np.zeros((loops.GROUPS, exps.shape[0]))
-        _on_cores(lambda k, lo, hi: loops.weighted_moments(xn, wn, exps, P + 1, lo, hi, acc), loops.GROUPS)
+        if d == 3:
+            k_hi, k_lo = _moment_pairs(P)
+            _on_cores(lambda k, lo, hi: loops.weighted_moments3(xn, wn, P + 1, k_hi, k_lo, lo, hi, acc), loops.GROUPS)
+        else:
+            _on_cores(lambda k, lo, hi: loops.weighted_moments(xn, wn, exps, P + 1, lo, hi, acc), loops.GROUPS)
         G = torch.from_numpy(_moments_to_keys(acc.sum(0), P, d))  # the groups in a fixed order, whatever the threads
     else:
         G = x64.new_zeros(_n_monomials(P, d) + _n_monomials(P - 1, d), d + 1)
