@@ -549,6 +549,19 @@ def test_heads_mixed_inside_the_loop_equal_the_mixed_outputs():
         via = mixed_field(x, heads, a, w, model, options=opts)
         ref2 = field_stats(x, heads, a, w, options=opts).mixed_output(model)
         assert float((via - ref2).abs().max()) < 1e-13 * float(ref2.abs().max())
+    # model gf sums the heads' rows before the products: one "head" S = sum_h w_h Z_h, whose statistics
+    # are the per-head ones' (energy, mobility, speed, slope)
+    from attnflow.dynamics.fields import mixed_stats
+
+    heads, opts = Heads(K=A, V=V), KernelOptions("fast", 1e-10)
+    one, per_head = mixed_stats(x, heads, a, w, "gf", options=opts), field_stats(x, heads, a, w, options=opts)
+    assert one.out is None and one.logZ.shape == (1, N)
+    assert float((one.log_S - per_head.log_S).abs().max()) < 1e-12
+    v = one.velocity(x, "gf")
+    for f in (lambda st: st.energy(a), lambda st: st.speed_sq(v, a), lambda st: st.log_slope(x, a)):
+        assert abs(float(f(one)) / float(f(per_head)) - 1) < 1e-12
+    with pytest.raises(ValueError, match="model 'gf' only"):
+        one.mixed_output("mha")
     # control: the two models' mixes differ far beyond the comparison's tolerance
     assert float((got["mha"] - got["gf"]).abs().max()) > 1e-3
 

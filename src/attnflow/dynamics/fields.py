@@ -230,14 +230,23 @@ def mixed_stats(
     """The kernel pass of a step of ``model``: :class:`FieldStats` whose :meth:`~FieldStats.mixed_output`
     for ``model`` is ``field_stats(...).mixed_output(model)``, with every statistic of ``log Z``.
 
-    Where fast summation's compiled CPU loop runs (models ``mha`` and ``gf``) the heads are mixed
-    inside it as their sums are made, so no ``(H, N, d)`` outputs are written (at N = 1e6, 192 MB of
-    fresh pages and a pass over them): the result holds ``mixed`` and no ``out``. Equal to the other
-    path to rounding (tested).
+    Where fast summation's compiled CPU loop runs (model ``mha``) the heads are mixed inside it as their
+    sums are made, so no ``(H, N, d)`` outputs are written (at N = 1e6, 192 MB of fresh pages and a
+    pass over them): the result holds ``mixed`` and no ``out``. For model ``gf`` (any device) the heads'
+    sums are mixed before the products (:func:`attnflow.kernels.fastsum.fast_gf_field`): the result is
+    one "head" ``S = sum_h w_h Z_h`` with ``log_w = 0``, which gives every gradient-flow quantity
+    (energy, mobility, speed, slope) but not the heads' own ``Z_h``. Equal to the other path to
+    rounding (tested).
     """
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
         return field_stats(x, heads, a, w, options=options, backend=backend)
+    if model == "gf":
+        # Linear in the heads' rows: summed before the products (fastsum.fast_gf_field); one "head",
+        # S = sum_h w_h Z_h, is all that the energy, mobility, speed and slope read.
+        res = fastsum.fast_gf_field(x, heads.A, heads.values, a, w, fast_plan=fp)
+        assert res.mixed is not None
+        return FieldStats(out=None, logZ=res.logZ, log_w=res.logZ.new_zeros(1), mixed=("gf", res.mixed))
     res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
     mixed = None if res.mixed is None else (model, res.mixed)
     return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w), mixed=mixed)

@@ -450,6 +450,64 @@ class _FeatureBuilder:
         return self.F[:, :nb]
 
 
+@dataclass(frozen=True)
+class _QueryRows:
+    """What the query side of :func:`fast_stats` needs: the unit tokens, the plan, the rows ``Wt``
+    ``(H (1 + dv), M)`` (per head ``[Z_h, V_h num_h]``), their precision and float32 bound."""
+
+    x64: torch.Tensor
+    a64: torch.Tensor
+    A64: torch.Tensor
+    fp: FastSumPlan
+    Wt: torch.Tensor
+    dv: int
+    precision: str
+    bound32: float | None
+
+
+def _query_rows(
+    x: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, tol: float, fast_plan: FastSumPlan | None
+) -> _QueryRows:
+    N, d = x.shape
+    if d > MAX_DIM:
+        raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
+    x64 = x.detach().to(torch.float64)
+    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
+    a64 = a.detach().to(torch.float64)
+    # The Jensen factor |m|, for the plan and for the float32 bound (the compiled path's precision).
+    m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or _compiled(x) else math.nan
+    fp = fast_plan or plan(A, tol, m_norm)
+    if fp is None:
+        raise ValueError(
+            f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
+            f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel or a larger tol"
+        )
+    A64 = A.detach().to(torch.float64)
+    with _timed("moments"):
+        G = _cached_moments(x, a, x64, a64, fp.degree)
+    with _timed("coefficients"):
+        C_P, C_Q = _cached_coefficients(A64, fp)
+        MP = C_P.shape[-1]
+        W = torch.cat([C_P @ G[:MP], C_Q @ G[MP:]], dim=1)  # (H, M, d + 1)
+        if V is None:
+            Wt = W[:, :, 0]  # only Z is needed: (H, M)
+        else:
+            # V_h folded into the coefficients: the rows give Z_h and V_h num_h, so no (H, N, d) product is left.
+            V64 = V.detach().to(torch.float64)
+            Wt = torch.cat([W[:, None, :, 0], V64 @ W[:, :, 1:].transpose(1, 2)], dim=1).reshape(-1, fp.features)
+    dv = 0 if V is None else int(V.shape[-2])  # value rows per head (V may stack extra values)
+    bound32: float | None = None
+    precision = "float64"
+    if _compiled(x64):
+        with _timed("coefficients"):
+            normV = None if V is None else torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)
+            floor = math.exp(-fp.beta * m_norm) - fp.kernel_error
+            bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, normV, floor, fp.degree, d)
+        if fp.relative_bound + bound32 <= fp.tol:
+            precision = "float32"
+    return _QueryRows(x64, a64, A64, fp, Wt, dv, precision, bound32)
+
+
 def fast_stats(
     x: torch.Tensor,
     A: torch.Tensor,
@@ -475,63 +533,69 @@ def fast_stats(
     before its tangent projection, as ``FieldStats.mixed_output``) replaces ``out``, which is then
     ``None``: no ``(H, N, d)`` array is written. Elsewhere ``mix`` is ignored (``mixed`` is ``None``).
     """
-    N, d = x.shape
-    if d > MAX_DIM:
-        raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
-    x64 = x.detach().to(torch.float64)
-    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
-    a64 = a.detach().to(torch.float64)
-    # The Jensen factor |m|, for the plan and for the float32 bound (the compiled path's precision).
-    m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or _compiled(x) else math.nan
-    fp = fast_plan or plan(A, tol, m_norm)
-    if fp is None:
-        raise ValueError(
-            f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
-            f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel or a larger tol"
-        )
-    dtype = x.dtype
-    A64 = A.detach().to(torch.float64)
+    q = _query_rows(x, A, V, a, tol, fast_plan)
     H = A.shape[0]
-    with _timed("moments"):
-        G = _cached_moments(x, a, x64, a64, fp.degree)
-    with _timed("coefficients"):
-        C_P, C_Q = _cached_coefficients(A64, fp)
-        MP = C_P.shape[-1]
-        W = torch.cat([C_P @ G[:MP], C_Q @ G[MP:]], dim=1)  # (H, M, d + 1)
-        if V is None:
-            Wt = W[:, :, 0]  # only Z is needed: (H, M)
-        else:
-            # V_h folded into the coefficients: the rows give Z_h and V_h num_h, so no (H, N, d) product is left.
-            V64 = V.detach().to(torch.float64)
-            Wt = torch.cat([W[:, None, :, 0], V64 @ W[:, :, 1:].transpose(1, 2)], dim=1).reshape(-1, fp.features)
-    dv = 0 if V is None else int(V.shape[-2])  # value rows per head (V may stack extra values)
-    bound32: float | None = None
-    precision = "float64"
-    if _compiled(x64):
-        with _timed("coefficients"):
-            normV = None if V is None else torch.linalg.matrix_norm(V.detach().to(torch.float64), ord=2)
-            floor = math.exp(-fp.beta * m_norm) - fp.kernel_error
-            bound32 = float32_rounding_bound(Wt, (C_P, C_Q), G, normV, floor, fp.degree, d)
-        if fp.relative_bound + bound32 <= fp.tol:
-            precision = "float32"
-        mixing = mix if mix is not None and dv and mix[0] in MIX_MODELS else None
-        logZ, out = _evaluate_cpu(
-            x64, Wt, fp.degree, H, dv, torch.float32 if precision == "float32" else torch.float64, mixing
-        )
+    if _compiled(q.x64):
+        mixing = mix if mix is not None and q.dv and mix[0] in MIX_MODELS else None
+        dtype32 = torch.float32 if q.precision == "float32" else torch.float64
+        logZ, out = _evaluate_cpu(q.x64, q.Wt, q.fp.degree, H, q.dv, dtype32, mixing)
         mixed, out = (out, None) if mixing is not None else (None, out)
     else:
-        logZ, out = _evaluate_torch(x64, Wt, fp.degree, H, dv)
+        logZ, out = _evaluate_torch(q.x64, q.Wt, q.fp.degree, H, q.dv)
         mixed = None
-    achieved = _check(x64, A64, None if V is None else V.detach().to(torch.float64), a64, out, logZ, check, seed)
+    V64 = None if V is None else V.detach().to(torch.float64)
+    achieved = _check(q.x64, q.A64, V64, q.a64, out, logZ, check, seed)
     return FastSumResult(
-        mixed=None if mixed is None else mixed.to(dtype),
-        out=None if out is None else out.to(dtype),
-        logZ=logZ.to(dtype),
-        plan=fp,
+        mixed=None if mixed is None else mixed.to(x.dtype),
+        out=None if out is None else out.to(x.dtype),
+        logZ=logZ.to(x.dtype),
+        plan=q.fp,
         achieved_error=achieved,
-        checked_tokens=min(check, N),
-        precision=precision,
-        float32_bound=bound32,
+        checked_tokens=min(check, x.shape[0]),
+        precision=q.precision,
+        float32_bound=q.bound32,
+    )
+
+
+def fast_gf_field(
+    x: torch.Tensor,
+    A: torch.Tensor,
+    V: torch.Tensor | None,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    tol: float = 1e-10,
+    fast_plan: FastSumPlan | None = None,
+) -> FastSumResult:
+    """The ``gf`` field before ``P_x``, ``u = sum_h w_h V_h num_h / S`` with ``S = sum_h w_h Z_h``, and ``log S``.
+
+    Both sums are linear in the heads' rows ``[Z_h, V_h num_h]``, so the rows are summed with the
+    weights ``w`` before the products: ``1 + d`` rows instead of ``H (1 + d)`` (8x fewer products at
+    ``H = 8``). The result reads as one head with weight 1: ``mixed`` is ``u``, ``logZ`` ``(1, N)`` is
+    ``log S``, which is all the energy, mobility, metric speed and slope need
+    (:class:`attnflow.dynamics.fields.FieldStats` with ``log_w = 0``). Error: ``|S~ - S| <= eps_P`` and
+    ``S >= min_h exp(-beta_h |m|)``, so ``S`` and ``u`` (relative to ``max_h ||V_h||``) keep the bound of
+    :func:`fast_stats`; the float32 bound of the per-head rows bounds their weighted sums too. ``V``
+    ``None`` means ``V = A``.
+    """
+    V = A if V is None else V
+    q = _query_rows(x, A, V, a, tol, fast_plan)
+    H, d = A.shape[0], x.shape[-1]
+    w64 = w.detach().to(torch.float64).to(q.Wt.device)
+    Wt = (w64 @ q.Wt.reshape(H, -1)).reshape(1 + d, -1)
+    if _compiled(q.x64):
+        dtype32 = torch.float32 if q.precision == "float32" else torch.float64
+        logS, u = _evaluate_cpu(q.x64, Wt, q.fp.degree, 1, d, dtype32)
+    else:
+        logS, u = _evaluate_torch(q.x64, Wt, q.fp.degree, 1, d)
+    assert u is not None
+    return FastSumResult(
+        mixed=u[0].to(x.dtype),
+        out=None,
+        logZ=logS.to(x.dtype),
+        plan=q.fp,
+        precision=q.precision,
+        float32_bound=q.bound32,
     )
 
 
