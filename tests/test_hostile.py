@@ -464,7 +464,7 @@ def test_heavy_runs_need_yes_and_light_ones_do_not(tmp_path):
 
 
 def test_fast_summation_runs_are_estimated_from_their_products():
-    # The 100,000-token ou run (1000 rk4 steps) took 359 s at tolerance 1e-6 (2026-12-01) and, with
+    # The 100,000-token ou run (1000 rk4 steps) took 168 s at tolerance 1e-6 (2026-12-01) and, with
     # older, slower code, 1600 s at 1e-10 (docs/performance.md): the estimate stays conservative
     # (above both) without being absurd, and below the hour above which a run asks for --yes. The
     # old models said 10.2 hours (N x 1000 pairs per head at (d + 20) flops each) and 2.5 hours

@@ -34,8 +34,13 @@ monomial is at most 1 on the sphere), plus the truncation bound stays within ``t
 float64. In the monomial basis the sums cancel (``sum_k |W_k|`` is about 1e4 at ``beta = 4``, degree
 14, against ``Z ~ 1``), so float32 qualifies only at small ``beta`` or loose tolerances.
 
-On the CPU (with numba) the per-token loops are compiled (:mod:`attnflow.kernels._fastsum_cpu`);
-elsewhere (CUDA) the same features are built by torch operations.
+Two shortcuts of the same bound: the ``gf`` field ``sum_h w_h V_h num_h / sum_h w_h Z_h`` is linear in
+the rows ``[Z_h, V_h num_h]``, so :func:`fast_gf_field` sums them with the head weights before the
+products (``1 + d`` rows instead of ``H (1 + d)``); and ``sum_i a_i Z_h(x_i) ~ g^T C^h g`` needs only the
+key moments ``g = G[:, 0]`` (:func:`fast_head_means`, the energy).
+
+On the CPU (with numba) the per-token loops and the coefficient builds are compiled
+(:mod:`attnflow.kernels._fastsum_cpu`); elsewhere (CUDA) torch operations do the same.
 
 Tokens must lie on the sphere: off-sphere inputs (a Runge-Kutta stage) are evaluated at their
 directions ``x / |x|``, a smooth extension of the field that keeps the integrators' order.

@@ -9,7 +9,8 @@ kernel's blocks). Time: ``n_steps x stages`` field evaluations at :data:`FLOPS_P
 ``H N^2 (d + 20)`` floating-point operations for the dense kernel and ``2 N M (H + 1) (d + 1)`` for
 fast summation (``d <= 4``, many tokens; ``M =`` :data:`FAST_FEATURES`) at
 :data:`FAST_FLOPS_PER_SECOND` (BLAS products). The 100,000-token ``ou`` preset run of 1000 rk4 steps
-is estimated at 31 minutes; it took 6 minutes at tolerance 1e-6 on 2026-12-01 (27 at 1e-10 with
+is estimated at 31 minutes; it took 2.8 minutes at tolerance 1e-6 on 2026-12-01 (model ``gf`` sums
+the heads' rows before the products, so the estimate is 11x over for it; 27 minutes at 1e-10 with
 the code of 2026-11-29; the old ``N x 1000`` pairs said 10 hours, the products at the dense
 kernel's rate 2.5 hours).
 
