@@ -19,10 +19,11 @@ import torch
 
 from attnflow.bench.harness import _best
 from attnflow.core.geometry import project_tangent
-from attnflow.core.heads import goe_heads
+from attnflow.core.heads import Heads, goe_heads
 from attnflow.core.tokens import uniform
-from attnflow.dynamics.fields import FieldStats
+from attnflow.dynamics.fields import mixed_field
 from attnflow.kernels import fastsum
+from attnflow.kernels.dispatch import KernelOptions
 
 #: Columns of :func:`fast_profile_rows`.
 FAST_PROFILE_HEADER = ("part", "seconds", "share", "work", "rate", "machine limit", "floor (s)", "x floor")
@@ -77,12 +78,13 @@ def profile_fast(
     if fp is None:
         raise ValueError(f"no fast-summation plan at beta={beta}, tol={tol}")
 
+    heads, opts = Heads(K=A), KernelOptions("fast", tol)
+
     def field(y: torch.Tensor) -> dict[str, float]:
-        # as a run's step evaluates it (attnflow.dynamics.fields.mixed_field): the heads mixed in the loop
+        # what a run's step calls (the plan made per call, the heads mixed in the loop)
         with fastsum.profile() as split:
-            r = fastsum.fast_stats(y, A, A, a, fast_plan=fp, mix=("mha", w))
+            u = mixed_field(y, heads, a, w, "mha", options=opts)
         t = time.perf_counter()
-        u = r.mixed if r.mixed is not None else FieldStats(r.out, r.logZ, torch.log(w)).mixed_output("mha")
         project_tangent(y, u)
         split["call"] = split["total"] + time.perf_counter() - t
         return split

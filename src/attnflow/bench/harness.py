@@ -23,8 +23,8 @@ import torch
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads, goe_heads
 from attnflow.core.tokens import uniform
-from attnflow.dynamics.fields import FieldStats
-from attnflow.kernels.dispatch import head_stats
+from attnflow.dynamics.fields import FieldStats, mixed_field
+from attnflow.kernels.dispatch import KernelOptions, head_stats
 from attnflow.kernels.fastsum import fast_stats
 
 #: Operator norm of every head in the benchmark (the "beta" of the targets).
@@ -215,11 +215,11 @@ def bench_size(
         at, wt = torch.full((N,), 1.0 / N, dtype=torch.float64), torch.full((H,), 1.0 / H, dtype=torch.float64)
         res = fast_stats(xt, At, At, at, tol=fast_tol)
 
+        heads, opts = Heads(K=At), KernelOptions("fast", fast_tol)
+
         def f_fast(y: torch.Tensor) -> torch.Tensor:
-            # as a run's step (attnflow.dynamics.fields.mixed_field): the heads mixed inside the loop
-            r = fast_stats(y, At, At, at, fast_plan=res.plan, mix=("mha", wt))
-            u = r.mixed if r.mixed is not None else FieldStats(r.out, r.logZ, torch.log(wt)).mixed_output("mha")
-            return project_tangent(y, u)
+            # what a run's step calls (the plan made per call, the heads mixed inside the loop)
+            return project_tangent(y, mixed_field(y, heads, at, wt, "mha", options=opts))
 
         # a new cloud each time (a copy of the same tokens): the key moments are recomputed, as at
         # every step of a run (the same tensor would find them cached)
