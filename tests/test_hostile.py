@@ -464,14 +464,17 @@ def test_heavy_runs_need_yes_and_light_ones_do_not(tmp_path):
 
 
 def test_fast_summation_runs_are_estimated_from_their_products():
-    # The 100,000-token ou run (1000 rk4 steps) took 168 s at tolerance 1e-6 (2026-12-01) and, with
-    # older, slower code, 1600 s at 1e-10 (docs/performance.md): the estimate stays conservative
-    # (above both) without being absurd, and below the hour above which a run asks for --yes. The
-    # old models said 10.2 hours (N x 1000 pairs per head at (d + 20) flops each) and 2.5 hours
-    # (the products at the dense kernel's rate).
+    # The 100,000-token ou run (model gf, 1000 rk4 steps) took 168 s at tolerance 1e-6 (2026-12-01):
+    # the estimate stays conservative (above it) without being absurd, and below the hour above which
+    # a run asks for --yes. Model gf sums the heads' rows before the products (d + 1 rows, not
+    # H (d + 1)), so the same run with model mha is estimated higher. The old models said 10.2 hours
+    # (N x 1000 pairs per head at (d + 20) flops each), 2.5 hours (the products at the dense
+    # kernel's rate) and 31 minutes (H (d + 1) rows for every model).
     cfg = apply_overrides(preset_config("ou"), ["tokens.n=100000", "integration.t_end=20"])
     est = estimate(cfg)
-    assert 1600 < est.seconds < 3600
+    assert 168 < est.seconds < 3600
+    mha = estimate({**cfg.model_dump(mode="json"), "model": "mha"})
+    assert mha.seconds > 2 * est.seconds  # control: the rows of every head
     old = 1000 * 4 * 8 * 100_000 * 1000 * (3 + 20) / 2e9  # controls: the old formulas
     assert not old < 3600
     products_at_dense_rate = 1000 * 4 * 2 * 100_000 * 625 * 9 * 4 / 2e9

@@ -7,12 +7,12 @@ written) plus the working set of one field evaluation (features ``q, k, v`` of `
 stage, the ``N x N`` Gram matrix of the cluster count when ``N`` is small enough to form it, and the
 kernel's blocks). Time: ``n_steps x stages`` field evaluations at :data:`FLOPS_PER_SECOND`, each
 ``H N^2 (d + 20)`` floating-point operations for the dense kernel and ``2 N M (H + 1) (d + 1)`` for
-fast summation (``d <= 4``, many tokens; ``M =`` :data:`FAST_FEATURES`) at
-:data:`FAST_FLOPS_PER_SECOND` (BLAS products). The 100,000-token ``ou`` preset run of 1000 rk4 steps
-is estimated at 31 minutes; it took 2.8 minutes at tolerance 1e-6 on 2026-12-01 (model ``gf`` sums
-the heads' rows before the products, so the estimate is 11x over for it; 27 minutes at 1e-10 with
-the code of 2026-11-29; the old ``N x 1000`` pairs said 10 hours, the products at the dense
-kernel's rate 2.5 hours).
+fast summation (``d <= 4``, many tokens; ``M =`` :data:`FAST_FEATURES`; ``d + 1`` rows instead of
+``H (d + 1)`` for model ``gf``, whose rows are summed over the heads before the products) at
+:data:`FAST_FLOPS_PER_SECOND` (BLAS products). The 100,000-token ``ou`` preset run (model ``gf``) of
+1000 rk4 steps is estimated at 7 minutes; it took 2.8 minutes at tolerance 1e-6 on 2026-12-01 (27
+minutes at 1e-10 with the code of 2026-11-29; the old ``N x 1000`` pairs said 10 hours, the products
+at the dense kernel's rate 2.5 hours, the products of ``H (d + 1)`` rows 31 minutes).
 
 :func:`preflight` refuses (``PreflightError``) what cannot fit in the machine's memory and flags
 (``Estimate.heavy``) what exceeds :data:`WARN_SECONDS` or :data:`WARN_MEMORY_FRACTION` of memory,
@@ -115,9 +115,11 @@ def estimate(cfg: RunConfig | dict, *, available_bytes: float | None = None) -> 
     backend = (c.get("kernel") or {}).get("backend", "auto")
     fast = backend == "fast" or (backend == "auto" and d <= 4 and N >= 4096)
     if fast:
-        # Fast summation: the query-side products W phi (H (d + 1) rows of FAST_FEATURES features
-        # per token) and the key moments (d + 1 columns), 2 flops per term, at the BLAS rate.
-        seconds_per_eval = 2.0 * N * FAST_FEATURES * (H + 1.0) * (d + 1.0) / FAST_FLOPS_PER_SECOND
+        # Fast summation: the query-side products W phi (H (d + 1) rows of FAST_FEATURES features per
+        # token; d + 1 for model gf, whose rows are summed over the heads first) and the key moments
+        # (d + 1 columns), 2 flops per term, at the BLAS rate.
+        rows = (d + 1.0) * (1.0 if c.get("model", "gf") == "gf" else H)
+        seconds_per_eval = 2.0 * N * FAST_FEATURES * (rows + d + 1.0) / FAST_FLOPS_PER_SECOND
     else:
         seconds_per_eval = H * N * N * (d + 20.0) / FLOPS_PER_SECOND
     per_step = stages * seconds_per_eval + SECONDS_PER_STEP
