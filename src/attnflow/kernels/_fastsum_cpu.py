@@ -135,9 +135,9 @@ if AVAILABLE:
     ) -> None:  # pragma: no cover
         """:func:`weighted_moments` for ``d = 3`` and the monomials of degrees ``P`` and ``P - 1`` (here
         ``P`` is the higher one), walked as ``w x^a y^b`` times ``z^c`` and ``z^(c - 1)``: for ``a`` and then
-        ``b`` ascending, ``t = w x^a y^b`` is updated in place (``t *= y``) while both sums are made, so
-        a chunk reads only its ``z`` powers and two rows, all in the L1 cache (the general loop reads
-        three power tables, 61 KB at ``P = 19``, from L2: 1.9x slower). Pair ``p`` (in that order) adds
+        ``b`` ascending, ``t = w x^a y^b`` is updated in place (``t *= y``, a loop of its own) before both
+        sums, so a chunk reads only its ``z`` powers and a few rows, all in the L1 cache (the general
+        loop reads three power tables, 61 KB at ``P = 19``, from L2: 1.5x slower). Pair ``p`` (in that order) adds
         to ``acc[g, k_hi[p]]`` (``z^c``) and ``acc[g, k_lo[p]]`` (``z^(c - 1)``; ``-1`` when ``c = 0``)."""
         N = x.shape[0]
         nch = (N + CHUNK - 1) // CHUNK
