@@ -249,7 +249,8 @@ def kernel_coefficients(A: np.ndarray | torch.Tensor, fp: FastSumPlan) -> tuple[
     """``(C_P, C_{P-1})`` with ``p(x^T A_h y) = phi_P(x)^T C_P[h] phi_P(y) + phi_{P-1}(x)^T C_{P-1}[h] phi_{P-1}(y)`` on the sphere.
 
     ``A`` ``(H, d, d)`` numpy or torch (float64 on ``A``'s device); the result has the same type.
-    Cost ``O(P H d^2 M_P^2)``, about 0.1 s for ``H = 8``, ``d = 3``, ``P = 26`` on two CPU cores.
+    Cost ``O(P H d^2 M_P^2)``: on the CPU by compiled loops, 4.5 ms for ``H = 8``, ``d = 3``, ``P = 18`` on
+    two cores; elsewhere by whole-array torch operations (18 ms there on the CPU).
     """
     if isinstance(A, np.ndarray):
         return tuple(C.numpy() for C in kernel_coefficients(torch.from_numpy(A), fp))
