@@ -5,7 +5,7 @@ fast-summation problem), model ``mha``, rk4 with dt = 0.01 to t = 10, fast summa
 1e-6, the state and its diagnostics saved every 100 steps. Prints the wall time, the provenance's
 split and the first and last diagnostics.
 
-    python benchmarks/million_tokens.py            # about 20-25 minutes on the 2-core CI machine
+    python benchmarks/million_tokens.py            # about 18-25 minutes on the 2-core CI machine
     python benchmarks/million_tokens.py --steps 10 # a quick look
 """
 
