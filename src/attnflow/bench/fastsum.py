@@ -23,7 +23,7 @@ from attnflow.core.heads import Heads, goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.fields import mixed_field
 from attnflow.kernels import fastsum
-from attnflow.kernels.dispatch import KernelOptions
+from attnflow.kernels.dispatch import KernelOptions, fast_plan_for
 
 #: Columns of :func:`fast_profile_rows`.
 FAST_PROFILE_HEADER = ("part", "seconds", "share", "work", "rate", "machine limit", "floor (s)", "x floor")
@@ -74,11 +74,9 @@ def profile_fast(
     A = torch.as_tensor(A0 * beta / np.linalg.norm(A0, ord=2, axis=(1, 2)).max())
     a = torch.full((N,), 1.0 / N, dtype=torch.float64)
     w = torch.full((H,), 1.0 / H, dtype=torch.float64)
-    fp = fastsum.plan(A, tol, fastsum.mean_norm(x, a))
-    if fp is None:
-        raise ValueError(f"no fast-summation plan at beta={beta}, tol={tol}")
-
     heads, opts = Heads(K=A), KernelOptions("fast", tol)
+    fp, _ = fast_plan_for(x, heads, a, options=opts)  # the plan each call below makes again
+    assert fp is not None  # backend "fast" raises instead
 
     def field(y: torch.Tensor) -> dict[str, float]:
         # what a run's step calls (the plan made per call, the heads mixed in the loop)

@@ -473,23 +473,34 @@ class _QueryRows:
     bound32: float | None
 
 
-def _query_rows(
-    x: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, tol: float, fast_plan: FastSumPlan | None
-) -> _QueryRows:
-    N, d = x.shape
+def _unit_cloud_and_plan(
+    x: torch.Tensor, A: torch.Tensor, a: torch.Tensor, tol: float, fast_plan: FastSumPlan | None, *, jensen: bool
+) -> tuple[torch.Tensor, torch.Tensor, FastSumPlan, float]:
+    """``(x64, a64, plan, |m|)``: the tokens at their directions and the masses in float64, the plan
+    (``fast_plan``, else one for ``tol``) and the Jensen factor ``|m|`` (``nan`` unless the plan is made
+    here or ``jensen`` asks for it)."""
+    d = x.shape[-1]
     if d > MAX_DIM:
         raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
     x64 = x.detach().to(torch.float64)
     x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
     a64 = a.detach().to(torch.float64)
-    # The Jensen factor |m|, for the plan and for the float32 bound (the compiled path's precision).
-    m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or _compiled(x) else math.nan
+    m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or jensen else math.nan
     fp = fast_plan or plan(A, tol, m_norm)
     if fp is None:
         raise ValueError(
             f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
             f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel or a larger tol"
         )
+    return x64, a64, fp, m_norm
+
+
+def _query_rows(
+    x: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, tol: float, fast_plan: FastSumPlan | None
+) -> _QueryRows:
+    d = x.shape[-1]
+    # The Jensen factor |m| also gives the float32 bound (the compiled path's precision).
+    x64, a64, fp, m_norm = _unit_cloud_and_plan(x, A, a, tol, fast_plan, jensen=_compiled(x))
     A64 = A.detach().to(torch.float64)
     with _timed("moments"):
         G = _cached_moments(x, a, x64, a64, fp.degree)
@@ -618,17 +629,7 @@ def fast_head_means(
     Jensen ``T_h >= exp(-beta |m|)``, so the relative error has the bound of ``Z`` in :func:`fast_stats`
     (``plan.relative_bound``, within ``tol``). Tokens off the sphere are taken at their directions.
     """
-    N, d = x.shape
-    if d > MAX_DIM:
-        raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
-    x64 = x.detach().to(torch.float64)
-    x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
-    a64 = a.detach().to(torch.float64)
-    fp = fast_plan or plan(A, tol, _mean_norm_unit(x64, a64))
-    if fp is None:
-        raise ValueError(
-            f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol}"
-        )
+    x64, a64, fp, _ = _unit_cloud_and_plan(x, A, a, tol, fast_plan, jensen=False)
     with _timed("moments"):
         G = _cached_moments(x, a, x64, a64, fp.degree)
     with _timed("coefficients"):
