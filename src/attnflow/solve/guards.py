@@ -168,7 +168,9 @@ def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: 
     # Fast path (every step of a run): finite norms within half the tolerance, computed in x's own
     # dtype (off by ~d eps, far below tol), prove the tokens finite and on the sphere; anything
     # else is decided by the careful float64 check below.
-    if not (x.shape[0] and bool((torch.linalg.vector_norm(x, dim=-1) - 1.0).abs().max() <= 0.5 * tol)):
+    # One reduction and two numbers (NaN fails both comparisons): this runs after every step.
+    lo, hi = torch.aminmax(torch.linalg.vector_norm(x, dim=-1)) if x.shape[0] else (math.nan, math.nan)
+    if not (float(lo) >= 1.0 - 0.5 * tol and float(hi) <= 1.0 + 0.5 * tol):
         if not bool(torch.isfinite(x).all()):
             bad = (~torch.isfinite(x)).any(dim=-1).nonzero()
             return f"the tokens became NaN/inf (token {int(bad[0])} first)"
