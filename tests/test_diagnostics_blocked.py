@@ -12,6 +12,7 @@ from scipy.sparse.csgraph import connected_components
 import attnflow.analysis.diagnostics as diag
 from attnflow import tokens
 from attnflow.analysis.diagnostics import count_clusters, pairwise_inner
+from attnflow.core.heads import Heads, identity_heads
 
 SMALL = 64  # block= below N sends every call through the large-N paths
 
@@ -225,3 +226,30 @@ def test_gram_diagnostics_of_a_spread_cloud_take_the_no_edge_path():
         assert clusters == 500 and (mn, mean) == pairwise_inner(x)
         loose = connected_components(csr_matrix(G > 1 - 1.2), directed=False)[0]
         assert gram_diagnostics(x, 1.2)[0] == loose < 500
+
+
+def test_gram_buffer_and_closed_form_mean():
+    """A Gram buffer (filled with NaN beforehand) gives the same numbers as a fresh matrix, and the
+    closed-form mean equals the average over the pairs i < j; controls: a buffer is really written
+    into, and the closed form without the diagonal term is off."""
+    from attnflow.analysis.diagnostics import gram_diagnostics, mean_inner, state_diagnostics
+
+    for dtype in (torch.float64, torch.float32):
+        x = torch.as_tensor(tokens.uniform(300, 16, 5), dtype=dtype)
+        buf = torch.full((300, 300), math.nan, dtype=dtype)
+        assert gram_diagnostics(x, 1e-3, out=buf) == gram_diagnostics(x, 1e-3)
+        assert torch.equal(buf[0, 1:], (x @ x.T)[0, 1:])  # control: the product went into the buffer
+        x64 = x.double().numpy()
+        G = x64 @ x64.T
+        pairs = G[np.triu_indices(300, 1)].mean()
+        assert mean_inner(x) == pytest.approx(pairs, rel=1e-12, abs=1e-14)
+        tot = x64.sum(0)
+        assert abs(float(tot @ tot) / (300 * 299) - pairs) > 1e-3  # control: the diagonal must go
+    heads = Heads.from_matrices(identity_heads(2, 16, 1.0))
+    a, w = torch.full((300,), 1 / 300, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64)
+    x = torch.as_tensor(tokens.uniform(300, 16, 5))
+    v = torch.zeros_like(x)
+    plain = state_diagnostics(x, heads, a, w, v)
+    wrong = torch.full((299, 299), math.nan, dtype=torch.float64)  # a buffer that does not fit is not used
+    assert state_diagnostics(x, heads, a, w, v, gram_out=wrong) == plain
+    assert state_diagnostics(x, heads, a, w, v, gram_out=torch.empty(300, 300, dtype=torch.float64)) == plain

@@ -19,16 +19,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from attnflow.analysis import diagnostics
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.kernels.dispatch import head_stats
 
 
 def mean_inner(x: np.ndarray) -> float:
-    """``(sum_{i != j} <x_i, x_j>) / (N (N - 1))``."""
-    n = x.shape[0]
-    G = x @ x.T
-    return float((G.sum() - np.trace(G)) / (n * (n - 1)))
+    """``(sum_{i != j} <x_i, x_j>) / (N (N - 1))`` (:func:`attnflow.analysis.diagnostics.mean_inner`)."""
+    return diagnostics.mean_inner(torch.as_tensor(np.asarray(x)))
 
 
 def effective_rank(x: np.ndarray) -> float:

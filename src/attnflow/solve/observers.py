@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import as_numpy_table, state_diagnostics
+from attnflow.analysis.diagnostics import GRAM_BLOCK_TOKENS, as_numpy_table, state_diagnostics
 from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
@@ -55,6 +55,8 @@ class Saver:
     any_V: bool = False
     #: ``(t, x, v_t(x))`` of the last saved state (what :meth:`field_at` returns without a new pass).
     last: tuple[float, torch.Tensor, torch.Tensor] | None = None
+    #: The Gram matrix's buffer, reused at every save (see :func:`~attnflow.analysis.diagnostics.gram_diagnostics`).
+    gram: torch.Tensor | None = None
 
     def record(self, t: float, y: torch.Tensor) -> None:
         """Save the state ``y`` at time ``t`` with its diagnostics."""
@@ -63,11 +65,15 @@ class Saver:
             heads.check_gradient_flow()
         v, stats = self.evaluate(t, y)
         self.last = (t, y, v)
+        n = y.shape[0]
+        if n <= GRAM_BLOCK_TOKENS and (self.gram is None or self.gram.dtype != y.dtype or self.gram.device != y.device):
+            self.gram = torch.empty((n, n), dtype=y.dtype, device=y.device)
         self.rows.append(
             state_diagnostics(
-                y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats
+                y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats,
+                gram_out=self.gram,
             )
-        )
+        )  # fmt: skip
         self.ts.append(t)
         self.xs.append(to_numpy(y).astype(np.float64))
         self.As.append(to_numpy(heads.A).astype(np.float64))
