@@ -76,10 +76,11 @@ def _best(fn: Callable[[], object], repeats: int) -> float:
 
 #: Rounds of a cell: at least ``MIN_ROUNDS``; more, up to ``MAX_ROUNDS``, while the cell has been
 #: measured for less than ``ROUND_SECONDS``. On this 2-core machine one evaluation loop's time
-#: spreads by about 17% between its fastest and its median round (N = 1024, d = 16, H = 4, float32,
-#: 40 rounds), in spells lasting about a second. Three rounds of the 1024-token cells last about one
-#: second in all, so five repetitions of the same cell gave 1.10 to 1.39 evaluations per step; with
-#: seven rounds, 1.12 to 1.15 (2026-12-01). A 4096-token round lasts 20 to 60 s and keeps three.
+#: spreads by 8-25% between its fastest and its median round (30-40 rounds, four sessions), and three
+#: rounds of a 1024-token cell last about one second in all. Eight repetitions of the 1024-token
+#: float32 cell at ``save_every`` 10, interleaved (2026-12-01): three rounds gave 1.07 to 1.31
+#: evaluations per step (standard deviation 0.08), seven rounds 1.11 to 1.20 (0.04). A 4096-token
+#: round lasts 20 to 60 s, so those cells keep three.
 MIN_ROUNDS, MAX_ROUNDS, ROUND_SECONDS = 3, 7, 10.0
 
 
