@@ -76,12 +76,13 @@ def _best(fn: Callable[[], object], repeats: int) -> float:
 
 #: Rounds of a cell: at least ``MIN_ROUNDS``; more, up to ``MAX_ROUNDS``, while the cell has been
 #: measured for less than ``ROUND_SECONDS``. On this 2-core machine one evaluation loop's time
-#: spreads by 8-25% between its fastest and its median round (30-40 rounds, four sessions), and three
-#: rounds of a 1024-token cell last about one second in all. Eight repetitions of the 1024-token
-#: float32 cell at ``save_every`` 10, interleaved (2026-12-01): three rounds gave 1.07 to 1.31
-#: evaluations per step (standard deviation 0.08), seven rounds 1.11 to 1.20 (0.04). A 4096-token
-#: round lasts 20 to 60 s, so those cells keep three.
-MIN_ROUNDS, MAX_ROUNDS, ROUND_SECONDS = 3, 7, 10.0
+#: spreads by 8-25% between its fastest and its median round (30-40 rounds, four sessions), and
+#: three rounds of a 1024-token cell last about one second in all. Repetitions of the 1024-token
+#: float32 cells, interleaved (2026-12-01): three rounds gave 1.07 to 1.31 evaluations per step at
+#: ``save_every`` 10 (standard deviation 0.08, 8 repetitions); seven rounds 1.11 to 1.21 (0.04, 6) and
+#: 1.06 to 1.15 at ``save_every`` 40 (0.03); rounds for 10 s (23 to 30) 1.12 to 1.18 (0.021) and
+#: 1.10 to 1.12 (0.011). A 4096-token round lasts 20 to 60 s, so those cells keep three.
+MIN_ROUNDS, MAX_ROUNDS, ROUND_SECONDS = 3, 40, 10.0
 
 
 def bench_loop(
@@ -140,7 +141,8 @@ def run_loop_benchmarks(quick: bool = False, progress: Callable[[str], None] | N
             for save_every in (10, 40):
                 if progress:
                     progress(f"loop N={N} d={d} H={H} {dtype} save_every={save_every}")
-                row = bench_loop(N, d, H, dtype, save_every, steps=40)
+                # --quick: the fixed minimum of rounds (a smoke run, about a minute in all)
+                row = bench_loop(N, d, H, dtype, save_every, steps=40, repeats=MIN_ROUNDS if quick else None)
                 rows.append(row.__dict__)
     return rows
 
