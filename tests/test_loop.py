@@ -171,3 +171,21 @@ def test_plain_torch_reference_is_the_same_euler_step():
     ref = af.simulate(x, af.weights.Constant(A.numpy(), V.numpy()), model="mha", t_end=0.1, dt=0.1, method="euler")
     assert np.abs(plain_torch_step(x, A, V, 0.1).numpy() - ref.x[-1]).max() < 1e-14
     assert np.abs(plain_torch_step(x, A, V.transpose(1, 2), 0.1).numpy() - ref.x[-1]).max() > 1e-4
+
+
+def test_bench_loop_rounds_are_bounded_by_time_and_count(monkeypatch):
+    """A loop cell runs at least MIN_ROUNDS rounds, more while under ROUND_SECONDS, at most MAX_ROUNDS;
+    repeats= fixes the count; the table's footer states the rounds. Control: a zero budget stops at
+    the minimum, an endless one at the maximum."""
+    import attnflow.bench.loop as bl
+
+    small = lambda **k: bl.bench_loop(32, 3, 2, torch.float64, 5, steps=10, **k)
+    assert small(repeats=2).rounds == 2
+    monkeypatch.setattr(bl, "ROUND_SECONDS", 0.0)
+    assert small().rounds == bl.MIN_ROUNDS
+    monkeypatch.setattr(bl, "ROUND_SECONDS", 1e9)
+    monkeypatch.setattr(bl, "MAX_ROUNDS", 5)
+    row = small()
+    assert row.rounds == 5 and row.evals_per_step > 0 and row.speedup > 0 and "step" in row.split
+    text = bl.loop_markdown([row.__dict__, small(repeats=3).__dict__])
+    assert "10 steps; each timing the best of 3 to 5 interleaved rounds" in text
