@@ -232,7 +232,7 @@ def test_gram_buffer_and_closed_form_mean():
     """A Gram buffer (filled with NaN beforehand) gives the same numbers as a fresh matrix, and the
     closed-form mean equals the average over the pairs i < j; controls: a buffer is really written
     into, and the closed form without the diagonal term is off."""
-    from attnflow.analysis.diagnostics import gram_diagnostics, mean_inner, state_diagnostics
+    from attnflow.analysis.diagnostics import gram_buffer, gram_diagnostics, mean_inner, state_diagnostics
 
     for dtype in (torch.float64, torch.float32):
         x = torch.as_tensor(tokens.uniform(300, 16, 5), dtype=dtype)
@@ -253,3 +253,7 @@ def test_gram_buffer_and_closed_form_mean():
     wrong = torch.full((299, 299), math.nan, dtype=torch.float64)  # a buffer that does not fit is not used
     assert state_diagnostics(x, heads, a, w, v, gram_out=wrong) == plain
     assert state_diagnostics(x, heads, a, w, v, gram_out=torch.empty(300, 300, dtype=torch.float64)) == plain
+    kept = gram_buffer(x, None)  # what a run keeps from save to save
+    assert kept.shape == (300, 300) and gram_buffer(x, kept) is kept
+    assert gram_buffer(x, wrong) is not wrong and gram_buffer(x, kept.float()).dtype == torch.float64
+    assert gram_buffer(torch.zeros(diag.GRAM_BLOCK_TOKENS + 1, 3), None) is None  # beyond: no one matrix

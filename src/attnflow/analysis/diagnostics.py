@@ -128,12 +128,12 @@ def gram_diagnostics(x: torch.Tensor, eps: float, *, out: torch.Tensor | None = 
     from one Gram matrix (what :func:`count_clusters` and :func:`pairwise_inner` give, in one pass).
 
     ``out``: an ``(N, N)`` tensor of ``x``'s dtype and device that receives the Gram matrix (its
-    contents are overwritten). A run passes the same one at every save: a fresh ``N x N`` matrix
-    costs more than its product (0.66 against 0.45 ms at ``N = 1024``, ``d = 16``, float32, measured
-    after field evaluations).
+    contents are overwritten; one that does not fit is not used). A run passes the same one at every
+    save (:func:`gram_buffer`): a fresh ``N x N`` matrix costs more than its product (0.66 against
+    0.45 ms at ``N = 1024``, ``d = 16``, float32, measured after field evaluations).
     """
     n = x.shape[0]
-    G = x @ x.T if out is None else torch.mm(x, x.T, out=out)
+    G = torch.mm(x, x.T, out=out) if _fits(out, x) else x @ x.T
     if n < 2:
         return _components_dense(G > 1.0 - eps), 1.0, 1.0
     # The diagonal takes the value of an off-diagonal entry, so one pass gives the off-diagonal min
@@ -143,6 +143,19 @@ def gram_diagnostics(x: torch.Tensor, eps: float, *, out: torch.Tensor | None = 
     mn, mx = torch.aminmax(G)
     clusters = _components_dense(G > 1.0 - eps) if bool(mx > 1.0 - eps) else n
     return clusters, float(mn), mean_inner(x)
+
+
+def _fits(buf: torch.Tensor | None, x: torch.Tensor) -> bool:
+    n = x.shape[0]
+    return buf is not None and buf.shape == (n, n) and buf.dtype == x.dtype and buf.device == x.device
+
+
+def gram_buffer(x: torch.Tensor, buf: torch.Tensor | None) -> torch.Tensor | None:
+    """A buffer for :func:`gram_diagnostics` at ``x``: ``buf`` when it fits, else a new one; ``None``
+    when :func:`state_diagnostics` takes no Gram matrix (more than :data:`GRAM_BLOCK_TOKENS` tokens)."""
+    if x.shape[0] > GRAM_BLOCK_TOKENS:
+        return None
+    return buf if _fits(buf, x) else torch.empty((x.shape[0],) * 2, dtype=x.dtype, device=x.device)
 
 
 def mean_inner(x: torch.Tensor) -> float:
@@ -344,8 +357,8 @@ def _cells_joined(xs, xs64, start, lo, s, r_hi, thr, c1: int, c2: int) -> bool:
 def pairwise_inner(x: torch.Tensor, *, block: int | None = None) -> tuple[float, float]:
     """``(min_{i != j} <x_i, x_j>, mean_{i < j} <x_i, x_j>)``.
 
-    The mean is closed form (:func:`mean_inner`), ``O(N d)``. The minimum: ``N <= block`` (default :data:`GRAM_BLOCK_TOKENS`): one Gram matrix. Larger ``N`` with
-    ``d <= KDTREE_MAX_DIM`` (float32/64): the point farthest from ``x_i`` is the nearest to ``-x_i``,
+    The mean is closed form (:func:`mean_inner`), ``O(N d)``. The minimum: ``N <= block`` (default
+    :data:`GRAM_BLOCK_TOKENS`): one Gram matrix. Larger ``N`` with ``d <= KDTREE_MAX_DIM`` (float32/64): the point farthest from ``x_i`` is the nearest to ``-x_i``,
     one KD-tree query per token, ``O(N log N)`` (see :func:`_min_inner_kdtree`). Otherwise Gram
     blocks of at most ``GRAM_BLOCK_ENTRIES`` entries, ``O(N^2 d)``.
     """
@@ -444,18 +457,14 @@ def state_diagnostics(
     heads they are the same formulas, reported for comparison). ``stats``: the kernel pass of the
     heads' ``A`` alone at ``x`` (``out_h`` with ``V = A`` and ``log Z_h``) when the caller already has
     it (the simulation loop gets it from the field's own pass); otherwise it is computed here.
-    ``gram_out``: the Gram matrix's buffer of :func:`gram_diagnostics` (used when its shape, dtype
-    and device fit).
+    ``gram_out``: the Gram matrix's buffer of :func:`gram_diagnostics` (used when it fits).
     """
     st: FieldStats = stats if stats is not None else field_stats(x, heads.without_values(), a, w, options=options)
     log_abs_F = float(st.log_abs_energy(a))
     log_b = st.log_mobility()
     speed2 = float(st.speed_sq(v, a))
     if x.shape[0] <= GRAM_BLOCK_TOKENS:
-        buf = gram_out
-        if buf is not None and (buf.shape != (x.shape[0],) * 2 or buf.dtype != x.dtype or buf.device != x.device):
-            buf = None
-        clusters, mn, mean = gram_diagnostics(x, cluster_eps, out=buf)
+        clusters, mn, mean = gram_diagnostics(x, cluster_eps, out=gram_out)
     else:
         clusters = count_clusters(x, cluster_eps)
         mn, mean = pairwise_inner(x)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import GRAM_BLOCK_TOKENS, as_numpy_table, state_diagnostics
+from attnflow.analysis.diagnostics import as_numpy_table, gram_buffer, state_diagnostics
 from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
@@ -65,9 +65,7 @@ class Saver:
             heads.check_gradient_flow()
         v, stats = self.evaluate(t, y)
         self.last = (t, y, v)
-        n = y.shape[0]
-        if n <= GRAM_BLOCK_TOKENS and (self.gram is None or self.gram.dtype != y.dtype or self.gram.device != y.device):
-            self.gram = torch.empty((n, n), dtype=y.dtype, device=y.device)
+        self.gram = gram_buffer(y, self.gram)
         self.rows.append(
             state_diagnostics(
                 y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats,
