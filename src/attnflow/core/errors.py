@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AttnflowError", "InputError", "NumericalError", "UnsafeInputError", "Hint"]
+__all__ = ["AttnflowError", "FloatRangeError", "Hint", "InputError", "NumericalError", "UnsafeInputError"]
 
 
-class Hint(dict):  # type: ignore[type-arg]
+class Hint(dict[str, Any]):
     """A structured suggestion: ``param`` (dotted config key or keyword), an optional ``value`` to try."""
 
     def __init__(self, param: str, value: Any = None, *, text: str | None = None) -> None:
@@ -52,3 +52,8 @@ class UnsafeInputError(InputError):
 
 class NumericalError(AttnflowError, FloatingPointError):
     """A numerical failure: blow-up, non-finite state, a step size that underflows."""
+
+
+class FloatRangeError(NumericalError, OverflowError):
+    """A number left the float range (an energy ``F`` or a partition function ``Z`` at extreme
+    weights). Also an :class:`OverflowError`, so a step that overflows is rejected like one."""

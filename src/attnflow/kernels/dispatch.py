@@ -1,7 +1,7 @@
 """Which kernel evaluates ``(out_h, log Z_h)``: dense (fused ``flash`` or ``stream``) or ``fast`` summation.
 
 :func:`head_stats` is what the fields call. ``backend="auto"`` takes the fused dense kernel, and
-switches to :mod:`attnflow.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
+switches to :mod:`attnflow.kernels.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
 expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs.
 
 A run carries its choice in the open: one :class:`KernelOptions` (backend and tolerance), built from
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
 from attnflow.kernels import fastsum
 from attnflow.kernels.dense import attention_stats, resolve_backend
@@ -54,11 +55,11 @@ class KernelOptions:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+            raise InputError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
         if self.tol is not None and not (
             isinstance(self.tol, (int, float)) and math.isfinite(self.tol) and 0 < self.tol < 1
         ):
-            raise ValueError(f"the fast-summation tolerance must be positive and below 1; got {self.tol!r}")
+            raise InputError(f"the fast-summation tolerance must be positive and below 1; got {self.tol!r}")
 
 
 #: The options of calls that are given none (see :func:`kernel_options`).
@@ -140,11 +141,11 @@ def fast_plan_for(
     ``"stream"``), so a caller passing it on is not given the choice to make again."""
     opts = resolve_options(options)
     if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+        raise InputError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     backend = opts.backend if backend is None else backend
     tol = opts.tol if tol is None else tol
     if backend == "fast" and not heads.plain:
-        raise ValueError(
+        raise InputError(
             "fast summation covers the plain heads of docs/model.md; these heads carry biases, a causal "
             "mask or rotary embeddings: use backend 'auto' (dense)"
         )
@@ -165,7 +166,7 @@ def choose_fast(
     N, d = x.shape[-2], x.shape[-1]
     if x.ndim != 2 or d > fastsum.MAX_DIM:
         if force:
-            raise ValueError(
+            raise InputError(
                 f"fast summation needs one token cloud (N, d) with d <= {fastsum.MAX_DIM}; got {tuple(x.shape)}"
             )
         return None
@@ -184,7 +185,7 @@ def choose_fast(
                 stacklevel=2,
             )
         if force:
-            raise ValueError(
+            raise InputError(
                 f"fast summation cannot reach tol={tol:g} at beta=max ||A_h|| = "
                 f"{float(torch.linalg.matrix_norm(heads.A.double(), ord=2).max()):.3g} within "
                 f"{fastsum.MAX_FEATURES} features; use backend 'auto' (dense) or a larger tolerance"

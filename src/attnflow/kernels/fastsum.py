@@ -63,6 +63,8 @@ import torch
 from numpy.polynomial import chebyshev
 from scipy.special import ive
 
+from attnflow.core.errors import InputError, NumericalError
+
 #: Largest dimension handled (the monomial count grows like ``P^(d-1)``).
 MAX_DIM = 4
 #: Largest expansion degree used; beyond it (large ``beta`` or tiny ``tol``) the dense kernel is used.
@@ -141,7 +143,7 @@ def plan(A: torch.Tensor, tol: float, mean_norm: float = 1.0) -> FastSumPlan | N
     """Smallest degree meeting ``tol`` for heads ``A`` ``(H, d, d)`` and tokens whose mean ``m`` has
     ``|m| <= mean_norm``; ``None`` when over :data:`MAX_DEGREE` or :data:`MAX_FEATURES`."""
     if not tol > 0:
-        raise ValueError(f"the fast-summation tolerance must be positive; got {tol}")
+        raise InputError(f"the fast-summation tolerance must be positive; got {tol}")
     d = int(A.shape[-1])
     beta = float(torch.linalg.matrix_norm(A.detach().to(torch.float64).cpu(), ord=2).max())
     for P in range(1, MAX_DEGREE + 1):
@@ -481,14 +483,14 @@ def _unit_cloud_and_plan(
     here or ``jensen`` asks for it)."""
     d = x.shape[-1]
     if d > MAX_DIM:
-        raise ValueError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
+        raise InputError(f"fast summation handles d <= {MAX_DIM}; got d={d}. Use the dense kernel.")
     x64 = x.detach().to(torch.float64)
     x64 = x64 / torch.linalg.vector_norm(x64, dim=-1, keepdim=True)
     a64 = a.detach().to(torch.float64)
     m_norm = _mean_norm_unit(x64, a64) if fast_plan is None or jensen else math.nan
     fp = fast_plan or plan(A, tol, m_norm)
     if fp is None:
-        raise ValueError(
+        raise InputError(
             f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
             f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel or a larger tol"
         )
@@ -638,7 +640,7 @@ def fast_head_means(
         g_P, g_Q = G[:MP, 0].to(C_P.device), G[MP:, 0].to(C_P.device)
         T = (C_P @ g_P) @ g_P + (C_Q @ g_Q) @ g_Q
     if not bool((T > 0).all()):
-        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+        raise NumericalError("fast summation produced a non-positive partition function; use the dense kernel")
     return T.to(x.dtype)
 
 
@@ -705,7 +707,7 @@ def _evaluate_torch(
     else:
         Z, num = R, None
     if bool((Z <= 0).any()):  # impossible within the proved bound; guards against misuse
-        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+        raise NumericalError("fast summation produced a non-positive partition function; use the dense kernel")
     return torch.log(Z), None if num is None else num / Z.unsqueeze(-1)
 
 
@@ -940,7 +942,7 @@ def _evaluate_cpu(
             split[name] = split.get(name, 0.0) + t * scale
         split["rerun"] = split.get("rerun", 0.0) + built + both + divided
     if not all(ok):
-        raise FloatingPointError("fast summation produced a non-positive partition function; use the dense kernel")
+        raise NumericalError("fast summation produced a non-positive partition function; use the dense kernel")
     with _timed("logZ"):
         logZ = torch.from_numpy(Z)
         torch.log(logZ, out=logZ)  # vectorised, on every thread

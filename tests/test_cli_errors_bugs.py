@@ -1,0 +1,159 @@
+"""The CLI's error contract: attnflow's own errors are one sentence and exit code 2; anything else is
+a bug, shown with its traceback and a line asking for a report; warnings print one way, with hints
+rendered as flags the running command has."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import attnflow.config as config_pkg
+from attnflow.cli.app import HF_RUN_FLAGS, SET_FLAGS, UserError, guarded, render_hint
+from attnflow.cli.main import app
+from attnflow.core.caller import AttnflowWarning
+from attnflow.core.errors import (
+    AttnflowError,
+    FloatRangeError,
+    Hint,
+    InputError,
+    NumericalError,
+    UnsafeInputError,
+)
+
+
+def _bad_preset(name):
+    raise IndexError("list index out of range (planted)")
+
+
+def test_a_planted_bug_shows_its_traceback_and_asks_for_a_report(monkeypatch, tmp_path):
+    monkeypatch.setattr(config_pkg, "preset_config", _bad_preset)
+    r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(tmp_path / "run")])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "Traceback" in r.output and "IndexError: list index out of range (planted)" in r.output
+    assert "_bad_preset" in r.output  # the frame of the bug itself
+    assert "bug in attnflow" in flat and "please report it" in flat
+    assert flat.index("IndexError") < flat.index("bug in attnflow")  # the line follows the traceback
+
+
+def test_a_bare_value_error_from_a_library_is_a_bug_not_a_user_error(monkeypatch, tmp_path):
+    def numpy_like(name):
+        raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
+
+    monkeypatch.setattr(config_pkg, "preset_config", numpy_like)
+    r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 1 and "Traceback" in r.output and "bug in attnflow" in " ".join(r.output.split())
+
+
+def test_a_user_error_is_still_one_sentence_and_exit_2(tmp_path):
+    # Negative control of the two tests above: the same command with a real user mistake.
+    r = CliRunner().invoke(app, ["run", "--preset", "nope", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2 and "unknown preset" in r.output
+    assert "Traceback" not in r.output and "bug in attnflow" not in r.output
+
+
+def test_debug_shows_the_traceback_of_a_user_error(tmp_path):
+    r = CliRunner().invoke(app, ["--debug", "run", "--preset", "nope", "--out", str(tmp_path / "run")])
+    assert r.exit_code != 0 and isinstance(r.exception, InputError)
+
+
+def test_every_error_class_is_an_attnflow_error():
+    from attnflow.config import ConfigError
+    from attnflow.config.yamlsafe import YAMLLimitError
+    from attnflow.experiments.common import ExperimentConfigError
+    from attnflow.hf.importer import HFImportError
+    from attnflow.io.lock import OutputBusy
+    from attnflow.io.store import DamagedRun
+    from attnflow.runs.runner import ResumeError
+    from attnflow.solve.guards import NumericalInstability
+    from attnflow.solve.preflight import PreflightError
+
+    for cls in (ConfigError, HFImportError, ExperimentConfigError, OutputBusy, DamagedRun, ResumeError, PreflightError):
+        assert issubclass(cls, InputError) and issubclass(cls, ValueError), cls
+    assert issubclass(YAMLLimitError, UnsafeInputError) and issubclass(YAMLLimitError, ConfigError)
+    assert issubclass(NumericalInstability, NumericalError) and issubclass(NumericalInstability, FloatingPointError)
+    assert issubclass(FloatRangeError, NumericalError) and issubclass(FloatRangeError, OverflowError)
+    assert issubclass(UserError, InputError)
+    assert not issubclass(IndexError, AttnflowError)  # control
+
+
+def test_library_input_errors_are_input_errors():
+    import attnflow as af
+
+    with pytest.raises(InputError, match="need n >= 1"):
+        af.tokens.uniform(0, 3, 0)
+    with pytest.raises(ValueError):  # existing ``except ValueError`` keeps working
+        af.tokens.uniform(0, 3, 0)
+
+
+def test_a_hint_is_rendered_as_a_flag_the_command_has():
+    h = Hint("integration.dt", 0.02)
+    assert render_hint(h, SET_FLAGS) == "--set integration.dt=0.02"
+    assert render_hint(h, HF_RUN_FLAGS) == "--steps-per-layer 50"
+    assert render_hint(Hint("integration.method", "jko"), HF_RUN_FLAGS) is None  # hf run has no jko
+    assert render_hint(Hint("dtype", "float64"), HF_RUN_FLAGS) is None
+    assert render_hint(h, None) is None and render_hint(None, SET_FLAGS) is None
+
+
+def _stiff_command(message_hint):
+    @guarded(flags=HF_RUN_FLAGS)
+    def cmd():
+        warnings.warn(AttnflowWarning("use dt <= 0.02.", hint=message_hint), stacklevel=1)
+        warnings.warn("a third-party remark", DeprecationWarning, stacklevel=1)
+
+    return cmd
+
+
+def test_warnings_print_one_way_with_the_commands_own_flag(capsys):
+    _stiff_command(Hint("integration.dt", 0.02))()
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: use dt <= 0.02. With this command: --steps-per-layer 50." in err
+    assert "--set" not in err  # hf run has no --set
+    assert "warning: a third-party remark" in err and "DeprecationWarning" not in err and ".py:" not in err
+
+
+def test_stability_warning_carries_a_structured_hint_not_a_flag():
+    from attnflow import simulate, tokens
+    from attnflow.core.heads import identity_heads
+    from attnflow.solve.guards import StabilityWarning
+
+    with pytest.warns(StabilityWarning) as rec:
+        simulate(tokens.uniform(8, 3, 0), identity_heads(2, 3, 16.0), t_end=0.5, dt=0.25, method="rk4")
+    w = rec[0].message
+    assert isinstance(w, AttnflowWarning) and w.hint["param"] == "integration.dt" and 0 < w.hint["value"] < 0.25
+    assert "--" not in str(w) and "dt <=" in str(w)
+
+
+def test_hf_run_advice_names_steps_per_layer_not_set(tmp_path, monkeypatch):
+    # The hf run command with its real flags: a stiff hint renders as --steps-per-layer.
+    import attnflow.hf.flow as flow
+
+    def fake_run_prompt(*a, **k):
+        from attnflow.solve.guards import Advice, StabilityWarning, warn
+
+        warn(Advice("the step dt = 0.125 is large; use dt <= 0.02.", Hint("integration.dt", 0.02)), StabilityWarning)
+        raise InputError("stop here (planted user error)")
+
+    monkeypatch.setattr(flow, "run_prompt", fake_run_prompt)
+    r = CliRunner().invoke(app, ["hf", "run", str(tmp_path), "--ids", "1,2", "--out", str(tmp_path / "o")])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 2 and "With this command: --steps-per-layer 50." in flat and "--set" not in flat
+
+
+def test_run_renders_set_for_a_config_hint(tmp_path):
+    cfg = {
+        "model": "gf",
+        "tokens": {"n": 8, "d": 3},
+        "heads": {"count": 2, "preset": "identity", "beta": 16.0},
+        "weights": {"process": "constant"},
+        "integration": {"t_end": 0.5, "dt": 0.25, "method": "rk4", "save_every": 1},
+    }
+    path = tmp_path / "stiff.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-figures"])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "warning: the step dt = 0.25 is large" in flat and "With this command: --set integration.dt=" in flat
