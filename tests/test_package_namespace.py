@@ -74,7 +74,12 @@ def test_no_import_hook_is_installed():
 
 def test_the_real_paths_import():
     # Negative control of the two tests above: the modules themselves are there.
-    for new in ("attnflow.dynamics.fields", "attnflow.solve.simulation", "attnflow.core.heads", "attnflow.kernels.fastsum"):
+    for new in (
+        "attnflow.dynamics.fields",
+        "attnflow.solve.simulation",
+        "attnflow.core.heads",
+        "attnflow.kernels.fastsum",
+    ):
         assert importlib.import_module(new).__name__ == new
 
 

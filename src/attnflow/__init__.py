@@ -135,6 +135,7 @@ __all__ = [
     "fast_attention_stats",
 ]
 
+
 def __getattr__(name: str) -> _Any:
     if name in _SUBMODULES:
         value: _Any = _importlib.import_module(_SUBMODULES[name])

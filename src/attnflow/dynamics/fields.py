@@ -28,7 +28,7 @@ from attnflow.core.errors import FloatRangeError, InputError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads, as_heads
 from attnflow.kernels import fastsum
-from attnflow.kernels.dispatch import KernelOptions, fast_plan_for, head_stats
+from attnflow.kernels.dispatch import KernelOptions, fast_plan_for, head_stats, resolve_options
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -239,16 +239,17 @@ def mixed_stats(
     (energy, mobility, speed, slope) but not the heads' own ``Z_h``. Equal to the other path to
     rounding (tested).
     """
+    options = resolve_options(options)
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
         return field_stats(x, heads, a, w, options=options, backend=backend)
     if model == "gf":
         # Linear in the heads' rows: summed before the products (fastsum.fast_gf_field); one "head",
         # S = sum_h w_h Z_h, is all that the energy, mobility, speed and slope read.
-        res = fastsum.fast_gf_field(x, heads.A, heads.values, a, w, fast_plan=fp)
+        res = fastsum.fast_gf_field(x, heads.A, heads.values, a, w, fast_plan=fp, evaluator=options.evaluator)
         assert res.mixed is not None
         return FieldStats(out=None, logZ=res.logZ, log_w=res.logZ.new_zeros(1), mixed=("gf", res.mixed))
-    res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
+    res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w), evaluator=options.evaluator)
     mixed = None if res.mixed is None else (model, res.mixed)
     return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w), mixed=mixed)
 
@@ -340,9 +341,10 @@ def state_energy(
     still comes from :meth:`FieldStats.log_abs_energy`.
     """
     heads = heads.without_values()
+    options = resolve_options(options)
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is not None:
-        T = fastsum.fast_head_means(x, heads.A, a, fast_plan=fp)
+        T = fastsum.fast_head_means(x, heads.A, a, fast_plan=fp, evaluator=options.evaluator)
         one = FieldStats(out=None, logZ=torch.log(T)[:, None], log_w=torch.log(w))
         return -math.exp(float(one.log_abs_energy(torch.ones(1, dtype=T.dtype, device=T.device))))
     st = field_stats(x, heads, a, w, values=False, options=options, backend=backend)

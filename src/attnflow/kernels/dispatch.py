@@ -4,11 +4,14 @@
 switches to :mod:`attnflow.kernels.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
 expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs.
 
-A run carries its choice in the open: one :class:`KernelOptions` (backend and tolerance), built from
-``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is passed as an argument
-to every kernel call of the run (the field, the EDI budget's energies, the diagnostics, the float32
-monitor). :func:`kernel_options` remains as a convenience for interactive use: calls that are given
-no options take the ones of the innermost ``with kernel_options(...)`` block.
+A run carries its choice in the open: one :class:`KernelOptions` (backend, tolerance and thread
+policy), built from ``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is
+passed as an argument to every kernel call of the run (the field, the EDI budget's energies, the
+diagnostics, the float32 monitor). Each :class:`KernelOptions` owns a fast-summation evaluator
+(:class:`~attnflow.kernels.fastsum.FastSumEvaluator`): the caches of one run belong to that run.
+:func:`kernel_options` remains as a convenience for interactive use: calls that are given no options
+take the ones of the innermost ``with kernel_options(...)`` block (outside any block, a fresh set of
+defaults per call, so nothing is cached at module level).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import math
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy
 from attnflow.kernels import fastsum
 from attnflow.kernels.dense import attention_stats, resolve_backend
 
@@ -44,16 +48,26 @@ SLOW_DENSE_TOKENS = 50_000
 
 @dataclass(frozen=True)
 class KernelOptions:
-    """How the kernel evaluates a run: ``backend`` (one of :data:`BACKENDS`) and ``tol``, the fast
-    summation's proved relative error (``None``: :data:`AUTO_FAST_TOL` of the dtype).
+    """How the kernel evaluates a run: ``backend`` (one of :data:`BACKENDS`), ``tol``, the fast
+    summation's proved relative error (``None``: :data:`AUTO_FAST_TOL` of the dtype), and ``threads``,
+    the :class:`~attnflow.core.threads.ThreadPolicy` of fast summation's compiled loops (default: from
+    each call's size).
 
+    ``evaluator``: the run's :class:`~attnflow.kernels.fastsum.FastSumEvaluator` (its caches), made
+    here with ``threads`` when not given; options built once per run therefore cache per run.
     Validated on construction, so a bad name is refused where it is written, not at the first call.
     """
 
     backend: str = "auto"
     tol: float | None = None
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy)
+    evaluator: fastsum.FastSumEvaluator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.threads, ThreadPolicy):
+            raise InputError(f"threads must be a ThreadPolicy; got {self.threads!r}")
+        if self.evaluator is None:
+            object.__setattr__(self, "evaluator", fastsum.FastSumEvaluator(self.threads))
         if self.backend not in BACKENDS:
             raise InputError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
         if self.tol is not None and not (
@@ -91,8 +105,12 @@ def current_options() -> tuple[str, float | None]:
 
 
 def resolve_options(options: KernelOptions | None = None) -> KernelOptions:
-    """``options`` when given, else those of the innermost :func:`kernel_options` block (else the defaults)."""
-    return _OPTIONS.get() if options is None else options
+    """``options`` when given, else those of the innermost :func:`kernel_options` block (else fresh
+    defaults: a call outside any run keeps no cache)."""
+    if options is not None:
+        return options
+    ambient = _OPTIONS.get()
+    return KernelOptions() if ambient is DEFAULT_OPTIONS else ambient
 
 
 def head_stats(
@@ -118,7 +136,8 @@ def head_stats(
         V = heads.values if values else None
         if V is not None and extra_values is not None:
             V = torch.cat([V, extra_values.to(V)], dim=-2)
-        res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp)
+        evaluator = resolve_options(options).evaluator  # the run's caches and thread policy
+        res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp, evaluator=evaluator)
         return res.out, res.logZ
     q, k, key_bias = heads.logit_features(x)
     v = heads.value_features(x) if values else None
