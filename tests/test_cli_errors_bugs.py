@@ -157,3 +157,22 @@ def test_run_renders_set_for_a_config_hint(tmp_path):
     flat = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
     assert "warning: the step dt = 0.25 is large" in flat and "With this command: --set integration.dt=" in flat
+
+
+def test_edi_prints_a_data_warning_as_one_line_like_show(monkeypatch, tmp_path):
+    # edi used to print the raw Python warning with its source line; now every command prints
+    # ``warning: ...`` and nothing else for it.
+    import attnflow.io.store as store
+    import attnflow.io.trajectory as trajectory
+
+    def load(path):
+        warnings.warn(f"{str(path)!r} has no manifest.json (planted).", store.DataWarning, stacklevel=2)
+        raise InputError("stop here (planted user error)")
+
+    monkeypatch.setattr(store, "is_complete", lambda p: True)
+    monkeypatch.setattr(trajectory, "load", load)
+    r = CliRunner().invoke(app, ["edi", str(tmp_path)])
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 2
+    assert any(line.startswith("warning: ") and "has no manifest.json (planted)." in line for line in lines), r.output
+    assert "DataWarning" not in r.output and "warnings.warn" not in r.output and ".py:" not in r.output
