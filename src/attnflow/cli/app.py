@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import click
 import typer
 import typer.core
 from rich.console import Console
@@ -247,7 +248,7 @@ def guarded(fn: Callable[..., Any] | None = None, *, flags: HintFlags | None = N
                 warnings.simplefilter("always", AttnflowWarning)
                 warnings.showwarning = _show_warning(flags)
                 return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):  # typer reports these itself
             raise
         except (AttnflowError, FileNotFoundError, FileExistsError) as e:
             if _state["debug"]:
