@@ -176,3 +176,36 @@ def test_edi_prints_a_data_warning_as_one_line_like_show(monkeypatch, tmp_path):
     assert r.exit_code == 2
     assert any(line.startswith("warning: ") and "has no manifest.json (planted)." in line for line in lines), r.output
     assert "DataWarning" not in r.output and "warnings.warn" not in r.output and ".py:" not in r.output
+
+
+def test_a_warning_under_a_command_points_at_the_command_not_at_typer(monkeypatch, tmp_path):
+    import importlib
+
+    cli_app = importlib.import_module("attnflow.cli.app")  # (attnflow.cli.app is also the App object)
+
+    seen = []
+    real = cli_app._show_warning
+
+    def recording(flags):
+        show = real(flags)
+
+        def both(message, category, filename, lineno, file=None, line=None):
+            seen.append(filename)
+            show(message, category, filename, lineno, file, line)
+
+        return both
+
+    monkeypatch.setattr(cli_app, "_show_warning", recording)
+    cfg = {
+        "model": "gf",
+        "tokens": {"n": 8, "d": 3},
+        "heads": {"count": 2, "preset": "identity", "beta": 16.0},
+        "weights": {"process": "constant"},
+        "integration": {"t_end": 0.5, "dt": 0.25, "method": "rk4", "save_every": 1},
+    }
+    path = tmp_path / "stiff.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-figures"])
+    assert r.exit_code == 0, r.output
+    assert seen and all(f.replace("\\", "/").endswith("attnflow/cli/main.py") for f in seen), seen
+    assert not [f for f in seen if "typer" in f]
