@@ -209,3 +209,25 @@ def test_a_warning_under_a_command_points_at_the_command_not_at_typer(monkeypatc
     assert r.exit_code == 0, r.output
     assert seen and all(f.replace("\\", "/").endswith("attnflow/cli/main.py") for f in seen), seen
     assert not [f for f in seen if "typer" in f]
+
+
+def test_an_errors_hint_is_rendered_as_set_by_a_command_with_set(capsys):
+    import torch
+
+    from attnflow.core.heads import Heads
+    from attnflow.kernels.dispatch import choose_fast
+
+    x = torch.nn.functional.normalize(torch.randn(64, 3, dtype=torch.float64), dim=-1)
+    a = torch.full((64,), 1 / 64, dtype=torch.float64)
+    with pytest.raises(InputError) as err:  # beta = 400: no expansion reaches the tolerance
+        choose_fast(x, Heads(K=400.0 * torch.eye(3, dtype=torch.float64)[None]), a, 1e-10, force=True)
+    assert err.value.hint["param"] == "kernel.backend" and "--" not in str(err.value)
+
+    @guarded
+    def cmd(set_: list[str] | None = None):
+        raise err.value
+
+    with pytest.raises(Exception) as ex:
+        cmd()
+    assert getattr(ex.value, "exit_code", None) == 2
+    assert "With this command: --set kernel.backend=auto." in " ".join(capsys.readouterr().err.split())

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
 from attnflow.kernels import fastsum
@@ -166,7 +166,8 @@ def fast_plan_for(
     if backend == "fast" and not heads.plain:
         raise InputError(
             "fast summation covers the plain heads of docs/model.md; these heads carry biases, a causal "
-            "mask or rotary embeddings: use backend 'auto' (dense)"
+            "mask or rotary embeddings: use backend 'auto' (dense)",
+            hint=Hint("kernel.backend", "auto"),
         )
     if backend in ("auto", "fast") and heads.plain:
         fp = choose_fast(x, heads, a, tol, force=backend == "fast")
@@ -207,7 +208,8 @@ def choose_fast(
             raise InputError(
                 f"fast summation cannot reach tol={tol:g} at beta=max ||A_h|| = "
                 f"{float(torch.linalg.matrix_norm(heads.A.double(), ord=2).max()):.3g} within "
-                f"{fastsum.MAX_FEATURES} features; use backend 'auto' (dense) or a larger tolerance"
+                f"{fastsum.MAX_FEATURES} features; use backend 'auto' (dense) or a larger tolerance (kernel.tolerance)",
+                hint=Hint("kernel.backend", "auto"),
             )
         return None
     if force:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.core.errors import InputError, NumericalError
+from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.threads import ThreadPolicy
 from attnflow.kernels.fastsum.bounds import (
     MAX_DEGREE,
@@ -114,7 +114,8 @@ def unit_cloud_and_plan(
         raise InputError(
             f"fast summation would need more than degree {MAX_DEGREE} or {MAX_FEATURES} features for tol={tol} at beta="
             f"{float(torch.linalg.matrix_norm(A.double(), ord=2).max()):.3g}; use the dense kernel (kernel.backend) "
-            "or a larger tolerance (kernel.tolerance)"
+            "or a larger tolerance (kernel.tolerance)",
+            hint=Hint("kernel.backend", "auto"),
         )
     return x64, a64, fp, m_norm
 
@@ -353,7 +354,8 @@ class FastSumEvaluator:
             means = (C_P @ g_P) @ g_P + (C_Q @ g_Q) @ g_Q
         if not bool((means > 0).all()):
             raise NumericalError(
-                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)"
+                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)",
+                hint=Hint("kernel.backend", "flash"),
             )
         return means.to(x.dtype)
 
@@ -376,7 +378,8 @@ class FastSumEvaluator:
             Z, num = R, None
         if bool((Z <= 0).any()):  # impossible within the proved bound; guards against misuse
             raise NumericalError(
-                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)"
+                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)",
+                hint=Hint("kernel.backend", "flash"),
             )
         return torch.log(Z), None if num is None else num / Z.unsqueeze(-1)
 
@@ -458,7 +461,8 @@ class FastSumEvaluator:
             split["rerun"] = split.get("rerun", 0.0) + built + both + divided
         if not all(ok):
             raise NumericalError(
-                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)"
+                "fast summation produced a non-positive partition function; use the dense kernel (kernel.backend)",
+                hint=Hint("kernel.backend", "flash"),
             )
         with timed("logZ"):
             logZ = torch.from_numpy(Z)
