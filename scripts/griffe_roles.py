@@ -5,8 +5,7 @@ attnflow's docstrings name other objects the reStructuredText way (``:func:`simu
 so this extension (listed under ``extensions`` in ``mkdocs.yml``) rewrites each role into an
 autorefs link to the object's canonical path, resolved the way Python would: relative names
 (``.fields``) against the package, bare names in the docstring owner's scope (its members and
-imports, then its parents'), public names of ``attnflow`` through its lazy export table, and the
-module paths of the old flat layout through ``attnflow._compat``. A link whose target has no
+imports, then its parents') and public names of ``attnflow`` through its lazy export table. A link whose target has no
 rendered entry falls back to plain code (autorefs' ``optional`` flag) instead of a broken link.
 """
 
@@ -22,11 +21,10 @@ import griffe
 ROLE = re.compile(r":(?:py:)?(func|class|mod|meth|data|attr|exc|obj|const):`(~?)([\w.]+)`")
 
 
-def _exports() -> tuple[dict[str, str], dict[str, str]]:
+def _exports() -> dict[str, str]:
     import attnflow
-    from attnflow._compat import MODULE_ALIASES
 
-    return dict(attnflow._EXPORTS), dict(MODULE_ALIASES)
+    return dict(attnflow._EXPORTS)
 
 
 class SphinxRoles(griffe.Extension):
@@ -34,7 +32,7 @@ class SphinxRoles(griffe.Extension):
 
     def __init__(self) -> None:
         super().__init__()
-        self.exports, self.aliases = _exports()
+        self.exports = _exports()
         self.unresolved: list[tuple[str, str]] = []
 
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
@@ -54,17 +52,10 @@ class SphinxRoles(griffe.Extension):
                 yield from self._walk(member)
 
     def _canonical(self, path: str, role: str) -> str:
-        """Old flat-layout module paths and lazily exported names -> where the code lives.
-
-        ``attnflow.simulate`` is both an old module path and an exported function: the role decides.
-        """
+        """Lazily exported names (``attnflow.simulate``) -> where the code lives."""
         parts = path.split(".")
         if role != "mod" and len(parts) == 2 and parts[0] == "attnflow" and parts[1] in self.exports:
             return f"{self.exports[parts[1]]}.{parts[1]}"
-        for i in range(len(parts), 1, -1):
-            head = ".".join(parts[:i])
-            if head in self.aliases:
-                return ".".join([self.aliases[head], *parts[i:]])
         if len(parts) >= 2 and parts[0] == "attnflow" and parts[1] in self.exports:
             return ".".join([self.exports[parts[1]], *parts[1:]])
         return path

@@ -284,7 +284,8 @@ def test_threads_do_not_share_the_feature_buffers():
 
 
 def test_monomial_features_are_the_monomials():
-    from attnflow.kernels.fastsum import _monomials, monomial_features
+    from attnflow.kernels.fastsum import monomial_features
+    from attnflow.kernels.fastsum import monomials as _monomials
 
     x = torch.as_tensor(tokens.uniform(6, 3, seed=0))
     for degree in (0, 1, 4):
@@ -295,8 +296,8 @@ def test_monomial_features_are_the_monomials():
 
 def _compiled_and_torch(monkeypatch, *args, **kw):
     """The same fast_stats call through the compiled CPU loops and through the torch builder."""
-    from attnflow.kernels import _fastsum_cpu
     from attnflow.kernels import fastsum as fs
+    from attnflow.kernels.fastsum import cpu as _fastsum_cpu
 
     fast = fs.fast_stats(*args, **kw)
     with monkeypatch.context() as m:
@@ -315,7 +316,7 @@ def test_compiled_loops_equal_the_torch_builder(monkeypatch, d, H, dv, N):
     # dv = 6: V stacks extra value rows ([V | A], the diagnostics' shared pass); dv = 0: only log Z.
     # N is not a multiple of the block sizes (the last, partial block is exercised); at 150,001 tokens
     # (74 blocks) the per-core threads run side by side for long enough to corrupt a shared buffer.
-    from attnflow.kernels import _fastsum_cpu
+    from attnflow.kernels.fastsum import cpu as _fastsum_cpu
 
     assert _fastsum_cpu.AVAILABLE, "numba is a dependency: the compiled path must be the one CI tests"
     x = torch.as_tensor(tokens.uniform(N, d, seed=d))
@@ -342,8 +343,8 @@ def test_compiled_loops_equal_the_torch_builder(monkeypatch, d, H, dv, N):
 
 
 def test_compiled_features_are_the_monomials():
-    from attnflow.kernels import _fastsum_cpu
-    from attnflow.kernels.fastsum import _exponents
+    from attnflow.kernels.fastsum import cpu as _fastsum_cpu
+    from attnflow.kernels.fastsum import feature_exponents as _exponents
 
     x = tokens.uniform(300, 3, seed=5)
     e = _exponents(9, 3)
@@ -356,7 +357,9 @@ def test_compiled_features_are_the_monomials():
 def test_key_side_from_the_moments_of_two_degrees():
     # G = sum_j a_j [phi_P; phi_{P-1}](x_j) [1, x_j] assembled from the moments of degrees P + 1 and P
     # equals the direct sums; control: without the sphere (|x| != 1) the phi_{P-1} column is wrong.
-    from attnflow.kernels.fastsum import _exponents, _moment_exponents, _moments_to_keys
+    from attnflow.kernels.fastsum import feature_exponents as _exponents
+    from attnflow.kernels.fastsum import moment_exponents as _moment_exponents
+    from attnflow.kernels.fastsum import moments_to_keys as _moments_to_keys
 
     for d, P in ((2, 5), (3, 1), (3, 14), (4, 6)):
         x = tokens.uniform(500, d, seed=d + P)
@@ -376,8 +379,8 @@ def test_key_side_from_the_moments_of_two_degrees():
 
 def test_key_moments_do_not_depend_on_the_thread_count():
     # Fixed groups of chunks: the same bits on one thread or two (a resumed run must repeat itself).
-    from attnflow.kernels import _fastsum_cpu
-    from attnflow.kernels.fastsum import _moment_exponents
+    from attnflow.kernels.fastsum import cpu as _fastsum_cpu
+    from attnflow.kernels.fastsum import moment_exponents as _moment_exponents
 
     x = tokens.uniform(40_000, 3, seed=7)
     w = np.random.default_rng(1).dirichlet(np.ones(40_000))
@@ -395,7 +398,7 @@ def test_key_moments_do_not_depend_on_the_thread_count():
     assert not np.array_equal(one.sum(0), reordered)
     np.testing.assert_allclose(one.sum(0), reordered, rtol=1e-10, atol=1e-14)
     # the d = 3 walk (what fast_stats runs): the same sums to rounding, the same bits in any shares
-    from attnflow.kernels.fastsum import _moment_pairs
+    from attnflow.kernels.fastsum import moment_pairs as _moment_pairs
 
     k_hi, k_lo = _moment_pairs(12)
     three = np.zeros((G, len(e)))
@@ -455,7 +458,7 @@ def test_float32_query_side_only_where_its_proved_bound_fits(monkeypatch):
     assert loose.plan.relative_bound + loose.float32_bound <= 1e-3
     assert loose.achieved_error <= 1e-3
     # the float32 rounding actually made stays within its proved bound (against the float64 evaluation)
-    monkeypatch.setattr(fs, "float32_rounding_bound", lambda *args: math.inf)
+    monkeypatch.setattr(fs.evaluator, "float32_rounding_bound", lambda *args: math.inf)
     exact64 = fs.fast_stats(x.clone(), A1, A1, a, fast_plan=loose.plan)
     monkeypatch.undo()
     assert exact64.precision == "float64"
@@ -467,7 +470,7 @@ def test_float32_query_side_only_where_its_proved_bound_fits(monkeypatch):
     assert tight.precision == "float64" and tight.float32_bound > 1e-6
     assert tight.achieved_error <= 1e-6
     # ... and rightly: forced to float32 there (the bound silenced), the error exceeds the tolerance
-    monkeypatch.setattr(fs, "float32_rounding_bound", lambda *args: 0.0)
+    monkeypatch.setattr(fs.evaluator, "float32_rounding_bound", lambda *args: 0.0)
     forced = fs.fast_stats(x.clone(), A8, A8, a, fast_plan=tight.plan, check=200)
     assert forced.precision == "float32"
     assert forced.achieved_error > 1e-6
@@ -499,8 +502,8 @@ def _threads_restored():
     # and for the BLAS that the compiled loop calls
     from threadpoolctl import threadpool_info
 
-    from attnflow.kernels import _fastsum_cpu
     from attnflow.kernels import fastsum as fs
+    from attnflow.kernels.fastsum import cpu as _fastsum_cpu
 
     seen = []
     blas_before = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
@@ -602,13 +605,13 @@ def test_compiled_coefficients_equal_the_torch_recursion(d, P):
     from attnflow.kernels import fastsum as fs
 
     A = torch.as_tensor(np.random.default_rng(P + 10 * d).normal(size=(3, d, d)))
-    fp = dataclasses.replace(plan(A, 1e-6), degree=P, features=fs._n_monomials(P, d) + fs._n_monomials(P - 1, d))
-    got = fs._kernel_coefficients_cpu(A, fp)
-    ref = fs._kernel_coefficients_torch(A, fp)
+    fp = dataclasses.replace(plan(A, 1e-6), degree=P, features=fs.n_monomials(P, d) + fs.n_monomials(P - 1, d))
+    got = fs.kernel_coefficients_cpu(A, fp)
+    ref = fs.kernel_coefficients_torch(A, fp)
     for g, r in zip(got, ref, strict=True):
         assert g.shape == r.shape
         assert float((g - r).abs().max()) <= 1e-13 * float(r.abs().max())
     # control: the transposed heads give other coefficients, far beyond that tolerance
-    other = fs._kernel_coefficients_cpu(A.transpose(1, 2).contiguous(), fp)
+    other = fs.kernel_coefficients_cpu(A.transpose(1, 2).contiguous(), fp)
     if P >= 1:
         assert float((other[0] - ref[0]).abs().max()) > 1e-3 * float(ref[0].abs().max())

@@ -10,19 +10,23 @@ The public API, re-exported here and loaded on first use (``import attnflow`` it
 
 * fields: :func:`velocity`, :func:`energy`, :func:`log_energy`, :func:`mobility`,
   :func:`log_mobility`, :func:`slope`, :func:`log_slope`, :func:`metric_speed`; heads :class:`Heads`;
-* weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.tokens`;
+* weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.core.tokens` (also ``attnflow.tokens``);
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder;
 * gradient-flow toolkit: :func:`edi_budget`, :func:`jko_step`, :func:`wasserstein_sphere`,
   :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`, :func:`weight_path_length`,
   :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`.
+
+Modules live at their place in the tree (``attnflow.dynamics.fields``, ``attnflow.solve.simulation``);
+the flat paths of an unreleased earlier layout (``attnflow.fields``) do not exist, and
+``import attnflow.simulate`` is an ``ImportError`` (``attnflow.simulate`` is the function).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from attnflow._compat import install_module_aliases
 from attnflow._version import __version__
 
 #: Public name -> the module that defines it (imported when the name is first used).
@@ -131,14 +135,12 @@ __all__ = [
     "fast_attention_stats",
 ]
 
-install_module_aliases()
 
-
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name in _SUBMODULES:
-        value: Any = importlib.import_module(_SUBMODULES[name])
+        value: _Any = _importlib.import_module(_SUBMODULES[name])
     elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
     else:
         raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
     globals()[name] = value
@@ -146,10 +148,11 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names (what ``__all__`` lists), not the loader's helpers (``_importlib``, ``annotations``)."""
+    return sorted(__all__)
 
 
-if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
     from attnflow import hf, weights
     from attnflow.analysis.distances import (
         DistanceResult,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, to_numpy
+from attnflow.core.errors import InputError
 from attnflow.core.geometry import geodesic_distance_sq, pairwise_geodesic_distance_sq, retract, slerp
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, masses, prepare
@@ -37,12 +38,12 @@ class DistanceResult:
 def _cloud(x: ArrayLike, name: str) -> np.ndarray:
     arr = np.asarray(to_numpy(x), dtype=np.float64)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (N, d); got {arr.shape}")
+        raise InputError(f"{name} must have shape (N, d); got {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains NaN or inf")
+        raise InputError(f"{name} contains NaN or inf")
     nrm = np.linalg.norm(arr, axis=1, keepdims=True)
     if np.abs(nrm - 1.0).max() > 1e-6:
-        raise ValueError(f"{name} must lie on the unit sphere (largest | |x_i| - 1 | is {np.abs(nrm - 1).max():.3g})")
+        raise InputError(f"{name} must lie on the unit sphere (largest | |x_i| - 1 | is {np.abs(nrm - 1).max():.3g})")
     return arr / nrm
 
 
@@ -52,7 +53,7 @@ def _masses(m: ArrayLike | None, n: int, name: str) -> np.ndarray:
 
 
 def geodesic_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``M_ij = d(x_i, y_j)^2`` (:func:`attnflow.geometry.pairwise_geodesic_distance_sq`)."""
+    """``M_ij = d(x_i, y_j)^2`` (:func:`attnflow.core.geometry.pairwise_geodesic_distance_sq`)."""
     return pairwise_geodesic_distance_sq(x, y)
 
 
@@ -79,10 +80,10 @@ def wasserstein_sphere(
     import ot  # POT: imported here so that ``import attnflow`` does not pay for it
 
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
+        raise InputError(f"unknown method {method!r}; choose one of {METHODS}")
     X, Y = _cloud(x, "x"), _cloud(y, "y")
     if X.shape[1] != Y.shape[1]:
-        raise ValueError(f"x and y live in different dimensions: {X.shape[1]} and {Y.shape[1]}")
+        raise InputError(f"x and y live in different dimensions: {X.shape[1]} and {Y.shape[1]}")
     pa, pb = _masses(a, X.shape[0], "a"), _masses(b, Y.shape[0], "b")
     if method == "auto":
         method = "exact" if max(len(X), len(Y)) <= exact_max else "sinkhorn"
@@ -140,7 +141,7 @@ def weighted_wasserstein(
     ``W_2``; in general it lies in :func:`weighted_wasserstein_bounds`.
     """
     if n_segments < 1:
-        raise ValueError(f"n_segments must be a positive integer; got {n_segments}")
+        raise InputError(f"n_segments must be a positive integer; got {n_segments}")
     w2 = wasserstein_sphere(x, y, a=a, b=b, method="exact")
     plan = w2.plan
     assert plan is not None  # the exact method returns its plan

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.core.geometry import geodesic_distance_sq
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats, mixed_stats, state_energy
@@ -54,7 +55,7 @@ STEP_SERIES: dict[str, str] = {
 
 
 class StepRecorder:
-    """A :class:`~attnflow.integrators.Field` wrapper that records the EDI integrands at each stage.
+    """A :class:`~attnflow.schemes.integrators.Field` wrapper that records the EDI integrands at each stage.
 
     ``derivative(t) -> dA/dt`` (``(H, d, d)`` or ``None``) selects the weights rule: quadrature of
     ``dF/dt`` when it returns a matrix, exact increments otherwise.
@@ -224,18 +225,18 @@ class EDIBudget:
 
 
 def edi_budget(trajectory) -> EDIBudget:
-    """The discrete EDI of a ``gf`` :class:`~attnflow.simulate.Trajectory` (simulated or loaded).
+    """The discrete EDI of a ``gf`` :class:`~attnflow.io.trajectory.Trajectory` (simulated or loaded).
 
     Needs the per-step series that :func:`attnflow.simulate` records for model ``gf`` (see
-    :data:`STEP_SERIES`); the quadrature and its order are described in :mod:`attnflow.edi`.
+    :data:`STEP_SERIES`); the quadrature and its order are described in :mod:`attnflow.analysis.edi`.
     """
     steps = getattr(trajectory, "steps", None) or {}
     if trajectory.model != "gf":
-        raise ValueError(
+        raise InputError(
             f"the energy-dissipation identity holds for model 'gf' only; this trajectory is model {trajectory.model!r}"
         )
     if "step_energy_change" not in steps:
-        raise ValueError(
+        raise InputError(
             "this trajectory has no per-step budget series (simulate(..., record_steps=True) records them; runs made "
             "before attnflow 0.1 with model 'gf' lack them): re-run it to get its energy-dissipation budget"
         )

@@ -122,7 +122,7 @@ def stationarity(
     """``|dF|(mu, Theta_inf) = (sum_i a_i b(x_i) |g(x_i)|^2)^{1/2}``: zero at a stationary point.
 
     ``A_inf``: finite heads ``(H, d, d)`` (or :class:`Heads`) or an infinite-head law
-    (:class:`attnflow.infinite.GaussianHeads`, e.g. ``GaussianOU(...).stationary()``).
+    (:class:`attnflow.dynamics.infinite.GaussianHeads`, e.g. ``GaussianOU(...).stationary()``).
     """
     st: FieldStats
     if isinstance(A_inf, GaussianHeads):

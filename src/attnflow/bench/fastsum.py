@@ -95,7 +95,7 @@ def profile_fast(
             best = split
     assert best is not None
     M, rows = fp.features, H * (d + 1)
-    K = len(fastsum._moment_exponents(fp.degree, d))
+    K = len(fastsum.moment_exponents(fp.degree, d))
     g64, bw = peaks["gemm64"], peaks["bandwidth"]
     inside = sum(best.get(k, 0.0) for k in ("moments", "coefficients", "features", "evaluation", "division", "logZ"))
     table = [

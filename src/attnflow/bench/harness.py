@@ -2,7 +2,7 @@
 
 For each size ``(N, d, H)`` it times one evaluation of the ``mha`` field and a 100-step explicit
 Euler run for (a) the numpy float64 full-matrix reference (what the public simulators do),
-(b) the dense backend of :mod:`attnflow.kernels` and (c) fast summation (:mod:`attnflow.fastsum`)
+(b) the dense backend of :mod:`attnflow.kernels` and (c) fast summation (:mod:`attnflow.kernels.fastsum`)
 where ``d <= 4``; it reports ratios against (a), the peak extra resident memory, and the rate in
 token pairs per second against this machine's ``exp`` throughput (a large ``torch.exp``).
 """

@@ -3,18 +3,28 @@
 Command modules (:mod:`attnflow.cli.main`, ``edi``, ``hf``, ...) register on :data:`app`; nothing here
 imports them back.
 
-User mistakes (a bad config, a missing folder) exit with code 2 and one clear paragraph, never a
-traceback; ``--debug`` shows the traceback for bug reports.
+User mistakes (attnflow's own errors, :class:`~attnflow.core.errors.AttnflowError`, and the
+operating-system errors a user can fix) exit with code 2 and one clear paragraph, never a traceback;
+anything else is a bug in attnflow and shows its traceback and a line asking to report it (exit code
+1). ``--debug`` shows the traceback of user mistakes too. Every warning raised under a command is
+printed the one way, ``warning: ...``, with its hint (a parameter to change) rendered as a flag of
+that command.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import inspect
+import math
 import re
 import sys
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import click
 import typer
 import typer.core
 from rich.console import Console
@@ -22,6 +32,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from attnflow._version import __version__
+from attnflow.core.caller import AttnflowWarning
+from attnflow.core.errors import AttnflowError, InputError
 
 #: typer's type label (``<int range>``, ``<list[str]>``) -> the word shown in help (click's style).
 _TYPE_WORDS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": "BOOLEAN"}
@@ -118,8 +130,8 @@ console = Console(stderr=True)
 _state = {"debug": False}
 
 
-class UserError(Exception):
-    """A mistake in what the user asked for: reported in one paragraph, exit code 2."""
+class UserError(InputError):
+    """A mistake in what the user asked for on the command line: reported in one paragraph, exit code 2."""
 
 
 def say(message: str, style: str | None = None, prefix: str = "") -> None:
@@ -164,29 +176,91 @@ def os_error_message(e: OSError) -> str:
     return f"cannot use {where}: {why}." if where else f"{why}."
 
 
-def guarded(fn):
-    """Turn user errors into one-paragraph messages with exit code 2 (tracebacks under --debug)."""
+#: How a command turns a hint's parameter into one of its own flags: parameter -> (value -> flag
+#: text, or ``None`` when the command cannot set that value).
+HintFlags = Mapping[str, Callable[[Any], "str | None"]]
+
+
+def _set_flag(param: str) -> Callable[[Any], str]:
+    return lambda value: f"--set {param}={value}"
+
+
+class _SetFlags(dict[str, Callable[[Any], str]]):
+    """Any parameter -> ``--set param=value`` (commands that take ``--set``)."""
+
+    def __missing__(self, param: str) -> Callable[[Any], str]:
+        return _set_flag(param)
+
+    def get(self, param: str, default: Any = None) -> Any:
+        return self[param]
+
+
+#: The hint flags of a command with ``--set`` (``run``, ``reproduce``).
+SET_FLAGS: HintFlags = _SetFlags()
+
+
+def render_hint(hint: Any, flags: HintFlags | None) -> str | None:
+    """The flag of this command that applies ``hint`` (``--set integration.dt=0.02``), or ``None``
+    when there is no hint or the command has no flag for it (the message names the parameter)."""
+    if not hint or flags is None or "param" not in hint:
+        return None
+    make = flags.get(hint["param"])
+    if make is None or hint.get("value") is None:
+        return None
+    return make(hint["value"])
+
+
+def _with_hint(message: str, hint: Any, flags: HintFlags | None) -> str:
+    flag = render_hint(hint, flags)
+    return f"{message.rstrip()} With this command: {flag}." if flag else message
+
+
+def _show_warning(flags: HintFlags | None) -> Callable[..., None]:
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None):
+        warn(_with_hint(str(message), getattr(message, "hint", None), flags))
+
+    return show
+
+
+BUG_LINE = (
+    "this is a bug in attnflow {version}, not a mistake in what you asked: please report it with the "
+    "traceback above and the command you ran."
+)
+
+
+def guarded(fn: Callable[..., Any] | None = None, *, flags: HintFlags | None = None) -> Any:
+    """Wrap a command: attnflow's own errors (and user-fixable OS errors) become one paragraph and
+    exit code 2 (tracebacks under ``--debug``); any other exception is a bug, shown with its
+    traceback and a line asking to report it (exit code 1). Warnings print as ``warning: ...``.
+
+    ``flags``: how this command spells a hint's parameter (default: ``--set param=value`` when the
+    command takes ``--set``, else no flag). Use as ``@guarded`` or ``@guarded(flags=...)``.
+    """
+    if fn is None:
+        return lambda f: guarded(f, flags=flags)
+    if flags is None and "set_" in inspect.signature(fn).parameters:
+        flags = SET_FLAGS
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", AttnflowWarning)
+                warnings.showwarning = _show_warning(flags)
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):  # typer reports these itself
             raise
-        except (
-            UserError,
-            ValueError,
-            FileNotFoundError,
-            FileExistsError,
-            OverflowError,
-            FloatingPointError,
-        ) as e:
+        except (AttnflowError, FileNotFoundError, FileExistsError) as e:
             if _state["debug"]:
                 raise
-            fail(os_error_message(e) if isinstance(e, OSError) and e.strerror and e.filename else str(e))
+            if isinstance(e, OSError) and e.strerror and e.filename:
+                fail(os_error_message(e))
+            fail(_with_hint(str(e), getattr(e, "hint", None), flags))
         except OSError as e:
-            if _state["debug"] or e.errno not in USER_OS_ERRORS:
+            if _state["debug"]:
                 raise
+            if e.errno not in USER_OS_ERRORS:
+                _report_bug(e)
             fail(str(e) if e.errno is None or not e.strerror else os_error_message(e))
         except RecursionError:
             if _state["debug"]:
@@ -194,8 +268,29 @@ def guarded(fn):
             fail(
                 "the input is nested too deeply to read (thousands of levels); attnflow configs are a few levels deep."
             )
+        except Exception as e:
+            if _state["debug"]:
+                raise
+            _report_bug(e)
 
     return wrapper
+
+
+def _report_bug(e: BaseException) -> None:
+    """``e`` is a bug: its traceback, then the line asking for a report (exit code 1)."""
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    say(BUG_LINE.format(version=__version__), "bold red", "error:")
+    raise typer.Exit(1)
+
+
+#: ``attnflow hf run``'s flags for a hint: the step is one layer over ``--steps-per-layer`` and the
+#: explicit methods are ``--method``; the dtype is always float64 there.
+HF_RUN_FLAGS: HintFlags = {
+    "integration.dt": lambda dt: f"--steps-per-layer {math.ceil(1.0 / float(dt) - 1e-9)}" if float(dt) > 0 else None,
+    "dt": lambda dt: f"--steps-per-layer {math.ceil(1.0 / float(dt) - 1e-9)}" if float(dt) > 0 else None,
+    "integration.method": lambda m: f"--method {m}" if m in ("euler", "heun", "rk4") else None,
+    "method": lambda m: f"--method {m}" if m in ("euler", "heun", "rk4") else None,
+}
 
 
 def _print_version(value: bool) -> None:

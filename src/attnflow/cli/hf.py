@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import App, UserError, app, console, guarded, progress_bar, say
+from attnflow.cli.app import HF_RUN_FLAGS, App, UserError, app, console, guarded, progress_bar, say
 
 hf = App(
     help=(
@@ -128,7 +128,7 @@ def example(
 
 
 @hf.command("run")
-@guarded
+@guarded(flags=HF_RUN_FLAGS)
 def run_(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained."),
     out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (must not exist unless --force)."),

@@ -53,7 +53,7 @@ def run(
       attnflow run --resume runs/ou2
     """
     from attnflow.config import apply_overrides, load_config, preset_config
-    from attnflow.runs.runner import check_out, reported_warnings, resume_folder, run_estimate, run_to_folder
+    from attnflow.runs.runner import check_out, resume_folder, run_estimate, run_to_folder
 
     every: dict[str, Any] = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
     if resume is not None:
@@ -61,7 +61,7 @@ def run(
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
-        with progress_bar(f"resume {resume}") as bar, reported_warnings(warn):
+        with progress_bar(f"resume {resume}") as bar:
             task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
@@ -83,7 +83,7 @@ def run(
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
     # Adaptive methods report the permille of [0, t_end] done.
     n_steps = 1000 if cfg.integration.adaptive else round(cfg.integration.t_end / cfg.integration.dt)
-    with progress_bar(cfg.name) as bar, reported_warnings(warn):
+    with progress_bar(cfg.name) as bar:
         task = bar.add_task(escape(cfg.name), total=n_steps)
         traj = run_to_folder(
             cfg, out, force=force, figures=figures, progress=lambda k, n: bar.update(task, completed=k), **every

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnflow.core.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A user-facing configuration problem; its message names the field and the value."""

@@ -2,7 +2,7 @@
 
 Every failure is a :class:`~attnflow.config.ConfigError` whose one-paragraph message names the
 file, the field and the offending value, so that ``attnflow`` reports it with exit code 2.
-Token files are checked by :func:`attnflow.tokens.check_tokens`.
+Token files are checked by :func:`attnflow.core.tokens.check_tokens`.
 
 Weight file format (``heads.preset: file``, ``heads.path: FILE``): ``.npy`` holding ``A`` of shape
 ``(H, d, d)`` (or ``(d, d)`` for one head), or ``.npz`` with an array ``A`` of that shape and

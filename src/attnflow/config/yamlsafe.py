@@ -16,6 +16,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from attnflow.config.errors import ConfigError
+from attnflow.core.errors import UnsafeInputError
 
 #: Largest YAML document read (bytes of text); configs and sweep files are a few kB.
 MAX_BYTES = 1_000_000
@@ -27,7 +28,7 @@ MAX_NODES = 200_000
 EXCERPT_CHARS = 80
 
 
-class YAMLLimitError(ConfigError):
+class YAMLLimitError(ConfigError, UnsafeInputError):
     """A YAML document beyond the limits of this module (size, depth, alias expansion, duplicate keys)."""
 
 

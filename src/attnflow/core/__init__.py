@@ -1,8 +1,26 @@
-"""The ground layer: the sphere's geometry (once), heads, initial tokens, array plumbing."""
+"""The ground layer: the sphere's geometry (once), heads, initial tokens, array plumbing, and the
+shared errors, warnings and thread policy.
 
-from attnflow.core import arrays, geometry, heads, tokens
-from attnflow.core.geometry import geodesic_distance, geodesic_distance_sq, project_tangent, retract, sphere_deviation
-from attnflow.core.heads import Heads, as_heads
+Loaded on first use (PEP 562): ``attnflow.core.errors`` and ``attnflow.core.caller`` stay light (no
+numpy, no torch), so the command line can name attnflow's errors without paying for torch at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+#: Public name -> the module of this package that defines it.
+_EXPORTS = {
+    **dict.fromkeys(
+        ["geodesic_distance", "geodesic_distance_sq", "project_tangent", "retract", "sphere_deviation"],
+        "attnflow.core.geometry",
+    ),
+    "Heads": "attnflow.core.heads",
+    "as_heads": "attnflow.core.heads",
+}
+_SUBMODULES = ("arrays", "caller", "errors", "geometry", "heads", "threads", "tokens")
 
 __all__ = [
     "Heads",
@@ -17,3 +35,30 @@ __all__ = [
     "sphere_deviation",
     "tokens",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _SUBMODULES:
+        value: _Any = _importlib.import_module(f"attnflow.core.{name}")
+    elif name in _EXPORTS:
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'attnflow.core' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if _TYPE_CHECKING:
+    from attnflow.core import arrays, geometry, heads, tokens
+    from attnflow.core.geometry import (
+        geodesic_distance,
+        geodesic_distance_sq,
+        project_tangent,
+        retract,
+        sphere_deviation,
+    )
+    from attnflow.core.heads import Heads, as_heads

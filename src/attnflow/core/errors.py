@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AttnflowError", "InputError", "NumericalError", "UnsafeInputError", "Hint"]
+__all__ = ["AttnflowError", "FloatRangeError", "Hint", "InputError", "NumericalError", "UnsafeInputError"]
 
 
 class Hint(dict[str, Any]):
@@ -52,3 +52,8 @@ class UnsafeInputError(InputError):
 
 class NumericalError(AttnflowError, FloatingPointError):
     """A numerical failure: blow-up, non-finite state, a step size that underflows."""
+
+
+class FloatRangeError(NumericalError, OverflowError):
+    """A number left the float range (an energy ``F`` or a partition function ``Z`` at extreme
+    weights). Also an :class:`OverflowError`, so a step that overflows is rejected like one."""

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, to_tensor
+from attnflow.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Heads:
         if Qt.ndim == 2:
             Qt, Kt = Qt[None], Kt[None]
         if Qt.ndim != 3 or Qt.shape != Kt.shape:
-            raise ValueError(f"Q and K must both have shape (H, k, d); got {tuple(Qt.shape)} and {tuple(Kt.shape)}")
+            raise InputError(f"Q and K must both have shape (H, k, d); got {tuple(Qt.shape)} and {tuple(Kt.shape)}")
         Vt = _as_stack(V, "V", Kt.shape[0], Kt.shape[2]) if V is not None else None
         return cls(K=Kt, Q=Qt.to(Kt.dtype), V=None if Vt is None else Vt.to(Kt.dtype))
 
@@ -55,7 +56,7 @@ class Heads:
         if At.ndim == 2:
             At = At[None]
         if At.ndim != 3 or At.shape[1] != At.shape[2]:
-            raise ValueError(f"A must have shape (H, d, d); got {tuple(At.shape)}")
+            raise InputError(f"A must have shape (H, d, d); got {tuple(At.shape)}")
         Vt = _as_stack(V, "V", At.shape[0], At.shape[1]).to(At.dtype) if V is not None else None
         return cls(K=At, V=Vt)
 
@@ -161,7 +162,7 @@ class Heads:
     def check_gradient_flow(self, atol: float = 1e-10) -> None:
         """Raise ``ValueError`` unless every ``A_h`` is symmetric and ``V_h = A_h`` (model ``gf``)."""
         if not self.plain:
-            raise ValueError(
+            raise InputError(
                 "model 'gf' needs plain heads: these carry biases, a causal mask or rotary embeddings. "
                 "Map them to admissible heads first (attnflow.hf.to_gradient_flow) or use model='mha'."
             )
@@ -169,14 +170,14 @@ class Heads:
         tol = atol * max(1.0, float(A.abs().max()))
         asym = float((A - A.transpose(1, 2)).abs().amax())
         if asym > tol:
-            raise ValueError(
+            raise InputError(
                 f"model 'gf' needs symmetric interaction matrices A_h = Q_h^T K_h; the largest |A - A^T| "
                 f"entry is {asym:.3g}. Symmetrise them ((A + A^T)/2) or use model='mha'."
             )
         if self.V is not None:
             dv = float((self.V - A).abs().amax())
             if dv > tol:
-                raise ValueError(
+                raise InputError(
                     f"model 'gf' needs V_h = A_h; the largest |V - A| entry is {dv:.3g}. "
                     "Pass V=None (meaning V = A) or use model='mha'."
                 )
@@ -200,7 +201,7 @@ def _as_stack(M: ArrayLike, name: str, H: int, d: int) -> torch.Tensor:
     if t.ndim == 2:
         t = t[None].expand(H, d, d)
     if tuple(t.shape) != (H, d, d):
-        raise ValueError(f"{name} must have shape (H, d, d) = ({H}, {d}, {d}); got {tuple(t.shape)}")
+        raise InputError(f"{name} must have shape (H, d, d) = ({H}, {d}, {d}); got {tuple(t.shape)}")
     return t
 
 
@@ -244,4 +245,4 @@ def value_matrices(A: np.ndarray, kind: str = "A") -> np.ndarray:
         return -A
     if kind == "identity":
         return np.broadcast_to(np.eye(A.shape[-1]), A.shape).copy()
-    raise ValueError(f"unknown value preset {kind!r}; choose 'A', '-A' or 'identity'")
+    raise InputError(f"unknown value preset {kind!r}; choose 'A', '-A' or 'identity'")

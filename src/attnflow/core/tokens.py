@@ -9,6 +9,7 @@ import numpy as np
 from scipy.stats import vonmises_fisher
 
 from attnflow.core.caller import AttnflowWarning, caller_stacklevel
+from attnflow.core.errors import InputError
 
 
 class TokenWarning(AttnflowWarning):
@@ -21,7 +22,7 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 def _check(n: int, d: int) -> None:
     if n < 1 or d < 2:
-        raise ValueError(f"need n >= 1 tokens in dimension d >= 2; got n={n}, d={d}")
+        raise InputError(f"need n >= 1 tokens in dimension d >= 2; got n={n}, d={d}")
 
 
 def uniform(n: int, d: int, seed: int | None = None) -> np.ndarray:
@@ -38,7 +39,7 @@ def cap(
     angle from its exact density for thin caps."""
     _check(n, d)
     if not 0 < angle <= np.pi:
-        raise ValueError(f"cap angle must lie in (0, pi]; got {angle}")
+        raise InputError(f"cap angle must lie in (0, pi]; got {angle}")
     rng = np.random.default_rng(seed)
     e = np.zeros(d)
     e[0] = 1.0
@@ -71,7 +72,7 @@ def vmf_mixture(n: int, d: int, k: int = 3, kappa: float = 20.0, seed: int | Non
     ``kappa`` and uniformly random mean directions (``scipy.stats.vonmises_fisher``)."""
     _check(n, d)
     if k < 1 or kappa <= 0:
-        raise ValueError(f"need k >= 1 components and kappa > 0; got k={k}, kappa={kappa}")
+        raise InputError(f"need k >= 1 components and kappa > 0; got k={k}, kappa={kappa}")
     rng = np.random.default_rng(seed)
     means = uniform(k, d, seed=int(rng.integers(2**32)))
     labels = rng.integers(0, k, n)
@@ -93,14 +94,14 @@ def equiangular(n: int, d: int, inner_product: float | None = None, seed: int | 
     _check(n, d)
     rho = -1.0 / (n - 1) if inner_product is None and n > 1 else (inner_product or 0.0)
     if n > 1 and not -1.0 / (n - 1) - 1e-12 <= rho <= 1.0:
-        raise ValueError(
+        raise InputError(
             f"an equiangular set of {n} unit vectors needs inner product in [{-1 / (n - 1):.4g}, 1]; got {rho}"
         )
     G = (1 - rho) * np.eye(n) + rho * np.ones((n, n))
     vals, vecs = np.linalg.eigh(G)
     keep = vals > 1e-12
     if keep.sum() > d:
-        raise ValueError(
+        raise InputError(
             f"{n} equiangular vectors with inner product {rho} need dimension {int(keep.sum())}; got d={d}"
         )
     coords = vecs[:, keep] * np.sqrt(vals[keep])
@@ -118,39 +119,39 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
     """
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"token file {str(p)!r} does not exist")
+        raise InputError(f"token file {str(p)!r} does not exist")
     try:
         if p.suffix == ".npy":
             x = np.load(p, allow_pickle=False)
         elif p.suffix == ".csv":
             x = np.loadtxt(p, delimiter=",", ndmin=2)
         else:
-            raise ValueError(f"token file {str(p)!r} must end in .npy or .csv")
+            raise InputError(f"token file {str(p)!r} must end in .npy or .csv")
     except (OSError, ValueError, EOFError) as e:
         if "must end in" in str(e):
             raise
         why = " ".join(str(e).split())
         if "pickled data" in why:  # numpy's words for any .npy whose header it cannot parse
             why = "it is not a valid .npy array file"
-        raise ValueError(f"could not read token file {str(p)!r}: {why[:200]}") from None
+        raise InputError(f"could not read token file {str(p)!r}: {why[:200]}") from None
     if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
         kind = "complex numbers" if np.issubdtype(x.dtype, np.complexfloating) else f"dtype {x.dtype}"
-        raise ValueError(f"token file {str(p)!r} must hold real numbers; it holds {kind}")
+        raise InputError(f"token file {str(p)!r} must hold real numbers; it holds {kind}")
     return check_tokens(np.asarray(x, dtype=np.float64), source=str(p), normalise=normalise, tol=tol)
 
 
 def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = True, tol: float = 1e-6) -> np.ndarray:
     """Validate an ``(N, d)`` token array: finite, non-zero rows, on the sphere (or normalised)."""
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:
-        raise ValueError(f"{source}: tokens must have shape (N, d) with N >= 1 and d >= 2; got {x.shape}")
+        raise InputError(f"{source}: tokens must have shape (N, d) with N >= 1 and d >= 2; got {x.shape}")
     if not np.isfinite(x).all():
         bad = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
-        raise ValueError(f"{source}: row {bad} contains NaN or inf")
+        raise InputError(f"{source}: row {bad} contains NaN or inf")
     # Rows like (1e300, 1e300) overflow |x| and rows like (1e-200, 0) underflow it: measure
     # |x_i| = m_i |x_i / m_i| with m_i = max_k |x_ik|, so only a row of zeros has no direction.
     m = np.abs(x).max(axis=1)
     if (m == 0).any():
-        raise ValueError(f"{source}: row {int(np.flatnonzero(m == 0)[0])} is the zero vector, which has no direction")
+        raise InputError(f"{source}: row {int(np.flatnonzero(m == 0)[0])} is the zero vector, which has no direction")
     unit = x / m[:, None]
     scaled = np.linalg.norm(unit, axis=1)
     with np.errstate(over="ignore"):
@@ -158,7 +159,7 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     dev = float(np.abs(norms - 1).max())
     if dev > tol:
         if not normalise:
-            raise ValueError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")
+            raise InputError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")
         warnings.warn(
             f"{source}: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})",
             TokenWarning,

@@ -24,10 +24,11 @@ from typing import Literal
 import torch
 
 from attnflow.core.arrays import ArrayLike, like, to_tensor
+from attnflow.core.errors import FloatRangeError, InputError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads, as_heads
 from attnflow.kernels import fastsum
-from attnflow.kernels.dispatch import KernelOptions, fast_plan_for, head_stats
+from attnflow.kernels.dispatch import KernelOptions, fast_plan_for, head_stats, resolve_options
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -44,12 +45,12 @@ def masses(weights: ArrayLike | None, n: int, name: str, like_t: torch.Tensor) -
         return torch.full((n,), 1.0 / n, dtype=like_t.dtype, device=like_t.device)
     w = to_tensor(weights, dtype=like_t.dtype, device=like_t.device)
     if w.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},); got {tuple(w.shape)}")
+        raise InputError(f"{name} must have shape ({n},); got {tuple(w.shape)}")
     if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
-        raise ValueError(f"{name} must be finite and positive; smallest entry is {float(w.min()):.3g}")
+        raise InputError(f"{name} must be finite and positive; smallest entry is {float(w.min()):.3g}")
     total = float(w.sum())
     if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"{name} must sum to 1; they sum to {total:.6g}. Divide them by their sum.")
+        raise InputError(f"{name} must sum to 1; they sum to {total:.6g}. Divide them by their sum.")
     return w
 
 
@@ -68,12 +69,12 @@ def prepare(
     """
     xt = to_tensor(x)
     if xt.ndim != 2:
-        raise ValueError(f"x must have shape (N, d); got {tuple(xt.shape)}")
+        raise InputError(f"x must have shape (N, d); got {tuple(xt.shape)}")
     heads = as_heads(A, V)
     if energy_only:
         heads = heads.without_values()
     if heads.d != xt.shape[1]:
-        raise ValueError(f"tokens have dimension d={xt.shape[1]} but the heads act on d={heads.d}")
+        raise InputError(f"tokens have dimension d={xt.shape[1]} but the heads act on d={heads.d}")
     heads = heads.to(dtype=xt.dtype, device=xt.device)
     a = masses(token_weights, xt.shape[0], "token_weights", xt)
     w = masses(head_weights, heads.H, "head_weights", xt)
@@ -94,7 +95,7 @@ class FieldStats:
     (:meth:`log_slope`), the metric speed (:meth:`speed_sq`) and ``dF/dt`` (:meth:`energy_rate`).
     All are torch operations, differentiable by autograd. Any kernel may produce the object: the
     finite heads (:func:`field_stats`), a batch of systems, or the infinite-head closed forms
-    (:meth:`attnflow.infinite.GaussianHeads.law_stats`, one "head" with ``log_w = 0``).
+    (:meth:`attnflow.dynamics.infinite.GaussianHeads.law_stats`, one "head" with ``log_w = 0``).
     """
 
     out: torch.Tensor | None
@@ -119,12 +120,12 @@ class FieldStats:
         if model == "usa":
             c = torch.exp(self.logZ + self.log_w[..., :, None])
             if not bool(torch.isfinite(c).all()):
-                raise OverflowError(
+                raise FloatRangeError(
                     "the unnormalised ('usa') field overflows: sum_j a_j exp(x^T A x_j) exceeds float range "
                     f"(max log Z = {float(self.logZ.max()):.1f}). Lower beta or use model 'gf' or 'mha'."
                 )
             return c
-        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+        raise InputError(f"unknown model {model!r}; choose one of {MODELS}")
 
     def mixed_output(self, model: str) -> torch.Tensor:
         """``sum_h c_h(x_i) out_h(x_i)`` before the tangent projection, shape ``(N, d)``."""
@@ -132,8 +133,8 @@ class FieldStats:
             return self.mixed[1]
         if self.out is None:
             if self.mixed is not None:
-                raise ValueError(f"these statistics hold the field of model {self.mixed[0]!r} only, not of {model!r}")
-            raise ValueError("these statistics were computed without values (values=False); the field needs them")
+                raise InputError(f"these statistics hold the field of model {self.mixed[0]!r} only, not of {model!r}")
+            raise InputError("these statistics were computed without values (values=False); the field needs them")
         out = self.out
         if model == "mha" and out.dim() == 3 and self.log_w.dim() == 1:
             # Constant head weights: one product w^T out over the heads, each entry read once.
@@ -238,16 +239,17 @@ def mixed_stats(
     (energy, mobility, speed, slope) but not the heads' own ``Z_h``. Equal to the other path to
     rounding (tested).
     """
+    options = resolve_options(options)
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
         return field_stats(x, heads, a, w, options=options, backend=backend)
     if model == "gf":
         # Linear in the heads' rows: summed before the products (fastsum.fast_gf_field); one "head",
         # S = sum_h w_h Z_h, is all that the energy, mobility, speed and slope read.
-        res = fastsum.fast_gf_field(x, heads.A, heads.values, a, w, fast_plan=fp)
+        res = fastsum.fast_gf_field(x, heads.A, heads.values, a, w, fast_plan=fp, evaluator=options.evaluator)
         assert res.mixed is not None
         return FieldStats(out=None, logZ=res.logZ, log_w=res.logZ.new_zeros(1), mixed=("gf", res.mixed))
-    res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w))
+    res = fastsum.fast_stats(x, heads.A, heads.values, a, fast_plan=fp, mix=(model, w), evaluator=options.evaluator)
     mixed = None if res.mixed is None else (model, res.mixed)
     return FieldStats(out=res.out, logZ=res.logZ, log_w=torch.log(w), mixed=mixed)
 
@@ -279,14 +281,14 @@ def split_means(means: FieldStats, heads: Heads) -> tuple[FieldStats, FieldStats
 
 def check_model(model: str, heads: Heads) -> None:
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
+        raise InputError(f"unknown model {model!r}; choose one of {MODELS}")
     if model == "gf":
         heads.check_gradient_flow()
 
 
 def _finite_or_raise(value: torch.Tensor, what: str, hint: str) -> torch.Tensor:
     if not bool(torch.isfinite(value).all()) or bool((value == 0).any()):
-        raise OverflowError(f"{what} leaves the float range at these weights; use {hint} instead")
+        raise FloatRangeError(f"{what} leaves the float range at these weights; use {hint} instead")
     return value
 
 
@@ -339,9 +341,10 @@ def state_energy(
     still comes from :meth:`FieldStats.log_abs_energy`.
     """
     heads = heads.without_values()
+    options = resolve_options(options)
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is not None:
-        T = fastsum.fast_head_means(x, heads.A, a, fast_plan=fp)
+        T = fastsum.fast_head_means(x, heads.A, a, fast_plan=fp, evaluator=options.evaluator)
         one = FieldStats(out=None, logZ=torch.log(T)[:, None], log_w=torch.log(w))
         return -math.exp(float(one.log_abs_energy(torch.ones(1, dtype=T.dtype, device=T.device))))
     st = field_stats(x, heads, a, w, values=False, options=options, backend=backend)
@@ -398,7 +401,7 @@ def slope(
     heads.check_gradient_flow()
     s = torch.exp(field_stats(xt, heads, a, w).log_slope(xt, a))
     if not bool(torch.isfinite(s)):
-        raise OverflowError("the slope leaves the float range at these weights; use log_slope() instead")
+        raise FloatRangeError("the slope leaves the float range at these weights; use log_slope() instead")
     return like(s, x)
 
 

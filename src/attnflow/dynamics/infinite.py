@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, like, to_numpy, to_tensor
+from attnflow.core.errors import InputError
 from attnflow.dynamics.fields import FieldStats, masses
 from attnflow.weights.processes import Constant, OrnsteinUhlenbeck
 
@@ -39,9 +40,9 @@ def _means(m: ArrayLike) -> np.ndarray:
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
-        raise ValueError(f"the mean must have shape (d, d) or (C, d, d); got {arr.shape}")
+        raise InputError(f"the mean must have shape (d, d) or (C, d, d); got {arr.shape}")
     if not np.allclose(arr, arr.transpose(0, 2, 1), atol=1e-12 * max(1.0, np.abs(arr).max())):
-        raise ValueError("the mean of a Gaussian head law must be symmetric (the gf class); symmetrise it")
+        raise InputError("the mean of a Gaussian head law must be symmetric (the gf class); symmetrise it")
     return arr
 
 
@@ -57,7 +58,7 @@ class GaussianHeads:
     def create(cls, mean: ArrayLike, c: float, omega: ArrayLike | None = None) -> GaussianHeads:
         m = _means(mean)
         if not (c >= 0 and math.isfinite(c)):
-            raise ValueError(f"the noise scale c must be a non-negative number; got {c}")
+            raise InputError(f"the noise scale c must be a non-negative number; got {c}")
         om = masses(omega, m.shape[0], "omega", torch.zeros(1, dtype=torch.float64)).numpy()
         return cls(mean=m, c=float(c), omega=om)
 
@@ -84,11 +85,11 @@ class GaussianHeads:
         )
 
     def law_stats(self, x: torch.Tensor, a: torch.Tensor) -> FieldStats:
-        """The ``H = inf`` kernel pass as :class:`~attnflow.fields.FieldStats` of one "head" of mass 1.
+        """The ``H = inf`` kernel pass as :class:`~attnflow.dynamics.fields.FieldStats` of one "head" of mass 1.
 
         ``logZ = log Zbar(x_i)`` (shape ``(1, N)``) and ``out = u(x_i)`` (shape ``(1, N, d)``) with
         ``u = sum_j a_j E[A exp(x^T A x_j)] x_j / Zbar``, so that the ``gf`` formulas of
-        :mod:`attnflow.fields` (energy, mobility, field, slope) give their ``H = inf`` versions.
+        :mod:`attnflow.dynamics.fields` (energy, mobility, field, slope) give their ``H = inf`` versions.
         """
         logk, logom = self._pair(x)
         logp = logk + logom[:, None, None] + torch.log(a)[None, None, :]  # (C, N, N)
@@ -154,7 +155,7 @@ class GaussianOU:
 
     def __init__(self, A_bar: ArrayLike, rate: float, sigma: float, A0: ArrayLike | None = None):
         if rate <= 0 or sigma < 0:
-            raise ValueError(f"need rate > 0 and sigma >= 0; got rate={rate}, sigma={sigma}")
+            raise InputError(f"need rate > 0 and sigma >= 0; got rate={rate}, sigma={sigma}")
         self.A_bar = _means(A_bar)[0]
         self.A0 = self.A_bar.copy() if A0 is None else _means(A0)[0]
         self.rate, self.sigma = float(rate), float(sigma)

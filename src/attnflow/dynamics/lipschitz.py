@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnflow.core.arrays import ArrayLike
+from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads, as_heads
 
 if TYPE_CHECKING:  # annotation only: trajectories are built two layers up
@@ -41,7 +42,7 @@ def lipschitz_bound(A: ArrayLike | Heads, V: ArrayLike | None = None, *, model: 
         return nu * (2.0 * (1.0 + alpha) + (1.0 + 2.0 * alpha) * e)
     if model == "gf":
         return nu * (2.0 * (1.0 + 2.0 * alpha) + (1.0 + 4.0 * alpha) * e)
-    raise ValueError(f"lipschitz_bound covers models 'mha' and 'gf'; got {model!r}")
+    raise InputError(f"lipschitz_bound covers models 'mha' and 'gf'; got {model!r}")
 
 
 def gronwall_exponent(trajectory: Trajectory) -> np.ndarray:

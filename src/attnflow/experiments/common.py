@@ -27,6 +27,7 @@ import xarray as xr
 import yaml
 
 from attnflow._version import __version__
+from attnflow.core.errors import InputError
 from attnflow.io.store import atomic_folder, git_commit, write_dataset
 
 
@@ -71,7 +72,7 @@ class Prediction:
 Progress = Callable[[int, int, str], None]
 
 
-class ExperimentConfigError(ValueError):
+class ExperimentConfigError(InputError):
     """A ``--set`` override that names no parameter of the experiment or has the wrong type."""
 
 

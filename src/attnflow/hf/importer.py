@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
 from attnflow.weights.processes import Layers
 
@@ -42,7 +43,7 @@ SUPPORTED: dict[str, str] = {
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
 
-class HFImportError(ValueError):
+class HFImportError(InputError):
     """The checkpoint cannot be imported (not on disk, unsupported layout): a user error."""
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
 from attnflow.hf.importer import HFLayers, Norm
 from attnflow.weights.processes import Layers
@@ -28,7 +29,7 @@ def pull_back(norm: Norm, d: int) -> torch.Tensor:
     """``D = diag(1 / (sqrt(d) gamma))``: a change ``dy`` of the norm's output ``y = sqrt(d) gamma * x + beta``
     is the change ``D dy`` of its sphere point ``x`` (post-norm models, where attention adds to ``y``)."""
     if bool((norm.gamma == 0).any()):
-        raise ValueError(
+        raise InputError(
             "a LayerNorm gain is exactly zero: the post-norm pull-back D = diag(1/(sqrt(d) gamma)) is undefined"
         )
     return torch.diag(1.0 / (math.sqrt(d) * norm.gamma))
@@ -81,7 +82,7 @@ def on_sphere(layers: HFLayers, radius: float | Sequence[float] | np.ndarray = 1
     L = layers.L
     r = np.broadcast_to(np.asarray(radius, dtype=np.float64), (L,))
     if not np.all(r > 0):
-        raise ValueError(f"radius must be positive; got {r.tolist()}")
+        raise InputError(f"radius must be positive; got {r.tolist()}")
     post = not layers.meta.pre_norm
     return Layers(
         [fold_norm(layers.layers[l], layers.norms[l], float(r[l]), post_norm=post) for l in range(L)],
@@ -155,7 +156,7 @@ def value_factors(layers: HFLayers, radius: float | Sequence[float] = 1.0) -> li
     """Per layer ``(L'_h, R'_h)`` with ``L'_h R'_h`` the folded value ``V'_h`` of :func:`on_sphere`
     (``(H, d, k)`` and ``(H, k, d)``): the rank-``k`` form in which a run folder stores the values."""
     if layers.value_factors is None:
-        raise ValueError("these layers were built without their value factors; import them with extract()")
+        raise InputError("these layers were built without their value factors; import them with extract()")
     L = layers.L
     r = np.broadcast_to(np.asarray(radius, dtype=np.float64), (L,))
     out = []

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from attnflow.core.errors import InputError
+
 FAMILIES = ("gpt2", "bert", "roberta", "vit", "llama", "qwen2", "mistral")
 
 
@@ -60,7 +62,7 @@ def tiny_config(family: str, *, hidden: int = 32, layers: int = 2, heads: int = 
         return tf.MistralConfig(
             **common, num_key_value_heads=kv, intermediate_size=2 * hidden, max_position_embeddings=128
         )
-    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+    raise InputError(f"unknown family {family!r}; choose one of {FAMILIES}")
 
 
 def randomise(model: torch.nn.Module, seed: int = 0, gain: float = 1.5) -> torch.nn.Module:

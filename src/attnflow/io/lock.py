@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from attnflow.core.errors import InputError
+
 try:  # POSIX only
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -32,7 +34,7 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = ["OutputBusy", "busy", "lock_path", "output_lock", "holder"]
 
 
-class OutputBusy(ValueError):
+class OutputBusy(InputError):
     """Another process is writing the same output (exit code 2 in the CLI). ``holder``: its record."""
 
     def __init__(self, message: str, holder: dict | None = None):

@@ -41,6 +41,7 @@ import xarray as xr
 import yaml
 
 from attnflow._version import __version__
+from attnflow.core.errors import InputError
 from attnflow.io.metadata import INTEGER_DIAGNOSTICS, RUN_VARIABLES, describe, jsonable_attr
 
 if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
@@ -55,7 +56,7 @@ MANIFEST_FORMAT = "attnflow-manifest/1"
 CHECKPOINT_NAME = "checkpoint.npz"  # io.checkpoint.CHECKPOINT (not imported: that module is heavier)
 
 
-class DamagedRun(ValueError):
+class DamagedRun(InputError):
     """A run folder whose files do not match what was written (missing, altered or unreadable)."""
 
 

@@ -10,9 +10,9 @@ Naming scheme: a function ``<source>_stats`` returns one kernel pass, the pair `
   (the same in plain numpy, for tests), :func:`fast_stats` (fast summation; a
   :class:`FastSumResult` carrying ``out`` and ``logZ``);
 * :func:`head_stats` (tokens and :class:`~attnflow.Heads`; picks one of the above);
-* :func:`attnflow.fields.field_stats` (the same, as a :class:`~attnflow.fields.FieldStats`, whose
+* :func:`attnflow.dynamics.fields.field_stats` (the same, as a :class:`~attnflow.dynamics.fields.FieldStats`, whose
   methods are the energy, mobility, slope and fields) and
-  :meth:`attnflow.infinite.GaussianHeads.law_stats` (the infinite-head closed forms).
+  :meth:`attnflow.dynamics.infinite.GaussianHeads.law_stats` (the infinite-head closed forms).
 
 ``attention_stats``, ``attention_stats_reference`` and ``fast_attention_stats`` are the former
 names of the first three, kept as aliases.

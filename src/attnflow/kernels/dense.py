@@ -21,13 +21,15 @@ maximum (log-sum-exp), so nothing overflows at large ``beta``.
 
 ``"auto"`` picks ``"flash"`` where the fused kernel supports the dtype and device, else
 ``"stream"``. :func:`reference_stats` is the plain numpy transcription of the formulas,
-kept for tests. The O(N) fast summation for ``d <= 4`` lives in :mod:`attnflow.fastsum`.
+kept for tests. The O(N) fast summation for ``d <= 4`` lives in :mod:`attnflow.kernels.fastsum`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from attnflow.core.errors import InputError
 
 #: Upper bound on the number of logits held in memory at once by the streamed kernel.
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
@@ -70,10 +72,10 @@ def dense_stats(
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
     """The concrete dense backend ``"flash"`` or ``"stream"`` that ``backend`` means for ``q``."""
     if backend not in KERNEL_BACKENDS:
-        raise ValueError(f"unknown kernel backend {backend!r}; choose one of {KERNEL_BACKENDS}")
+        raise InputError(f"unknown kernel backend {backend!r}; choose one of {KERNEL_BACKENDS}")
     flash_ok = _flash_supported(q)
     if backend == "flash" and not flash_ok:
-        raise ValueError(
+        raise InputError(
             f"the fused 'flash' kernel does not support {q.dtype} on {q.device.type}; use backend 'stream' or 'auto'"
         )
     if backend == "auto":

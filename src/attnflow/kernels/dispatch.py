@@ -1,14 +1,17 @@
 """Which kernel evaluates ``(out_h, log Z_h)``: dense (fused ``flash`` or ``stream``) or ``fast`` summation.
 
 :func:`head_stats` is what the fields call. ``backend="auto"`` takes the fused dense kernel, and
-switches to :mod:`attnflow.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
+switches to :mod:`attnflow.kernels.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
 expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs.
 
-A run carries its choice in the open: one :class:`KernelOptions` (backend and tolerance), built from
-``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is passed as an argument
-to every kernel call of the run (the field, the EDI budget's energies, the diagnostics, the float32
-monitor). :func:`kernel_options` remains as a convenience for interactive use: calls that are given
-no options take the ones of the innermost ``with kernel_options(...)`` block.
+A run carries its choice in the open: one :class:`KernelOptions` (backend, tolerance and thread
+policy), built from ``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is
+passed as an argument to every kernel call of the run (the field, the EDI budget's energies, the
+diagnostics, the float32 monitor). Each :class:`KernelOptions` owns a fast-summation evaluator
+(:class:`~attnflow.kernels.fastsum.FastSumEvaluator`): the caches of one run belong to that run.
+:func:`kernel_options` remains as a convenience for interactive use: calls that are given no options
+take the ones of the innermost ``with kernel_options(...)`` block (outside any block, a fresh set of
+defaults per call, so nothing is cached at module level).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import math
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy
 from attnflow.kernels import fastsum
 from attnflow.kernels.dense import attention_stats, resolve_backend
 
@@ -43,22 +48,32 @@ SLOW_DENSE_TOKENS = 50_000
 
 @dataclass(frozen=True)
 class KernelOptions:
-    """How the kernel evaluates a run: ``backend`` (one of :data:`BACKENDS`) and ``tol``, the fast
-    summation's proved relative error (``None``: :data:`AUTO_FAST_TOL` of the dtype).
+    """How the kernel evaluates a run: ``backend`` (one of :data:`BACKENDS`), ``tol``, the fast
+    summation's proved relative error (``None``: :data:`AUTO_FAST_TOL` of the dtype), and ``threads``,
+    the :class:`~attnflow.core.threads.ThreadPolicy` of fast summation's compiled loops (default: from
+    each call's size).
 
+    ``evaluator``: the run's :class:`~attnflow.kernels.fastsum.FastSumEvaluator` (its caches), made
+    here with ``threads`` when not given; options built once per run therefore cache per run.
     Validated on construction, so a bad name is refused where it is written, not at the first call.
     """
 
     backend: str = "auto"
     tol: float | None = None
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy)
+    evaluator: fastsum.FastSumEvaluator = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.threads, ThreadPolicy):
+            raise InputError(f"threads must be a ThreadPolicy; got {self.threads!r}")
+        if self.evaluator is None:
+            object.__setattr__(self, "evaluator", fastsum.FastSumEvaluator(self.threads))
         if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
+            raise InputError(f"unknown backend {self.backend!r}; choose one of {BACKENDS}")
         if self.tol is not None and not (
             isinstance(self.tol, (int, float)) and math.isfinite(self.tol) and 0 < self.tol < 1
         ):
-            raise ValueError(f"the fast-summation tolerance must be positive and below 1; got {self.tol!r}")
+            raise InputError(f"the fast-summation tolerance must be positive and below 1; got {self.tol!r}")
 
 
 #: The options of calls that are given none (see :func:`kernel_options`).
@@ -90,8 +105,12 @@ def current_options() -> tuple[str, float | None]:
 
 
 def resolve_options(options: KernelOptions | None = None) -> KernelOptions:
-    """``options`` when given, else those of the innermost :func:`kernel_options` block (else the defaults)."""
-    return _OPTIONS.get() if options is None else options
+    """``options`` when given, else those of the innermost :func:`kernel_options` block (else fresh
+    defaults: a call outside any run keeps no cache)."""
+    if options is not None:
+        return options
+    ambient = _OPTIONS.get()
+    return KernelOptions() if ambient is DEFAULT_OPTIONS else ambient
 
 
 def head_stats(
@@ -117,7 +136,8 @@ def head_stats(
         V = heads.values if values else None
         if V is not None and extra_values is not None:
             V = torch.cat([V, extra_values.to(V)], dim=-2)
-        res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp)
+        evaluator = resolve_options(options).evaluator  # the run's caches and thread policy
+        res = fastsum.fast_attention_stats(x, heads.A, V, a, fast_plan=fp, evaluator=evaluator)
         return res.out, res.logZ
     q, k, key_bias = heads.logit_features(x)
     v = heads.value_features(x) if values else None
@@ -140,13 +160,14 @@ def fast_plan_for(
     ``"stream"``), so a caller passing it on is not given the choice to make again."""
     opts = resolve_options(options)
     if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+        raise InputError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     backend = opts.backend if backend is None else backend
     tol = opts.tol if tol is None else tol
     if backend == "fast" and not heads.plain:
-        raise ValueError(
+        raise InputError(
             "fast summation covers the plain heads of docs/model.md; these heads carry biases, a causal "
-            "mask or rotary embeddings: use backend 'auto' (dense)"
+            "mask or rotary embeddings: use backend 'auto' (dense)",
+            hint=Hint("kernel.backend", "auto"),
         )
     if backend in ("auto", "fast") and heads.plain:
         fp = choose_fast(x, heads, a, tol, force=backend == "fast")
@@ -165,7 +186,7 @@ def choose_fast(
     N, d = x.shape[-2], x.shape[-1]
     if x.ndim != 2 or d > fastsum.MAX_DIM:
         if force:
-            raise ValueError(
+            raise InputError(
                 f"fast summation needs one token cloud (N, d) with d <= {fastsum.MAX_DIM}; got {tuple(x.shape)}"
             )
         return None
@@ -184,10 +205,11 @@ def choose_fast(
                 stacklevel=2,
             )
         if force:
-            raise ValueError(
+            raise InputError(
                 f"fast summation cannot reach tol={tol:g} at beta=max ||A_h|| = "
                 f"{float(torch.linalg.matrix_norm(heads.A.double(), ord=2).max()):.3g} within "
-                f"{fastsum.MAX_FEATURES} features; use backend 'auto' (dense) or a larger tolerance"
+                f"{fastsum.MAX_FEATURES} features; use backend 'auto' (dense) or a larger tolerance (kernel.tolerance)",
+                hint=Hint("kernel.backend", "auto"),
             )
         return None
     if force:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.core.geometry import retract
 from attnflow.core.heads import Heads
 from attnflow.kernels.dispatch import KernelOptions
@@ -51,7 +52,7 @@ class Integrator:
 
     ``weights`` are the Runge-Kutta weights ``b_s`` of the field evaluations in the order the step
     makes them (``None`` for schemes that do not evaluate the field, such as ``jko``): the same
-    weights integrate any scalar along the step at the scheme's order (see :mod:`attnflow.edi`).
+    weights integrate any scalar along the step at the scheme's order (see :mod:`attnflow.analysis.edi`).
     """
 
     name: str
@@ -202,6 +203,6 @@ def get_integrator(method: str) -> Integrator:
     try:
         return INTEGRATORS[method] if method in INTEGRATORS else MOVEMENTS[method]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(ADAPTIVE) + sorted(MOVEMENTS)}"
         ) from None

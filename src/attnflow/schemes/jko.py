@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnflow.core.arrays import ArrayLike, like, to_tensor
+from attnflow.core.errors import InputError
 from attnflow.core.geometry import geodesic_distance_sq, project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
@@ -129,7 +130,7 @@ def jko_step(
     Returns a :class:`JKOResult` whose ``y`` has the array type of ``x``.
     """
     if not tau > 0:
-        raise ValueError(f"tau must be positive; got {tau}")
+        raise InputError(f"tau must be positive; got {tau}")
     xt, heads, a, w = prepare(x, A, None, token_weights, head_weights, energy_only=True)
     heads.check_gradient_flow()
     y0t = None if y0 is None else to_tensor(y0, dtype=xt.dtype, device=xt.device)
@@ -151,7 +152,7 @@ def jko_field_step(
 ) -> torch.Tensor:
     """The ``jko`` stepper of :data:`attnflow.INTEGRATORS`: one movement with the heads at ``t``."""
     if f.model != "gf":
-        raise ValueError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")
+        raise InputError(f"method 'jko' minimises the gf energy; it needs model 'gf', not {f.model!r}")
     heads = f.heads_at(t)
     heads.check_gradient_flow()
     y, *_ = _solve(x, heads.without_values(), f.a, f.w, float(dt), tol, max_iter, None, f.options)

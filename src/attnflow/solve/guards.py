@@ -1,7 +1,7 @@
 """Numerical guards of a simulation: blow-up detection, a step-size stability estimate, float32 drift.
 
 * :class:`NumericalInstability`: raised by :func:`attnflow.simulate` when the tokens become NaN/inf
-  (or the field overflows); it carries the last good state as a :class:`~attnflow.checkpoint.Checkpoint`
+  (or the field overflows); it carries the last good state as a :class:`~attnflow.io.checkpoint.Checkpoint`
   and the trajectory up to it.
 * :func:`stability_estimate` ``L`` from the weights and :func:`step_warning`: explicit steps with
   ``dt * L`` beyond the method's stable range give a :class:`StabilityWarning` with a suggested step.
@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from attnflow.core.caller import caller_stacklevel
+from attnflow.core.caller import AttnflowWarning, caller_stacklevel
+from attnflow.core.errors import Hint, NumericalError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, mixed_field, split_means
@@ -29,15 +30,28 @@ from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 
 
-class StabilityWarning(UserWarning):
-    """The step ``dt`` is large compared to the stiffness ``L`` of the field."""
+class StabilityWarning(AttnflowWarning):
+    """The step ``dt`` is large compared to the stiffness ``L`` of the field (``hint``: the step or
+    the method to use, as ``integration.dt`` / ``integration.method``)."""
 
 
-class PrecisionWarning(UserWarning):
-    """A float32 run lost accuracy: its rounding error exceeds the integrator's error."""
+class PrecisionWarning(AttnflowWarning):
+    """A float32 run lost accuracy: its rounding error exceeds the integrator's error (``hint``:
+    ``dtype`` float64)."""
 
 
-class NumericalInstability(FloatingPointError):
+class Advice(str):
+    """A warning's sentence with its structured :class:`~attnflow.core.errors.Hint` (``hint``)."""
+
+    hint: Hint | None
+
+    def __new__(cls, text: str, hint: Hint | None = None) -> Advice:
+        self = super().__new__(cls, text)
+        self.hint = hint
+        return self
+
+
+class NumericalInstability(NumericalError):
     """The simulation produced NaN/inf. ``checkpoint``: the last good state (resumable);
     ``trajectory``: everything recorded up to and including that state; ``step``, ``t``: where it failed."""
 
@@ -114,7 +128,8 @@ def suggested_step(L: float, method: str, span: float) -> float:
 
 
 def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) -> str | None:
-    """The warning text when ``dt * L`` exceeds the method's stable range, else ``None``.
+    """The warning text when ``dt * L`` exceeds the method's stable range, else ``None``; an
+    :class:`Advice` whose ``hint`` names the step (``integration.dt``) or method to use.
 
     Never raises. When the stable step would take more than :data:`MAX_ADVISED_STEPS` steps (or
     ``L`` is infinite) it advises the implicit method ``jko``; weights with NaN are called unusable.
@@ -136,13 +151,14 @@ def step_warning(dt: float, method: str, heads: Heads, model: str, span: float) 
     if math.isnan(good):
         steps = span * L / (0.5 * limit) if math.isfinite(span) else math.inf
         many = f"about {steps:.3g}" if math.isfinite(steps) else "more than any run can take"
-        return head + (
-            f"a stable explicit step would need {many} steps, so no explicit step is worth taking: use the "
-            "implicit method='jko' (--set integration.method=jko), or check the weights (they may be unusable)."
+        return Advice(
+            head + f"a stable explicit step would need {many} steps, so no explicit step is worth taking: use the "
+            "implicit method='jko' (integration.method in a config), or check the weights (they may be unusable).",
+            Hint("integration.method", "jko"),
         )
-    return (
-        head
-        + f"use dt <= {good:.3g} (e.g. --set integration.dt={good:.3g}), or for stiff cases the implicit method='jko'."
+    return Advice(
+        head + f"use dt <= {good:.3g} (integration.dt in a config), or for stiff cases the implicit method='jko'.",
+        Hint("integration.dt", float(f"{good:.3g}")),
     )
 
 
@@ -408,13 +424,17 @@ class Float32Monitor:
         }
 
     def message(self) -> str:
-        return (
+        return Advice(
             f"this float32 run lost accuracy: float32 rounding moves the energy by about {self.rounding:.3g} over the run "
             f"(summed token by token), more than the integrator's own error {self.budget:.3g} (step vs two half steps, "
             "float64). "
-            "Rerun with dtype float64 (--set dtype=float64) for results as accurate as the method and step allow."
+            "Rerun with dtype float64 for results as accurate as the method and step allow.",
+            Hint("dtype", "float64"),
         )
 
 
 def warn(message: str, category: type[Warning]) -> None:
-    warnings.warn(message, category, stacklevel=caller_stacklevel())
+    """Issue ``category`` at the user's line, carrying the :class:`Advice`'s hint when it has one."""
+    hint = getattr(message, "hint", None)
+    w = category(str(message), hint=hint) if issubclass(category, AttnflowWarning) else category(str(message))
+    warnings.warn(w, stacklevel=caller_stacklevel())

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import to_numpy, to_tensor
+from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads, as_heads
 
 ValueRule = str  # "A" (V = A), "-A" (V = -A) or "identity"
@@ -28,9 +29,9 @@ def _stack(A: Any, name: str = "A") -> np.ndarray:
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
-        raise ValueError(f"{name} must have shape (H, d, d); got {arr.shape}")
+        raise InputError(f"{name} must have shape (H, d, d); got {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains NaN or inf")
+        raise InputError(f"{name} contains NaN or inf")
     return arr
 
 
@@ -39,7 +40,7 @@ def _per_head(val: Any, H: int, name: str) -> np.ndarray:
     if arr.ndim == 0:
         return np.full(H, float(arr))
     if arr.shape != (H,):
-        raise ValueError(f"{name} must be a number or have shape ({H},); got {arr.shape}")
+        raise InputError(f"{name} must be a number or have shape ({H},); got {arr.shape}")
     return arr
 
 
@@ -52,7 +53,7 @@ def _heads(A: np.ndarray, value: ValueRule | np.ndarray | None) -> Heads:
             return Heads(K=At, V=-At)
         if value == "identity":
             return Heads(K=At, V=torch.eye(A.shape[-1], dtype=At.dtype).expand_as(At))
-        raise ValueError(f"unknown value rule {value!r}; choose 'A', '-A' or 'identity'")
+        raise InputError(f"unknown value rule {value!r}; choose 'A', '-A' or 'identity'")
     return Heads(K=At, V=torch.from_numpy(np.ascontiguousarray(value)))
 
 
@@ -163,15 +164,15 @@ class Layers(WeightProcess):
 
     def __init__(self, As: Sequence[Any], t_end: float, V: Sequence[Any] | None = None):
         if len(As) == 0:
-            raise ValueError("Layers needs at least one layer")
+            raise InputError("Layers needs at least one layer")
         if not t_end > 0:
-            raise ValueError(f"t_end must be positive; got {t_end}")
+            raise InputError(f"t_end must be positive; got {t_end}")
         if V is not None and len(V) != len(As):
-            raise ValueError(f"got {len(As)} layers of A but {len(V)} of V")
+            raise InputError(f"got {len(As)} layers of A but {len(V)} of V")
         self.layers = [as_heads(A, None if V is None else V[i]).to(dtype=torch.float64) for i, A in enumerate(As)]
         shapes = {(h.H, h.d) for h in self.layers}
         if len(shapes) != 1:
-            raise ValueError(f"all layers must have the same (H, d); got {sorted(shapes)}")
+            raise InputError(f"all layers must have the same (H, d); got {sorted(shapes)}")
         self.H, self.d = shapes.pop()
         self.t_end = float(t_end)
 
@@ -247,9 +248,9 @@ class OrnsteinUhlenbeck(WeightProcess):
         self.H, self.d = self.A_bar.shape[0], self.A_bar.shape[1]
         self.A0 = self.A_bar.copy() if A0 is None else _stack(A0, "A0")
         if self.A0.shape != self.A_bar.shape:
-            raise ValueError(f"A0 must have the shape of A_bar {self.A_bar.shape}; got {self.A0.shape}")
+            raise InputError(f"A0 must have the shape of A_bar {self.A_bar.shape}; got {self.A0.shape}")
         if rate < 0 or sigma < 0:
-            raise ValueError(f"rate and sigma must be non-negative; got rate={rate}, sigma={sigma}")
+            raise InputError(f"rate and sigma must be non-negative; got rate={rate}, sigma={sigma}")
         self.rate, self.sigma = float(rate), float(sigma)
         self.symmetric, self.seed, self.value = bool(symmetric), seed, value
 
@@ -287,7 +288,7 @@ class OrnsteinUhlenbeck(WeightProcess):
         """
         ts = np.asarray(times, dtype=np.float64)
         if ts.ndim != 1 or len(ts) == 0 or ts[0] < 0 or np.any(np.diff(ts) < 0):
-            raise ValueError("times must be a non-empty, non-decreasing sequence of non-negative numbers")
+            raise InputError("times must be a non-empty, non-decreasing sequence of non-negative numbers")
         s = OUSampler(self, self.seed if seed is None else seed)
         out = np.empty((len(ts), *self.A_bar.shape))
         for k, t in enumerate(ts):
@@ -316,7 +317,7 @@ class OUSampler(WeightSampler):
     def __call__(self, t: float) -> Heads:
         t = float(t)
         if t < self.t - 1e-12:
-            raise ValueError(f"an OU path is sampled forward in time: asked for t={t} after t={self.t}")
+            raise InputError(f"an OU path is sampled forward in time: asked for t={t} after t={self.t}")
         if t > self.t + 1e-15:
             self.A = self.process.transition(self.A, t - self.t, self.rng)
             self.t = t
@@ -347,7 +348,7 @@ class OUGridSampler(WeightSampler):
 
     def __init__(self, process: OrnsteinUhlenbeck, seed: int | None, h: float):
         if not (h > 0 and math.isfinite(h)):
-            raise ValueError(f"the OU grid spacing must be a positive number; got {h}")
+            raise InputError(f"the OU grid spacing must be a positive number; got {h}")
         self.process, self.h = process, float(h)
         self.seed = int(np.random.default_rng().integers(2**63)) if seed is None else int(seed)
         self._nodes: dict[int, np.ndarray] = {0: process.A0.copy()}
@@ -443,13 +444,13 @@ class Sampled(WeightProcess):
         self.A = np.asarray(to_numpy(A), dtype=np.float64)
         self.V = None if V is None else np.asarray(to_numpy(V), dtype=np.float64)
         if self.A.ndim != 4 or self.A.shape[0] != self.times.shape[0]:
-            raise ValueError(
+            raise InputError(
                 f"A must have shape (T, H, d, d) with T = len(times) = {len(self.times)}; got {self.A.shape}"
             )
         if self.V is not None and self.V.shape != self.A.shape:
-            raise ValueError(f"V must have the shape of A {self.A.shape}; got {self.V.shape}")
+            raise InputError(f"V must have the shape of A {self.A.shape}; got {self.V.shape}")
         if np.any(np.diff(self.times) <= 0):
-            raise ValueError("times must be strictly increasing")
+            raise InputError("times must be strictly increasing")
         self.H, self.d = self.A.shape[1], self.A.shape[2]
 
     def _interp(self, M: np.ndarray, t: float) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Compiled CPU loops of fast summation (numba): feature blocks, key moments, and the final division.
 
-torch builds the monomial features of :mod:`attnflow.kernels.fastsum` with one broadcast product
+torch builds the monomial features (:class:`attnflow.kernels.fastsum.features.FeatureBuilder`) with one broadcast product
 per slice, about 57 small operations per block of 2048 tokens; at a million tokens their dispatch
 cost more than the arithmetic (0.35 s per pass, against 0.05 s for the loops below). These loops
 compute the same products in the same order of factors, so the features are identical to the torch
@@ -47,7 +47,7 @@ if AVAILABLE:
     def build_features(x: np.ndarray, exps: np.ndarray, P: int, out: np.ndarray) -> None:  # pragma: no cover
         """``out[k, i] = prod_a x[i, a] ** exps[k, a]`` for the block ``x`` ``(n, d)``, ``2 <= d <= 4``;
         ``out`` ``(M, >= n)``. On one thread, without the GIL: the caller runs one block per core
-        (:func:`attnflow.kernels.fastsum._evaluate_cpu`)."""
+        (:meth:`attnflow.kernels.fastsum.evaluator.FastSumEvaluator.evaluate_cpu`)."""
         n, d = x.shape
         M = exps.shape[0]
         nch = (n + CHUNK - 1) // CHUNK
@@ -78,7 +78,7 @@ if AVAILABLE:
         """Groups ``g_lo <= g < g_hi`` of the weighted monomial moments ``acc[g, k] = sum_j w_j
         prod_a x_ja ** exps[k, a]`` (degrees ``<= P``) over the chunks ``c = g, g + GROUPS, ...``;
         ``acc`` ``(GROUPS, K)``. The caller sums the groups in a fixed order
-        (:func:`attnflow.kernels.fastsum._cached_moments`)."""
+        (:meth:`attnflow.kernels.fastsum.evaluator.FastSumEvaluator.moments`)."""
         N, d = x.shape
         K = exps.shape[0]
         nch = (N + CHUNK - 1) // CHUNK
