@@ -119,7 +119,7 @@ def perturbed_uniform(
     xi[sel] = torch.from_numpy(rng.standard_normal(int(sel.sum())))
     top = float(basis.values(xi).abs().max())
     c = uniform_density(basis)
-    return c + (eps / top) * xi / math.sqrt(basis.area)
+    return c + (eps / top) * xi / basis.area
 
 
 def initial_coefficients(rho0: Any, basis: Basis) -> torch.Tensor:
