@@ -293,6 +293,23 @@ def check_growth(predicted: GrowthRates, measured: MeasuredRates, tol: float) ->
     return GrowthCheck(measured.degrees, pred, measured.rates, measured.rates / pred - 1, tol)
 
 
+def quantile_tokens(basis: Any, coef: Any, n: int) -> np.ndarray:
+    """``n`` tokens on the circle at the quantiles ``(i + 1/2) / n`` of the density ``sum_k c_k Y_k``: a
+    deterministic sample whose empirical measure is ``O(1/n)`` from the density (i.i.d. draws: ``n^{-1/2}``),
+    so that a prescribed small perturbation, not sampling noise, seeds the growth."""
+    if basis.d != 2:
+        raise InputError("quantile tokens are defined on the circle (d = 2)")
+    m = 64 * max(n, basis.lmax)
+    th = (np.arange(m) + 0.5) * (2 * math.pi / m)
+    x = torch.from_numpy(np.stack([np.cos(th), np.sin(th)], axis=1))
+    rho = (basis.eval_at(x) @ torch.as_tensor(coef, dtype=torch.float64)).numpy()
+    cdf = np.concatenate([[0.0], np.cumsum(rho) * (2 * math.pi / m)])
+    cdf /= cdf[-1]
+    u = (np.arange(n) + 0.5) / n
+    theta = np.interp(u, cdf, np.arange(m + 1) * (2 * math.pi / m))
+    return np.stack([np.cos(theta), np.sin(theta)], axis=1)
+
+
 def particle_growth(
     beta: Any,
     *,
@@ -306,8 +323,9 @@ def particle_growth(
     backend: str = "auto",
     nonlinear_tol: float = 0.03,
     head_weights: Sequence[float] | None = None,
+    x0: Any = None,
 ) -> tuple[GrowthRates, MeasuredRates]:
-    """Predicted rates and those measured on ``n_tokens`` i.i.d. uniform tokens run with :func:`attnflow.simulate`
+    """Predicted rates and those measured on ``n_tokens`` i.i.d. uniform tokens (or the given ``x0``) run with :func:`attnflow.simulate`
     (``backend="fast"`` for large clouds on ``S^1``, ``S^2``): the sampling noise, of size ``N^{-1/2}`` in every
     degree, is the perturbation. ``t_end`` defaults to ``3 / sigma_{l*} * log(10)`` (growth by ``10^3``), ``dt``
     to ``t_end / 60``."""
@@ -322,7 +340,7 @@ def particle_growth(
     V = None if np.allclose(pred.gammas, betas) else pred.gammas[:, None, None] * np.eye(d)
     heads = Heads.from_matrices(A, V)
     tr = simulate(
-        uniform(n_tokens, d, seed=seed), heads, model=model, t_end=T, dt=dt if dt is not None else T / 60, backend=backend,
+        uniform(n_tokens, d, seed=seed) if x0 is None else x0, heads, model=model, t_end=T, dt=dt if dt is not None else T / 60, backend=backend,
         head_weights=w, record_steps=False,
     )
     P = degree_powers(np.asarray(tr.x), int(degs.max()))
