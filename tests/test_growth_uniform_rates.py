@@ -74,7 +74,7 @@ def test_rates_structure_heads_models_and_refusals():
         (2, 24, [9.0], None, "gf"),
         (2, 24, [9.0], None, "mha"),
         (2, 24, [3.0, 9.0], [0.3, 0.7], "usa"),
-        (3, 12, [2.0, 8.0], [0.4, 0.6], "gf"),
+        (3, 9, [2.0, 8.0], [0.4, 0.6], "gf"),
         pytest.param(3, 12, [2.0, 8.0], [0.4, 0.6], "mha", marks=pytest.mark.slow),
         pytest.param(3, 12, [2.0, 8.0], [0.4, 0.6], "usa", marks=pytest.mark.slow),
     ],
