@@ -27,18 +27,22 @@ def test_funk_hecke_ratio_and_partition_against_quadrature(d):
 
     beta = 3.7
     lam = (d - 2) / 2
-    for l in range(0, 7):
+
+    def ratio(l: int) -> float:
         if d == 2:
             num = quad(lambda s: math.exp(beta * math.cos(s)) * math.cos(l * s), 0, math.pi)[0]
-            den = quad(lambda s: math.exp(beta * math.cos(s)), 0, math.pi)[0]
-        else:
-            norm = eval_gegenbauer(l, lam, 1.0)
-            wt = lambda t: (1 - t * t) ** ((d - 3) / 2)  # noqa: E731
-            num = quad(lambda t: math.exp(beta * t) * eval_gegenbauer(l, lam, t) / norm * wt(t), -1, 1)[0]
-            den = quad(lambda t: math.exp(beta * t) * wt(t), -1, 1)[0]
-        assert bessel_ratio(l, beta, d) == pytest.approx(num / den, rel=1e-9)
+            return num / quad(lambda s: math.exp(beta * math.cos(s)), 0, math.pi)[0]
+        norm = eval_gegenbauer(l, lam, 1.0)
+        wt = lambda t: (1 - t * t) ** ((d - 3) / 2)
+        num = quad(lambda t: math.exp(beta * t) * eval_gegenbauer(l, lam, t) / norm * wt(t), -1, 1)[0]
+        return num / quad(lambda t: math.exp(beta * t) * wt(t), -1, 1)[0]
+
+    for l in range(0, 7):
+        assert bessel_ratio(l, beta, d) == pytest.approx(ratio(l), rel=1e-9)
+    # negative control: the ratio with the order shifted by one is rejected
+    assert bessel_ratio(3, beta, d) != pytest.approx(ratio(2), rel=1e-3)
     # Z_0 = int e^{beta <x, y>} dsigma(y) / |S^{d-1}|
-    wt = lambda t: (1 - t * t) ** ((d - 3) / 2)  # noqa: E731
+    wt = lambda t: (1 - t * t) ** ((d - 3) / 2)
     z = quad(lambda t: math.exp(beta * t) * wt(t), -1, 1)[0] / quad(wt, -1, 1)[0]
     assert uniform_partition(beta, d) == pytest.approx(z, rel=1e-9)
     assert gamma(1.0) == 1.0

@@ -20,7 +20,7 @@ def test_mmd_matches_the_explicit_formula_and_is_a_metric():
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     b = rng.uniform(0.5, 1.5, 20)
     b /= b.sum()
-    k = lambda u, v: np.exp(2.0 * (u @ v.T - 1))  # noqa: E731
+    k = lambda u, v: np.exp(2.0 * (u @ v.T - 1))
     a = np.full(30, 1 / 30)
     ref = math.sqrt(a @ k(x, x) @ a - 2 * a @ k(x, y) @ b + b @ k(y, y) @ b)
     assert mmd_sphere(x, y, b=b, kappa=2.0) == pytest.approx(ref, rel=1e-12)
@@ -36,7 +36,10 @@ def test_mmd_of_uniform_samples_has_the_closed_form_mean():
 
     b = make_basis(10, 3)  # Gauss-Legendre in z: exact to degree 25, where exp(4 <x, y>)'s coefficients are < 1e-20
     kappa, N = 4.0, 200
-    vals = [mmd_sphere(af.tokens.uniform(N, 3, seed=s), b.points.numpy(), b=(b.q / b.q.sum()).numpy(), kappa=kappa) ** 2 for s in range(40)]
+    vals = [
+        mmd_sphere(af.tokens.uniform(N, 3, seed=s), b.points.numpy(), b=(b.q / b.q.sum()).numpy(), kappa=kappa) ** 2
+        for s in range(40)
+    ]
     want = (1 - uniform_partition(kappa, 3) * math.exp(-kappa)) / N
     se = np.std(vals) / math.sqrt(len(vals))
     print(f"E MMD^2 {np.mean(vals):.5f} +- {se:.5f}, closed form {want:.5f}")
@@ -72,8 +75,15 @@ def test_particles_converge_to_the_pde_at_the_stated_rate_and_a_wrong_pde_is_rej
 def test_three_decades_of_n(d, lmax, beta):
     """N = 10..10^4 (three decades), 4 seeds, times 0.25 and 0.5: the MMD rate's CI holds -1/2."""
     r = af.meanfield_convergence(
-        beta * np.eye(d)[None], d=d, Ns=(10, 100, 1000, 10_000), seeds=4, times=(0.25, 0.5), lmax=lmax, dt=0.05,
-        w2_max=10_000 if d == 2 else 1000, backend="auto",
+        beta * np.eye(d)[None],
+        d=d,
+        Ns=(10, 100, 1000, 10_000),
+        seeds=4,
+        times=(0.25, 0.5),
+        lmax=lmax,
+        dt=0.05,
+        w2_max=10_000 if d == 2 else 1000,
+        backend="auto",
     )
     print("\n" + r.table())
     assert all(f.consistent for f in r.fits["mmd"])

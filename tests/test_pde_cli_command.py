@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -35,7 +34,13 @@ def test_pde_command_writes_a_described_dataset(tmp_path):
     out = tmp_path / "out"
     r = _run(["pde", str(cfg), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert {p.name for p in out.iterdir()} == {"dataset.zarr", "config.yaml", "figures", "manifest.json", "provenance.json"}
+    assert {p.name for p in out.iterdir()} == {
+        "dataset.zarr",
+        "config.yaml",
+        "figures",
+        "manifest.json",
+        "provenance.json",
+    }
     ds = xr.open_zarr(out / "dataset.zarr")
     assert missing_attrs(ds) == []
     assert ds.attrs["Conventions"].startswith("CF")

@@ -49,7 +49,9 @@ def test_mass_conserved_energy_decreases_and_edi_closes_at_order_two():
         res[dt] = abs(s.edi_residual()[-1])
         scale = s.edi_scale()
     ratio = res[0.04] / res[0.02]
-    print(f"EDI residual {res[0.04]:.3e} -> {res[0.02]:.3e} (ratio {ratio:.2f}, order {math.log2(ratio):.2f}); scale {scale:.3g}")
+    print(
+        f"EDI residual {res[0.04]:.3e} -> {res[0.02]:.3e} (ratio {ratio:.2f}, order {math.log2(ratio):.2f}); scale {scale:.3g}"
+    )
     assert 3.2 < ratio < 4.8  # order 2 (trapezoid actions)
     assert res[0.02] < 1e-3 * scale
     # negative control: a budget without the slope action does not close

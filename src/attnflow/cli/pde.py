@@ -13,7 +13,9 @@ from attnflow.cli.app import app, guarded, progress_bar, say
 @app.command()
 @guarded
 def pde(
-    config: Path = typer.Argument(..., help="A PDE config (YAML): model, d, heads, weights, initial, grid, integration."),
+    config: Path = typer.Argument(
+        ..., help="A PDE config (YAML): model, d, heads, weights, initial, grid, integration."
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder to write (must not exist unless --force)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing attnflow output folder."),
 ) -> None:

@@ -29,8 +29,12 @@ def phase_diagrams_cmd(
     seeds: int = typer.Option(2, "--seeds", min=1, max=1000, help="Seeds per (beta, H) cell."),
     base: str = typer.Option("ou", "--base", help="Base config: a preset name or a config YAML file."),
     overrides: list[str] = typer.Option([], "--set", help="Override a base field, e.g. --set tokens.n=64."),
-    time_heads: Optional[int] = typer.Option(None, "--time-heads", help="H of the (beta, t) diagrams (default: the largest)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (default: a local cluster)."),
+    time_heads: Optional[int] = typer.Option(
+        None, "--time-heads", help="H of the (beta, t) diagrams (default: the largest)."
+    ),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="Dask scheduler address (default: a local cluster)."
+    ),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, max=256, help="Processes of the local cluster."),
     yes: bool = typer.Option(False, "--yes", help="Start a sweep the pre-flight estimate calls heavy without asking."),
 ) -> None:

@@ -139,9 +139,9 @@ def _sphere_grad(x: torch.Tensor, L: int) -> torch.Tensor:
         e[:, k] = 1.0
         parts.append(jvp(lambda p: _real_sh(p, L), (x,), (e,))[1])
     grad = torch.stack(parts, dim=1)  # (M, 3, K) Euclidean gradients
-    return project_tangent(x.unsqueeze(-1).transpose(1, 2).expand(-1, grad.shape[2], -1), grad.transpose(1, 2)).transpose(
-        1, 2
-    )
+    return project_tangent(
+        x.unsqueeze(-1).transpose(1, 2).expand(-1, grad.shape[2], -1), grad.transpose(1, 2)
+    ).transpose(1, 2)
 
 
 def degrees(lmax: int, d: int) -> torch.Tensor:

@@ -218,7 +218,7 @@ class MeasuredRates:
 def measure_growth_rates(
     t: np.ndarray,
     powers: np.ndarray,
-    degrees_: Sequence[int],
+    degrees_: Sequence[int] | np.ndarray,
     *,
     nonlinear_tol: float = 0.03,
     t_max: float | None = None,
@@ -340,8 +340,14 @@ def particle_growth(
     V = None if np.allclose(pred.gammas, betas) else pred.gammas[:, None, None] * np.eye(d)
     heads = Heads.from_matrices(A, V)
     tr = simulate(
-        uniform(n_tokens, d, seed=seed) if x0 is None else x0, heads, model=model, t_end=T, dt=dt if dt is not None else T / 60, backend=backend,
-        head_weights=w, record_steps=False,
+        uniform(n_tokens, d, seed=seed) if x0 is None else x0,
+        heads,
+        model=model,
+        t_end=T,
+        dt=dt if dt is not None else T / 60,
+        backend=backend,
+        head_weights=w,
+        record_steps=False,
     )
     P = degree_powers(np.asarray(tr.x), int(degs.max()))
     return pred, measure_growth_rates(np.asarray(tr.t), P, degs, nonlinear_tol=nonlinear_tol, d=d)
@@ -376,5 +382,13 @@ def pde_growth(
     T = t_end if t_end is not None else 2 * math.log(10) / float(pred.rates[pred.most_unstable])
     A = pred.betas[:, None, None] * np.eye(d)
     V = None if np.allclose(pred.gammas, pred.betas) else pred.gammas[:, None, None] * np.eye(d)
-    sol = solve_pde(c0, Heads.from_matrices(A, V), model=model, t_end=T, dt=dt if dt is not None else T / 60, basis=b, head_weights=pred.head_weights)
+    sol = solve_pde(
+        c0,
+        Heads.from_matrices(A, V),
+        model=model,
+        t_end=T,
+        dt=dt if dt is not None else T / 60,
+        basis=b,
+        head_weights=pred.head_weights,
+    )
     return pred, measure_growth_rates(sol.t, sol.degree_power(), degs, nonlinear_tol=nonlinear_tol, d=d)

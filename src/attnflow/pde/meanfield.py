@@ -116,7 +116,9 @@ class MeanFieldConvergence:
             for j, t in enumerate(self.times):
                 fit = self.fits[metric][j]
                 means = ", ".join(
-                    f"N={int(n)}: {np.nanmean(vals[i, :, j]):.3g}" for i, n in enumerate(self.Ns) if np.isfinite(vals[i, :, j]).any()
+                    f"N={int(n)}: {np.nanmean(vals[i, :, j]):.3g}"
+                    for i, n in enumerate(self.Ns)
+                    if np.isfinite(vals[i, :, j]).any()
                 )
                 rows.append(
                     f"{metric} at t={t:g}: {means}; rate {fit.rate:+.3f} (95% CI [{fit.ci[0]:+.3f}, {fit.ci[1]:+.3f}], "
@@ -184,14 +186,28 @@ def meanfield_convergence(
         raise InputError(f"every time must be a positive whole number of steps dt = {dt}; got {list(times)}")
     basis = make_basis(lmax, d)
     c0 = perturbed_uniform(basis, eps, degrees=degrees, seed=seed)
-    pde = solve_pde(c0, weights if pde_weights is None else pde_weights, model=model, t_end=float(ts.max()), dt=dt, basis=basis)
+    pde = solve_pde(
+        c0, weights if pde_weights is None else pde_weights, model=model, t_end=float(ts.max()), dt=dt, basis=basis
+    )
     idx = [int(np.argmin(np.abs(pde.t - t))) for t in ts]
     fine = make_basis(lmax, d, oversample=3.0)
-    values = {"mmd": np.full((len(Ns_arr), seeds, len(ts)), np.nan), "w2": np.full((len(Ns_arr), seeds, len(ts)), np.nan)}
+    values = {
+        "mmd": np.full((len(Ns_arr), seeds, len(ts)), np.nan),
+        "w2": np.full((len(Ns_arr), seeds, len(ts)), np.nan),
+    }
     for i, n in enumerate(Ns_arr):
         for s in range(seeds):
             x0 = sample_density(basis, c0, int(n), seed=seed * 1_000_003 + 7919 * i + s)
-            tr = simulate(x0, weights, model=model, t_end=float(ts.max()), dt=dt, save_every=1, record_steps=False, backend=backend)
+            tr = simulate(
+                x0,
+                weights,
+                model=model,
+                t_end=float(ts.max()),
+                dt=dt,
+                save_every=1,
+                record_steps=False,
+                backend=backend,
+            )
             tt = np.asarray(tr.t)
             for j, t in enumerate(ts):
                 x = np.asarray(tr.x[int(np.argmin(np.abs(tt - t)))])

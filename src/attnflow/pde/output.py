@@ -60,7 +60,7 @@ def solution_to_dataset(sol: PDESolution, attrs: dict[str, Any] | None = None) -
     if b.d == 2:
         theta = np.arctan2(b.points[:, 1].numpy(), b.points[:, 0].numpy()) % (2 * math.pi)
         grid_coords: dict[str, Any] = {"theta": theta}
-        density = (("time", "theta"), dens)
+        density: tuple[tuple[str, ...], np.ndarray] = (("time", "theta"), dens)
     else:
         pts = b.points.numpy()
         nlon = int(np.sum(np.isclose(pts[:, 2], pts[0, 2])))

@@ -45,7 +45,7 @@ class PhaseDiagrams:
     figures: dict[str, Path] = field(default_factory=dict)
 
 
-def geometric(values: Sequence[float]) -> bool:
+def geometric(values: Sequence[float] | np.ndarray) -> bool:
     """Whether a positive grid is closer to geometric than to arithmetic (then it is drawn on a log axis)."""
     v = np.asarray(sorted(values), dtype=np.float64)
     if len(v) < 3 or v[0] <= 0:
@@ -100,7 +100,9 @@ def plot_diagram(pd: PhaseDiagram, path: str | os.PathLike, *, label: str | None
     n = int(pd.counts.max()) if pd.counts.size else 0
     extra = ", ".join(f"{k}={v}" for k, v in pd.fixed.items())
     ax.set_title(
-        f"{label or pd.color}: mean over {n} seed(s)" + (f" ({extra})" if extra else "") + (f"; {empty} empty" if empty else ""),
+        f"{label or pd.color}: mean over {n} seed(s)"
+        + (f" ({extra})" if extra else "")
+        + (f"; {empty} empty" if empty else ""),
         fontsize=10,
     )
     fig.tight_layout()
