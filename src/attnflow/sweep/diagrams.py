@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.config import ConfigError
-from attnflow.sweep.phase import PhaseDiagram, _edges, phase_diagram
+from attnflow.sweep.phase import PhaseDiagram, phase_diagram
 from attnflow.sweep.spec import GridSpec, SweepSpec
 
 #: (x, y, colour, file stem, colour label) of every built-in diagram.
@@ -43,6 +43,18 @@ class PhaseDiagrams:
     out: Path
     diagrams: dict[str, PhaseDiagram] = field(default_factory=dict)
     figures: dict[str, Path] = field(default_factory=dict)
+
+
+def cell_edges(c: np.ndarray, log: bool) -> np.ndarray:
+    """Cell edges around the grid values ``c`` (midpoints; geometric midpoints on a log axis), so each
+    cell is centred on its grid value and the ticks can sit there."""
+    c = np.asarray(c, dtype=np.float64)
+    if len(c) == 1:
+        return np.array([c[0] * 0.5, c[0] * 2.0]) if log else np.array([c[0] - 0.5, c[0] + 0.5])
+    v = np.log(c) if log else c
+    mid = (v[1:] + v[:-1]) / 2
+    e = np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+    return np.exp(e) if log else e
 
 
 def geometric(values: Sequence[float] | np.ndarray) -> bool:
@@ -77,7 +89,7 @@ def plot_diagram(pd: PhaseDiagram, path: str | os.PathLike, *, label: str | None
     ax.patch.set_hatch("//")
     vals = np.ma.masked_invalid(pd.values)
     norm = LogNorm(vmin=float(vals.min()), vmax=float(vals.max())) if spans_decades(pd.values) else None
-    mesh = ax.pcolormesh(_edges(xs, log_x), _edges(ys, log_y), vals, shading="flat", cmap="viridis", norm=norm)
+    mesh = ax.pcolormesh(cell_edges(xs, log_x), cell_edges(ys, log_y), vals, shading="flat", cmap="viridis", norm=norm)
     if log_x:
         ax.set_xscale("log")
     if log_y:
