@@ -26,8 +26,8 @@ import torch
 from attnflow.core.errors import InputError
 from attnflow.core.geometry import project_tangent
 
-#: The largest degree the dense basis accepts (its matrices grow like ``L^4``).
-MAX_DEGREE_SPHERE = 64
+#: The largest degree the dense basis accepts: its gradient table has ``3 M K ~ 13 L^4`` entries (650 MB at L = 48).
+MAX_DEGREE_SPHERE = 48
 MAX_DEGREE_CIRCLE = 2048
 
 
