@@ -123,3 +123,26 @@ def test_particles_at_1e4_tokens_match_the_five_most_unstable_degrees(d, beta):
     ctl = check_growth(linear_growth_rates(1.5 * beta, d=d), meas, 0.10)
     print(f"control 1.5 beta:\n{ctl.table()}")
     assert not ctl.passed
+
+
+def test_the_most_unstable_degree_predicts_the_early_cluster_count():
+    """PDE on the circle from a 1e-4 perturbation of every degree up to 40, run until the most unstable
+    degree has grown 3000-fold: the density's maxima are l* (median of 3 seeds; each seed within 1).
+    Control: the count predicted for 4 beta is rejected."""
+    from attnflow.pde.basis import make_basis
+    from attnflow.pde.growth import density_maxima
+    from attnflow.pde.solver import perturbed_uniform, solve_pde
+
+    beta = 16.0
+    g = linear_growth_rates(beta, d=2)
+    b = make_basis(64, 2)
+    T = math.log(3e3) / g.rates[g.most_unstable]
+    counts = []
+    for seed in range(3):
+        s = solve_pde(
+            perturbed_uniform(b, 1e-4, degrees=(1, 40), seed=seed), beta * np.eye(2)[None], t_end=T, dt=T / 100, basis=b
+        )
+        counts.append(density_maxima(b, s.coef[-1]))
+    print(f"predicted {g.cluster_count} clusters, PDE maxima {counts}")
+    assert int(np.median(counts)) == g.cluster_count and max(abs(c - g.cluster_count) for c in counts) <= 1
+    assert int(np.median(counts)) != linear_growth_rates(4 * beta, d=2).cluster_count

@@ -392,3 +392,15 @@ def pde_growth(
         head_weights=pred.head_weights,
     )
     return pred, measure_growth_rates(sol.t, sol.degree_power(), degs, nonlinear_tol=nonlinear_tol, d=d)
+
+
+def density_maxima(basis: Any, coef: Any, *, n_points: int = 4096) -> int:
+    """The number of local maxima above the uniform level ``1/2pi`` of a circle density ``sum_k c_k Y_k``
+    (evaluated on ``n_points`` angles): the clusters a density is about to form."""
+    if basis.d != 2:
+        raise InputError("density_maxima counts maxima on the circle (d = 2)")
+    th = np.arange(n_points) * (2 * math.pi / n_points)
+    x = torch.from_numpy(np.stack([np.cos(th), np.sin(th)], axis=1))
+    rho = (basis.eval_at(x) @ torch.as_tensor(coef, dtype=torch.float64)).numpy()
+    peak = (rho > np.roll(rho, 1)) & (rho > np.roll(rho, -1)) & (rho > 1 / (2 * math.pi))
+    return int(peak.sum())
