@@ -133,9 +133,13 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
         ax.legend(fontsize=8)
     else:
         pts = b.points.numpy()
-        lat, lon = np.degrees(np.arcsin(pts[:, 2])), np.degrees(np.arctan2(pts[:, 1], pts[:, 0]))
-        sc = ax.scatter(lon, lat, c=sol.density(-1), s=6, cmap="viridis")
-        fig.colorbar(sc, ax=ax, label=r"$\rho(t_{end}, x)$")
+        nlon = int(np.sum(np.isclose(pts[:, 2], pts[0, 2])))
+        lat = np.degrees(np.arcsin(pts[::nlon, 2]))
+        lon = np.degrees(np.arctan2(pts[:nlon, 1], pts[:nlon, 0])) % 360
+        order = np.argsort(lon)
+        grid = sol.density(-1).reshape(len(lat), nlon)[:, order]
+        mesh = ax.pcolormesh(lon[order], lat, grid, shading="nearest", cmap="viridis")
+        fig.colorbar(mesh, ax=ax, label=rf"$\rho(t, x)$ at t = {sol.t[-1]:.3g}")
         ax.set_xlabel("longitude (degrees)")
         ax.set_ylabel("latitude (degrees)")
     ax.set_title(f"token density ({sol.model}, lmax = {b.lmax})")
@@ -165,10 +169,14 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     P = sol.degree_power()
+    rel = P / P[:, :1]
+    # Degrees the initial density does not contain start at exactly 0 (or rounding): left out below
+    # 1e-24 of the largest so that the axis shows the resolved powers, not the float floor.
+    rel = np.where(rel > 1e-24 * np.nanmax(rel[:, 1:]), rel, np.nan)
     for l in range(1, min(b.lmax, 12) + 1):
-        ax.semilogy(sol.t, np.maximum(P[:, l], 1e-300), label=f"l = {l}")
+        ax.semilogy(sol.t, rel[:, l], label=f"l = {l}")
     ax.set_xlabel("t")
-    ax.set_ylabel(r"$P_l(t)$ (log scale)")
+    ax.set_ylabel(r"$P_l(t) / P_0$ (log scale)")
     ax.set_title("power of each degree")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
