@@ -4,7 +4,7 @@ The mathematics is written out in ``docs/model.md``. The package is a pipeline, 
 stage, each importing only the ones below it (``pyproject.toml``, ``[tool.importlinter]``)::
 
     core -> weights -> config -> kernels -> dynamics -> schemes -> analysis -> io -> solve
-         -> viz -> runs -> sweep -> experiments | hf | bench -> cli
+         -> pde -> viz -> runs -> sweep -> experiments | hf | bench -> cli
 
 The public API, re-exported here and loaded on first use (``import attnflow`` itself is cheap):
 
@@ -14,7 +14,9 @@ The public API, re-exported here and loaded on first use (``import attnflow`` it
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder;
 * gradient-flow toolkit: :func:`edi_budget`, :func:`jko_step`, :func:`wasserstein_sphere`,
   :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`, :func:`weight_path_length`,
-  :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`.
+  :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`;
+* the mean-field limit: :func:`solve_pde` (the Transformer PDE), :func:`linear_growth_rates` (the
+  uniform state's stability), :func:`meanfield_convergence` (particles -> PDE distances).
 
 Modules live at their place in the tree (``attnflow.dynamics.fields``, ``attnflow.solve.simulation``);
 the flat paths of an unreleased earlier layout (``attnflow.fields``) do not exist, and
@@ -65,6 +67,9 @@ _EXPORTS: dict[str, str] = {
     "BACKENDS": "attnflow.kernels.dispatch",
     **dict.fromkeys(["Ensemble", "simulate_ensemble"], "attnflow.solve.ensemble"),
     **dict.fromkeys(["FastSumResult", "fast_stats", "fast_attention_stats"], "attnflow.kernels.fastsum"),
+    **dict.fromkeys(["solve_pde", "PDESolution", "ResolutionExceeded"], "attnflow.pde.solver"),
+    **dict.fromkeys(["linear_growth_rates", "GrowthRates"], "attnflow.pde.growth"),
+    **dict.fromkeys(["meanfield_convergence", "MeanFieldConvergence", "mmd_sphere"], "attnflow.pde.meanfield"),
 }
 
 #: Public submodules reachable as attributes (``af.weights``, ``af.tokens``, ``af.hf``).
@@ -133,6 +138,14 @@ __all__ = [
     "FastSumResult",
     "fast_stats",
     "fast_attention_stats",
+    "solve_pde",
+    "PDESolution",
+    "ResolutionExceeded",
+    "linear_growth_rates",
+    "GrowthRates",
+    "meanfield_convergence",
+    "MeanFieldConvergence",
+    "mmd_sphere",
 ]
 
 
@@ -180,6 +193,9 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     from attnflow.io.trajectory import Trajectory, load
     from attnflow.kernels.dispatch import BACKENDS
     from attnflow.kernels.fastsum import FastSumResult, fast_attention_stats, fast_stats
+    from attnflow.pde.growth import GrowthRates, linear_growth_rates
+    from attnflow.pde.meanfield import MeanFieldConvergence, meanfield_convergence, mmd_sphere
+    from attnflow.pde.solver import PDESolution, ResolutionExceeded, solve_pde
     from attnflow.runs.runner import folder_status, resume_folder, run_to_folder
     from attnflow.schemes.integrators import INTEGRATORS
     from attnflow.schemes.jko import JKOResult, jko_step
