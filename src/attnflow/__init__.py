@@ -14,7 +14,7 @@ The public API, re-exported here and loaded on first use (``import attnflow`` it
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder;
 * gradient-flow toolkit: :func:`edi_budget`, :func:`jko_step`, :func:`wasserstein_sphere`,
   :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`, :func:`weight_path_length`,
-  :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`.
+  :func:`stationarity`, :func:`classify_stationary`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
         "attnflow.analysis.distances",
     ),
     **dict.fromkeys(["weight_path_length", "PathLength", "stationarity", "Stationarity"], "attnflow.analysis.limits"),
+    **dict.fromkeys(["classify_stationary", "StationaryPoint"], "attnflow.analysis.stationary"),
     **dict.fromkeys(["GaussianHeads", "GaussianStatic", "GaussianOU"], "attnflow.dynamics.infinite"),
     **dict.fromkeys(["load_heads", "to_gradient_flow"], "attnflow.hf"),
     **dict.fromkeys(["SweepSpec", "load_sweep", "sweep_points"], "attnflow.sweep.spec"),
@@ -96,6 +97,8 @@ __all__ = [
     "PathLength",
     "stationarity",
     "Stationarity",
+    "classify_stationary",
+    "StationaryPoint",
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
@@ -159,6 +162,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     )
     from attnflow.analysis.edi import EDIBudget, edi_budget
     from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
+    from attnflow.analysis.stationary import StationaryPoint, classify_stationary
     from attnflow.core import tokens
     from attnflow.core.heads import Heads
     from attnflow.dynamics.fields import (
