@@ -307,13 +307,15 @@ def classify_stationary(
         ev, vec = torch.linalg.eigh(0.5 * (blk + blk.T) / m[k])
         splits[k], split_vecs[k] = ev.numpy(), vec
 
-    every = [*evals.abs().tolist(), *(abs(v) for s_ in splits.values() for v in s_.tolist())]
-    full_scale = float(torch.linalg.eigvalsh(Hm).abs().max()) if K * q else 0.0
-    scale = max([*every, full_scale, 0.0])
-    zero_tol = zero_rtol * scale
+    # Zero is relative to each block's own scale (split blocks are often e^beta larger than the rigid one),
+    # with a floor at the rounding of the doubled Hessian's entries (the rigid sums cancel its self terms).
+    floor = 1e-12 * float(R2.abs().max()) if R2.numel() else 0.0
+    rigid_scale = float(torch.linalg.eigvalsh(Hm).abs().max()) if K * q else 0.0
+    zero_tol = max(zero_rtol * rigid_scale, floor / float(m.min()))
+    split_tols = {k: max(zero_rtol * float(np.abs(s_).max()), floor / float(m[k])) for k, s_ in splits.items()}
     rigid_index = int((evals < -zero_tol).sum())
     degenerate = int((evals.abs() <= zero_tol).sum())
-    split_index = int(sum(int((s_ < -zero_tol).sum()) for s_ in splits.values()))
+    split_index = int(sum(int((s_ < -split_tols[k]).sum()) for k, s_ in splits.items()))
     index = rigid_index + split_index
 
     # Newton step beyond symmetry at the centres (the gradient there, mass metric coordinates).
@@ -337,7 +339,7 @@ def classify_stationary(
             cands.append((sign * rigid_val, -1))
         for k, s_ in splits.items():
             v = float(s_[0 if sign < 0 else -1])
-            if sign * v > zero_tol:
+            if sign * v > split_tols[k]:
                 cands.append((sign * v, k))
         if not cands:
             return None
