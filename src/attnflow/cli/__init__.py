@@ -7,10 +7,10 @@ application object; each command module registers its commands on it when import
 
 from __future__ import annotations
 
-from attnflow.cli import bench, edi, hf, main, reproduce, stationary, sweep, view
+from attnflow.cli import bench, edi, hf, main, plateaus, reproduce, stationary, sweep, view
 from attnflow.cli.app import app
 
-__all__ = ["app", "entrypoint", "bench", "edi", "hf", "main", "reproduce", "stationary", "sweep", "view"]
+__all__ = ["app", "entrypoint", "bench", "edi", "hf", "main", "plateaus", "reproduce", "stationary", "sweep", "view"]
 
 
 def entrypoint() -> None:

@@ -162,6 +162,8 @@ def _geomean_ci(values: np.ndarray, rng: np.random.Generator) -> tuple[float, fl
     logs = np.log10(values)
     if len(logs) == 0:
         return math.nan, math.nan, math.nan
+    if len(logs) == 1:  # one seed: a value, no interval
+        return float(10 ** logs[0]), math.nan, math.nan
     boots = rng.choice(logs, size=(BOOTSTRAP, len(logs)), replace=True).mean(axis=1)
     lo, hi = np.percentile(boots, [2.5, 97.5])
     return float(10 ** logs.mean()), float(10**lo), float(10**hi)
@@ -312,8 +314,8 @@ def plot_study(study: PlateauStudy, path: Path) -> Path:
         if rows:
             b = np.array([row["beta"] for row in rows])
             g = np.array([row["duration_geomean"] for row in rows])
-            err = np.array([[row["duration_geomean"] - row["ci_low"] for row in rows],
-                            [row["ci_high"] - row["duration_geomean"] for row in rows]])  # fmt: skip
+            err = np.nan_to_num(np.array([[row["duration_geomean"] - row["ci_low"] for row in rows],
+                                          [row["ci_high"] - row["duration_geomean"] for row in rows]]))  # fmt: skip
             ax.errorbar(b, g, yerr=err, color=col, marker="o", capsize=4, lw=1.5,
                         label=f"H = {H}: geometric mean, 95% bootstrap CI")  # fmt: skip
     if all_d and max(all_d) / max(min(all_d), 1e-300) > 10:
