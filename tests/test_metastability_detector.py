@@ -17,6 +17,7 @@ from attnflow.core.errors import InputError
 
 def _planted(t, times, drops, width):
     E = -sum(f * (1 + np.tanh((t - tk) / width)) / 2 for f, tk in zip(drops, times))
+
     def sech2(u):
         q = np.exp(-2 * np.abs(u))
         return 4 * q / (1 + q) ** 2
@@ -50,7 +51,9 @@ def test_planted_staircase_plateau_times(seed):
         end = brentq(lambda s: rate(s) - theta, 0.5 * (a + b), b)
         worst = max(worst, abs(p.start - start), abs(p.end - end))
         assert abs(p.energy - E[np.searchsorted(t, 0.5 * (a + b))]) < 1e-6
-    print(f"seed {seed}: width {width:.2f}, steps {np.round(times, 1)}; worst end error {worst:.3f} (save spacing {h:.3f})")
+    print(
+        f"seed {seed}: width {width:.2f}, steps {np.round(times, 1)}; worst end error {worst:.3f} (save spacing {h:.3f})"
+    )
     assert worst < h
     # The staircase levels are the planted ones.
     np.testing.assert_allclose(st.levels[1:], -np.cumsum(drops), atol=1e-6)
@@ -70,7 +73,9 @@ def test_small_bursts_do_not_split_a_plateau():
     """Control: a burst that lowers F by less than min_drop of the total drop is not an event; above it is."""
     t = np.linspace(0, 2000, 8001)
     E, _ = _planted(t, [10.0, 500.0, 1000.0], [0.9, 1e-3, 0.1], 1.0)
-    assert len(detect_plateaus(t, E).closed) == 1  # 10 .. 1000: the 1e-3 step (rate above theta, drop below min_drop) is absorbed
+    assert (
+        len(detect_plateaus(t, E).closed) == 1
+    )  # 10 .. 1000: the 1e-3 step (rate above theta, drop below min_drop) is absorbed
     assert len(detect_plateaus(t, E, min_drop=1e-5).closed) == 2  # now it is an event
 
 

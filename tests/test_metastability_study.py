@@ -64,7 +64,9 @@ def test_summary_geometric_means_and_trend_with_controls():
         assert row["ci_low"] < row["duration_geomean"] < row["ci_high"]
     assert [r["censored"] for r in st.summary] == [0, 0, 1] and [r["no_plateau"] for r in st.summary] == [1, 0, 0]
     tr = st.trend[1]
-    print(f"planted slope 0.3 (and one censored lower bound 5000 at beta 4): measured {tr['slope']:.3f} (CI {tr['ci_low']:.3f} .. {tr['ci_high']:.3f})")
+    print(
+        f"planted slope 0.3 (and one censored lower bound 5000 at beta 4): measured {tr['slope']:.3f} (CI {tr['ci_low']:.3f} .. {tr['ci_high']:.3f})"
+    )
     assert tr["ci_low"] > 0 and st.verdict(1) == "grows"
     # Controls: durations that fall with beta, and durations that do not depend on it.
     falling = [_record(b, s, float(10 ** (3 - 0.3 * b + rng.normal(0, 0.1)))) for b in betas for s in range(6)]
@@ -76,7 +78,15 @@ def test_summary_geometric_means_and_trend_with_controls():
 def test_write_study_table_and_figure(tmp_path):
     recs = [_record(b, s, float(10 ** (0.5 * b + 0.1 * s))) for b in (1.0, 4.0, 8.0) for s in range(3)]
     recs.append(_record(8.0, 3, 1e4, censored=True))
-    settings = {"betas": [1.0, 4.0, 8.0], "seeds": 4, "n": 8, "d": 2, "t_end": 1e4, "heads_kind": "identity", "model": "gf"}
+    settings = {
+        "betas": [1.0, 4.0, 8.0],
+        "seeds": 4,
+        "n": 8,
+        "d": 2,
+        "t_end": 1e4,
+        "heads_kind": "identity",
+        "model": "gf",
+    }
     paths = write_study(PlateauStudy(recs, settings).compute(), tmp_path / "out")
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
@@ -100,7 +110,9 @@ def test_cli_refuses_bad_input(tmp_path):
 
 @pytest.mark.slow
 def test_cli_end_to_end_small(tmp_path):
-    r = runner.invoke(app, ["plateaus", "--beta", "2,4", "--seeds", "2", "--n", "8", "--t-end", "100", "--out", str(tmp_path / "p")])
+    r = runner.invoke(
+        app, ["plateaus", "--beta", "2,4", "--seeds", "2", "--n", "8", "--t-end", "100", "--out", str(tmp_path / "p")]
+    )
     assert r.exit_code == 0, r.output
     summary = pd.read_csv(tmp_path / "p" / "summary.csv")
     assert list(summary["beta"]) == [2.0, 4.0] and (tmp_path / "p" / "plateaus.png").is_file()

@@ -25,7 +25,9 @@ def runs(tmp_path_factory):
     rng = np.random.default_rng(1)
     y = rng.standard_normal((6, 3))
     y /= np.linalg.norm(y, axis=1, keepdims=True)
-    af.simulate(y, 3.0 * np.eye(3)[None], model="gf", t_end=40.0, dt=1.0, method="dopri5").save(root / "one", figures=False)
+    af.simulate(y, 3.0 * np.eye(3)[None], model="gf", t_end=40.0, dt=1.0, method="dopri5").save(
+        root / "one", figures=False
+    )
     heads = np.stack([np.eye(3), np.diag([2.0, 1.0, 0.5])])
     af.simulate(y, heads, model="mha", t_end=0.2, dt=0.1).save(root / "mha", figures=False)
     return root

@@ -186,7 +186,9 @@ def test_reduced_hessian_agrees_with_token_level():
     assert p.split_index == d - 1 and p.rigid_index == d - 1 and p.index == 2 * (d - 1)
     # Token level, no clustering: one Hessian over all five tokens (mass metric).
     xt = torch.from_numpy(x)
-    _, R, _, _ = riemannian_hessian(xt, Heads(K=torch.from_numpy(beta * np.eye(d)[None])), torch.from_numpy(a), torch.ones(1, dtype=torch.float64))
+    _, R, _, _ = riemannian_hessian(
+        xt, Heads(K=torch.from_numpy(beta * np.eye(d)[None])), torch.from_numpy(a), torch.ones(1, dtype=torch.float64)
+    )
     sa = np.sqrt(np.repeat(a, d - 1))
     ev = np.linalg.eigvalsh(R.numpy() / sa[:, None] / sa[None, :])
     tol = 1e-8 * np.abs(ev).max()

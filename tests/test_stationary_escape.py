@@ -34,7 +34,10 @@ def test_push_along_escape_leaves_and_along_stable_returns():
     rate_out = -float(p.eigenvalues[0]) * b
     rate_in = float(max(s.max() for s in p.split_eigenvalues.values())) * b
     runs = {}
-    for name, u, horizon in (("escape", p.escape, 4 * math.log(1 / eps) / rate_out), ("stable", p.stable, 10 / rate_in)):
+    for name, u, horizon in (
+        ("escape", p.escape, 4 * math.log(1 / eps) / rate_out),
+        ("stable", p.stable, 10 / rate_in),
+    ):
         x0 = x + eps * u
         x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
         traj = _run(x0, A, horizon)

@@ -417,7 +417,9 @@ def describe(point: StationaryPoint) -> str:
     return text
 
 
-def ended_at(traj: Any, *, cluster_eps: float | None = None, max_size: int = ENDED_AT_MAX_SIZE) -> tuple[dict | None, str]:
+def ended_at(
+    traj: Any, *, cluster_eps: float | None = None, max_size: int = ENDED_AT_MAX_SIZE
+) -> tuple[dict | None, str]:
     """Classify a trajectory's final state: ``(summary or None, one sentence)``.
 
     The final saved tokens, heads and masses of ``traj`` (a :class:`attnflow.Trajectory`), under the

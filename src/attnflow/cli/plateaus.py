@@ -26,7 +26,9 @@ def _numbers(text: str, name: str, cast=float) -> list:
 @app.command()
 @guarded
 def plateaus(
-    out: Path = typer.Option(..., "--out", "-o", help="New folder for runs.csv, summary.csv, summary.md, plateaus.png."),
+    out: Path = typer.Option(
+        ..., "--out", "-o", help="New folder for runs.csv, summary.csv, summary.md, plateaus.png."
+    ),
     beta: str = typer.Option("1,2,4,8", "--beta", help="Comma-separated temperatures beta."),
     heads: str = typer.Option("1", "--heads", help="Comma-separated head counts H."),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per (beta, H): initial tokens (and GOE heads)."),
@@ -38,7 +40,9 @@ def plateaus(
     saves: int = typer.Option(100, "--saves", min=10, help="Saves per decade of time."),
     rtol: float = typer.Option(1e-8, "--rtol", help="dopri5 relative tolerance."),
     atol: float = typer.Option(1e-10, "--atol", help="dopri5 absolute tolerance."),
-    rel_rate: float = typer.Option(0.1, "--rel-rate", help="Plateau: -dF/dt below this fraction of the run's mean rate."),
+    rel_rate: float = typer.Option(
+        0.1, "--rel-rate", help="Plateau: -dF/dt below this fraction of the run's mean rate."
+    ),
 ) -> None:
     """Map the duration of the first metastable plateau against beta (and H): adaptive runs over seeds,
     the energy staircase of each, geometric means with bootstrap 95% CIs, a figure and a table.

@@ -98,7 +98,10 @@ def stationary(
         ("lowest eigenvalue", f"{p.lowest_eigenvalue:.6g}"),
         ("symmetry directions removed", str(p.symmetry_directions)),
         ("zero modes beyond symmetry", str(p.degenerate)),
-        ("stationary", f"{p.stationary} (Newton step {p.newton_distance:.3g} rad, relative gradient {p.relative_gradient:.3g})"),
+        (
+            "stationary",
+            f"{p.stationary} (Newton step {p.newton_distance:.3g} rad, relative gradient {p.relative_gradient:.3g})",
+        ),
         ("energy F", f"{p.energy:.10g}"),
         ("escape", "none (a minimiser)" if p.escape is None else "per cluster below (unit Frobenius norm over tokens)"),
     ]
@@ -124,4 +127,8 @@ def stationary(
     if p.clusters > MAX_ROWS:
         say(f"({p.clusters - MAX_ROWS} more clusters: see --json)")
     if escape_out is not None:
-        say(f"wrote {escape_out}" if p.escape is not None else f"no escape direction (a minimiser): {escape_out} not written")
+        say(
+            f"wrote {escape_out}"
+            if p.escape is not None
+            else f"no escape direction (a minimiser): {escape_out} not written"
+        )

@@ -212,7 +212,7 @@ class PlateauStudy:
             if not rows:
                 continue
             b = np.array([r.beta for r in rows])
-            y = np.log10([r.duration for r in rows])  # type: ignore[misc]
+            y = np.log10(np.array([r.duration for r in rows], dtype=np.float64))
             slope = _slope(b, y)
             boots = []
             strata = [np.nonzero(b == v)[0] for v in np.unique(b)]
@@ -220,7 +220,7 @@ class PlateauStudy:
                 idx = np.concatenate([rng.choice(s, size=len(s), replace=True) for s in strata])
                 boots.append(_slope(b[idx], y[idx]))
             finite = np.array([v for v in boots if math.isfinite(v)])
-            lo, hi = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (math.nan, math.nan))
+            lo, hi = np.percentile(finite, [2.5, 97.5]) if len(finite) else (math.nan, math.nan)
             self.trend[H] = {"slope": slope, "ci_low": float(lo), "ci_high": float(hi), "runs": len(rows)}
         return self
 
@@ -267,8 +267,18 @@ def plateau_study(
     for k, (b, h, s) in enumerate(jobs):
         records.append(
             run_one(
-                b, h, s, n=n, d=d, t_end=t_end, heads_kind=heads_kind, model=model, saves=saves, rtol=rtol,
-                atol=atol, rel_rate=rel_rate,
+                b,
+                h,
+                s,
+                n=n,
+                d=d,
+                t_end=t_end,
+                heads_kind=heads_kind,
+                model=model,
+                saves=saves,
+                rtol=rtol,
+                atol=atol,
+                rel_rate=rel_rate,
             )  # fmt: skip
         )
         if progress is not None:
@@ -304,11 +314,11 @@ def plot_study(study: PlateauStudy, path: Path) -> Path:
         col = f"C{i}"
         rs = [r for r in study.records if r.H == H and r.duration]
         jitter = lambda r: r.beta * (1 + 0.02 * (r.seed - s["seeds"] / 2) / max(s["seeds"], 1))
-        ax.scatter([jitter(r) for r in rs if not r.censored], [r.duration for r in rs if not r.censored], s=14,
+        ax.scatter([jitter(r) for r in rs if not r.censored], [float(r.duration or 0) for r in rs if not r.censored], s=14,
                    color=col, alpha=0.5, label=f"H = {H}: seeds")  # fmt: skip
         cens = [r for r in rs if r.censored]
         if cens:
-            ax.scatter([jitter(r) for r in cens], [r.duration for r in cens], marker="^", s=24, color=col,
+            ax.scatter([jitter(r) for r in cens], [float(r.duration or 0) for r in cens], marker="^", s=24, color=col,
                        alpha=0.7, label=f"H = {H}: censored (lower bound)")  # fmt: skip
         rows = [row for row in study.summary if row["H"] == H and row["measured"]]
         if rows:
@@ -327,7 +337,9 @@ def plot_study(study: PlateauStudy, path: Path) -> Path:
     kind = "A_h = β I" if s["heads_kind"] == "identity" else "A_h = β GOE"
     ax.set_xlabel(f"β  ({kind})")
     ax.set_ylabel("duration of the first metastable plateau (time)")
-    ax.set_title(f"model {s['model']}, N = {s['n']}, d = {s['d']}, {s['seeds']} seeds, t_end = {s['t_end']:g}", fontsize=10)
+    ax.set_title(
+        f"model {s['model']}, N = {s['n']}, d = {s['d']}, {s['seeds']} seeds, t_end = {s['t_end']:g}", fontsize=10
+    )
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -346,7 +358,10 @@ def write_study(study: PlateauStudy, out: Path) -> list[Path]:
     with atomic_folder(out) as tmp:
         pd.DataFrame([r.row() for r in study.records]).to_csv(tmp / "runs.csv", index=False)
         pd.DataFrame(study.summary).to_csv(tmp / "summary.csv", index=False)
-        md = ["# Plateau durations against beta\n", "Settings: " + ", ".join(f"{k} = {v}" for k, v in study.settings.items()) + "\n"]
+        md = [
+            "# Plateau durations against beta\n",
+            "Settings: " + ", ".join(f"{k} = {v}" for k, v in study.settings.items()) + "\n",
+        ]
         md.append(_md_table(study.summary))
         for H, tr in study.trend.items():
             md.append(
