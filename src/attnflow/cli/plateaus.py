@@ -33,7 +33,7 @@ def plateaus(
     heads: str = typer.Option("1", "--heads", help="Comma-separated head counts H."),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per (beta, H): initial tokens (and GOE heads)."),
     n: int = typer.Option(16, "--n", min=2, help="Tokens per run."),
-    d: int = typer.Option(2, "--d", min=2, help="Dimension (tokens on S^{d-1})."),
+    d: int = typer.Option(2, "--d", min=2, help="Dimension d (tokens on the unit sphere of R^d)."),
     t_end: float = typer.Option(1000.0, "--t-end", help="End time of every run."),
     heads_kind: str = typer.Option("identity", "--heads-kind", help="identity (A_h = beta I) or goe (beta x GOE)."),
     model: str = typer.Option("gf", "--model", help="gf, usa or mha."),
