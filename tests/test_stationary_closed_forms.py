@@ -226,3 +226,18 @@ def test_tangent_bases_orthonormal():
     B = tangent_bases(torch.from_numpy(X)).numpy()
     np.testing.assert_allclose(np.einsum("nij,nik->njk", B, B), np.broadcast_to(np.eye(3), (6, 3, 3)), atol=1e-12)
     assert np.abs(np.einsum("ni,nij->nj", X, B)).max() < 1e-12
+
+
+def test_time_dependent_weights_are_evaluated_at_t():
+    """Oscillating weights A(t) = beta I + C I sin(omega t): the antipodal eigenvalue is -b e^{-b} with
+    b = beta + C sin(omega t), at each t asked for (control: the t = 0 value differs)."""
+    beta, C, omega = 2.0, 1.0, 1.3
+    proc = af.weights.Oscillating(beta * np.eye(3)[None], C, omega)
+    x = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+    for t in (0.0, 0.7, 2.0):
+        b = beta + C * math.sin(omega * t)
+        p = af.classify_stationary(x, proc, t=t)
+        np.testing.assert_allclose(p.eigenvalues, -b * math.exp(-b), rtol=1e-10)
+        assert p.t == t
+    p0 = af.classify_stationary(x, proc, t=0.0)
+    assert abs(p0.eigenvalues[0] - p.eigenvalues[0]) > 1e-3
