@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import connected_components
 
+from attnflow.analysis.diagnostics import CLUSTER_GRID_MAX_DIM, component_labels_grid
 from attnflow.core.arrays import ArrayLike, like, to_tensor
 from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
@@ -172,10 +173,23 @@ def symmetry_generators(heads: Heads, rtol: float = 1e-9) -> np.ndarray:
     return np.einsum("sk,kij->sij", null, E)
 
 
+#: Tokens grouped with one dense ``N x N`` comparison; above, the exact grid method of the diagnostics.
+DENSE_CLUSTER_TOKENS = 4096
+
+
 def token_clusters(x: torch.Tensor, cluster_eps: float) -> np.ndarray:
     """Cluster label of each token: connected components of ``<x_i, x_j> > 1 - cluster_eps`` (as
-    :func:`attnflow.analysis.diagnostics.count_clusters` counts them)."""
+    :func:`attnflow.analysis.diagnostics.count_clusters` counts them). Large clouds use the diagnostics'
+    exact grid method (``d <= 5``); a large cloud in higher dimension is refused (:class:`InputError`)."""
     X = x.detach().cpu().double().numpy()
+    if len(X) > DENSE_CLUSTER_TOKENS:
+        labels = component_labels_grid(X, cluster_eps) if X.shape[1] <= CLUSTER_GRID_MAX_DIM else None
+        if labels is None:
+            raise InputError(
+                f"grouping {len(X)} tokens in d={X.shape[1]} into clusters needs an N x N comparison; classify "
+                f"at most {DENSE_CLUSTER_TOKENS} tokens (or d <= {CLUSTER_GRID_MAX_DIM})"
+            )
+        return np.asarray(labels, dtype=np.int64)
     adj = X @ X.T > 1.0 - cluster_eps
     _, labels = connected_components(adj, directed=False)
     return labels.astype(np.int64)
@@ -429,9 +443,14 @@ def ended_at(
     eps = cluster_eps
     if eps is None:
         eps = float(((traj.config or {}).get("diagnostics") or {}).get("cluster_eps", 1e-3))
+    if traj.N > DENSE_CLUSTER_TOKENS:  # the gradient at every token is an N^2 pass: not for a summary
+        return None, f"not classified here: {traj.N} tokens (attnflow stationary classifies it)"
     x = np.asarray(traj.x[-1], dtype=np.float64)
     x = x / np.linalg.norm(x, axis=-1, keepdims=True)
-    K = int(token_clusters(torch.from_numpy(x), eps).max()) + 1
+    try:
+        K = int(token_clusters(torch.from_numpy(x), eps).max()) + 1
+    except InputError as e:
+        return None, f"not classified: {e}"
     if 2 * K * traj.d > max_size:
         return None, f"not classified: {K} clusters in d = {traj.d} (a Hessian above {max_size} coordinates)"
     try:
