@@ -31,7 +31,7 @@ def _stairs(times, drops, T=2000.0):
 
 def test_first_metastable_plateau():
     st = _stairs([5.0, 300.0], [0.7, 0.3])  # rest 5 .. 300, then the final rest
-    start, end, censored = first_metastable(st, "minimiser")
+    start, end, censored, _ = first_metastable(st, "minimiser")
     assert 5 < start < 15 and 290 < end < 300 and not censored
     # Straight to the minimiser: the only rest after motion is the final one: no metastable plateau ...
     st1 = _stairs([5.0], [1.0])
@@ -43,7 +43,7 @@ def test_first_metastable_plateau():
 
 def _record(beta, seed, duration, censored=False, H=1):
     st = _stairs([5.0], [1.0])
-    return RunRecord(beta, H, seed, 1.0, None if duration is None else 1.0 + duration, duration, censored, 1, 3, 1,
+    return RunRecord(beta, H, seed, 1.0, None if duration is None else 1.0 + duration, duration, censored, 2, 1, 3, 1,
                      "minimiser", 0, st)  # fmt: skip
 
 

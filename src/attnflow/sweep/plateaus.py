@@ -91,6 +91,7 @@ class RunRecord:
     plateau_end: float | None
     duration: float | None  # None: no metastable plateau
     censored: bool  # the duration is a lower bound (still on the plateau at t_end)
+    plateau_clusters: int | None  # clusters on the first metastable plateau
     plateaus: int  # closed plateaus in the run
     merges: int
     clusters_end: int
@@ -102,16 +103,16 @@ class RunRecord:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "staircase"}
 
 
-def first_metastable(st: Staircase, end_kind: str) -> tuple[float, float, bool] | None:
-    """``(start, end, censored)`` of the first plateau entered from motion that is closed, or censored at an
+def first_metastable(st: Staircase, end_kind: str) -> tuple[float, float, bool, int | None] | None:
+    """``(start, end, censored, clusters)`` of the first plateau entered from motion that is closed, or censored at an
     end that is not a stationary minimiser (a saddle, or still moving); ``None`` when the run has none."""
     for p in st.plateaus:
         if p.from_start:
             continue
         if p.closed:
-            return p.start, p.end, False
+            return p.start, p.end, False, p.clusters
         if p.censored and end_kind != "minimiser":
-            return p.start, p.end, True
+            return p.start, p.end, True, p.clusters
         return None
     return None
 
@@ -149,6 +150,7 @@ def run_one(
         plateau_end=None if first is None else first[1],
         duration=None if first is None else first[1] - first[0],
         censored=False if first is None else first[2],
+        plateau_clusters=None if first is None else first[3],
         plateaus=len(st.closed),
         merges=len(st.merges),
         clusters_end=int(s["clusters"][-1]),
