@@ -116,3 +116,18 @@ def test_cli_end_to_end_small(tmp_path):
     assert r.exit_code == 0, r.output
     summary = pd.read_csv(tmp_path / "p" / "summary.csv")
     assert list(summary["beta"]) == [2.0, 4.0] and (tmp_path / "p" / "plateaus.png").is_file()
+
+
+def test_heads_for_kinds():
+    from attnflow.core.errors import InputError
+    from attnflow.sweep.plateaus import heads_for
+
+    A = heads_for("identity", 3.0, 4, 2, seed=0)
+    assert A.shape == (4, 2, 2) and np.allclose(A, 3.0 * np.eye(2))
+    G = heads_for("goe", 3.0, 4, 3, seed=1)
+    assert G.shape == (4, 3, 3) and np.allclose(G, G.transpose(0, 2, 1))
+    assert np.allclose(G, heads_for("goe", 3.0, 4, 3, seed=1)) and not np.allclose(
+        G, heads_for("goe", 3.0, 4, 3, seed=2)
+    )
+    with pytest.raises(InputError):
+        heads_for("other", 1.0, 1, 2, seed=0)
