@@ -14,7 +14,8 @@ The public API, re-exported here and loaded on first use (``import attnflow`` it
 * :func:`simulate` -> :class:`Trajectory`; :func:`load` reads a saved run folder;
 * gradient-flow toolkit: :func:`edi_budget`, :func:`jko_step`, :func:`wasserstein_sphere`,
   :func:`weighted_wasserstein_bounds`, :func:`weighted_wasserstein`, :func:`weight_path_length`,
-  :func:`stationarity`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`, :class:`GaussianOU`;
+  :func:`stationarity`, :func:`classify_stationary`, infinite heads :class:`GaussianHeads`, :class:`GaussianStatic`,
+  :class:`GaussianOU`;
 * the mean-field limit: :func:`solve_pde` (the Transformer PDE), :func:`linear_growth_rates` (the
   uniform state's stability), :func:`meanfield_convergence` (particles -> PDE distances).
 
@@ -51,6 +52,7 @@ _EXPORTS: dict[str, str] = {
         "attnflow.analysis.distances",
     ),
     **dict.fromkeys(["weight_path_length", "PathLength", "stationarity", "Stationarity"], "attnflow.analysis.limits"),
+    **dict.fromkeys(["classify_stationary", "StationaryPoint"], "attnflow.analysis.stationary"),
     **dict.fromkeys(["GaussianHeads", "GaussianStatic", "GaussianOU"], "attnflow.dynamics.infinite"),
     **dict.fromkeys(["load_heads", "to_gradient_flow"], "attnflow.hf"),
     **dict.fromkeys(["SweepSpec", "load_sweep", "sweep_points"], "attnflow.sweep.spec"),
@@ -105,6 +107,8 @@ __all__ = [
     "PathLength",
     "stationarity",
     "Stationarity",
+    "classify_stationary",
+    "StationaryPoint",
     "GaussianHeads",
     "GaussianStatic",
     "GaussianOU",
@@ -175,6 +179,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     )
     from attnflow.analysis.edi import EDIBudget, edi_budget
     from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
+    from attnflow.analysis.stationary import StationaryPoint, classify_stationary
     from attnflow.core import tokens
     from attnflow.core.heads import Heads
     from attnflow.dynamics.fields import (

@@ -1,6 +1,7 @@
 """What is measured on states and trajectories: diagnostics and clusters (:mod:`.diagnostics`), the
 energy-dissipation budget (:mod:`.edi`), limits and stationarity (:mod:`.limits`), Wasserstein
-distances (:mod:`.distances`)."""
+distances (:mod:`.distances`), stationary points classified (:mod:`.stationary`) and metastable
+plateaus (:mod:`.metastability`)."""
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS, count_clusters, state_diagnostics
 from attnflow.analysis.distances import (

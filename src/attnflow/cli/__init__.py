@@ -7,10 +7,13 @@ application object; each command module registers its commands on it when import
 
 from __future__ import annotations
 
-from attnflow.cli import bench, edi, hf, main, pde, phase, reproduce, sweep, view
+from attnflow.cli import bench, edi, hf, main, pde, phase, plateaus, reproduce, stationary, sweep, view
 from attnflow.cli.app import app
 
-__all__ = ["app", "entrypoint", "bench", "edi", "hf", "main", "pde", "phase", "reproduce", "sweep", "view"]
+__all__ = [
+    "app", "entrypoint", "bench", "edi", "hf", "main", "pde", "phase", "plateaus", "reproduce", "stationary",
+    "sweep", "view",
+]  # fmt: skip
 
 
 def entrypoint() -> None:

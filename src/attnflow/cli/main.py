@@ -170,6 +170,7 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
         "time_to_clustering": None,
         "final_clusters": None,
         "edi": None,
+        "ended_at": None,
         "wall_time_s": traj.provenance.get("wall_time_s"),
         "attnflow_version": traj.provenance.get("attnflow_version"),
         "git_commit": traj.provenance.get("git_commit"),
@@ -188,6 +189,10 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
             "max_relative_residual": float(b.max_relative_residual) if moved else None,
             "total_dissipation": float(b.total_dissipation),
         }
+    from attnflow.analysis.stationary import ended_at  # what the final state is (issue 29)
+
+    summary, sentence = ended_at(traj, cluster_eps=record["cluster_eps"])
+    record["ended_at"] = {"text": sentence, **(summary or {})}
     return record
 
 
@@ -227,6 +232,7 @@ def _print_summary(rec: dict) -> None:
         ("cluster_eps", rec["cluster_eps"]),
         ("seed", rec["seed"]),
         ("time to clustering", clustering),
+        ("ended at", rec["ended_at"]["text"] if rec.get("ended_at") else None),
     ]
     if rec["edi"] is not None:
         e = rec["edi"]

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from attnflow._version import __version__
 from attnflow.analysis.edi import edi_budget
+from attnflow.analysis.stationary import ended_at
 from attnflow.io.lock import output_lock
 from attnflow.io.trajectory import Trajectory, load
 from attnflow.viz.views import (
@@ -461,6 +462,7 @@ def report_html(
         b = edi_budget(traj)
         rel = f" ({b.relative_residual:.2e} of the dissipation)" if b.total_dissipation > 0 else ""
         summary += f" Energy-dissipation budget ({b.method}, dt = {b.dt:g}): residual {b.total_residual:.3e}{rel}."
+    summary += f" Ended at: {html.escape(ended_at(traj)[1])}."  # the final state classified (issue 29)
     if traj.N > max_tokens:
         summary += (
             f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"
