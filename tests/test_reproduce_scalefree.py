@@ -72,8 +72,7 @@ def test_predicted_floor_matches_the_closed_form_at_a_single_cluster():
 
 def _rows(ratios, se=0.1):
     return [
-        SeedFloor(i, r, se * r, 0.0, 1.0, (5.0, 10.0), (1, 1), True, "", 1.0, 0.01, None)
-        for i, r in enumerate(ratios)
+        SeedFloor(i, r, se * r, 0.0, 1.0, (5.0, 10.0), (1, 1), True, "", 1.0, 0.01, None) for i, r in enumerate(ratios)
     ]
 
 
@@ -263,7 +262,9 @@ def test_random_sets_cli_small_k(tmp_path):
     from attnflow.cli.main import app
 
     out = tmp_path / "rs"
-    r = CliRunner().invoke(app, ["reproduce", "stability-weights", "--random-sets", "1", "--seed", "3", "--out", str(out)])
+    r = CliRunner().invoke(
+        app, ["reproduce", "stability-weights", "--random-sets", "1", "--seed", "3", "--out", str(out)]
+    )
     assert r.exit_code in (0, 1), r.output
     data = json.loads((out / "random_sets.json").read_text())
     assert data["random_sets"] == 1 and data["predictions"] and "ranges" in data

@@ -28,6 +28,7 @@ which drops the Ito correction ``1/2 d^2F/dA^2 [dA, dA]`` (an ``O(1)`` sum for a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
@@ -198,6 +199,15 @@ def _order(dts: list[float], rel: np.ndarray) -> float:
     return loglog_fit(np.array(dts), np.maximum(rel, 1e-300))[0]
 
 
+def _derivative_of(osc: Oscillating) -> Callable[[float], np.ndarray]:
+    """``t -> dA/dt`` of the oscillating weights, as a plain function (what a user passes to FromCallable)."""
+
+    def dA(t: float) -> np.ndarray:
+        return osc.derivative(t).numpy()
+
+    return dA
+
+
 def asymptotic_order(dts: list[float], rel: np.ndarray, tol: float) -> tuple[float, list[float], list[float]]:
     """The order fitted over the asymptotic range of ``rel`` against ``dts`` (decreasing steps).
 
@@ -260,7 +270,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
         if not isinstance(osc, Oscillating):  # run_config(..., "oscillating", ...) builds one
             raise TypeError(f"the oscillating run config built a {type(osc).__name__}, not an Oscillating")
         plain = FromCallable(osc.A_at)
-        smooth = FromCallable(osc.A_at, derivative=lambda t, osc=osc: osc.derivative(t).numpy())
+        smooth = FromCallable(osc.A_at, derivative=_derivative_of(osc))
         rel["callable"][j] = edi_budget(simulate(x0, plain, **kw)).relative_residual
         ctrl["callable"][j] = edi_budget(simulate(x0, smooth, **kw)).relative_residual
         done += 1

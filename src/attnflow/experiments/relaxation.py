@@ -218,7 +218,7 @@ def finite_h_path_length(ou: OrnsteinUhlenbeck, t_ends: list[float], seed: int) 
     steps = [f / ou.rate for f in ROUGH_STEPS]
     fine = steps[-1]
     times = np.arange(int(round(T / fine)) + 1) * fine
-    path = ou.path(times, seed=seed)
+    path = ou.path(times.tolist(), seed=seed)
 
     def labelled(sub: np.ndarray) -> np.ndarray:
         return np.sqrt(((np.diff(sub, axis=0)) ** 2).sum(axis=(2, 3)).mean(axis=1))
