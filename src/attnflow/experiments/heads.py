@@ -549,7 +549,7 @@ def experiment_heads(
         | {f"settled_{n}": (("H_" + n, "seed"), r["settled"].astype(np.int8)) for n, r in results.items()}
         | {f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"]) for n, r in results.items()},
         coords={"seed": seeds, **{"H_" + n: r["H"] for n, r in results.items()}},
-        attrs={"exponent": results["base"]["main"]["exponent"]},
+        attrs={"exponent": float(e)} if math.isfinite(e := results["base"]["main"]["exponent"]) else {},
     )
     describe(ds, variables(list(results)))
     base = results["base"]
@@ -572,6 +572,12 @@ def experiment_heads(
                 "H": r["H"],
                 "floor_median": r["main"]["median"],
                 "ratio_per_seed": r["floor"] / r["predicted"],
+                "h_times_predicted_median": np.median(r["predicted"], axis=1) * np.array(r["H"], float),
+                "single_cluster_constant": single_cluster_constant(
+                    float(r["config"]["heads"]["beta"]),
+                    float(r["config"]["weights"]["sigma"]) / math.sqrt(2.0 * float(r["config"]["weights"]["rate"])),
+                    int(r["config"]["tokens"]["d"]),
+                ),
                 "settled": r["settled"],
                 "local_exponents": r["main"]["local_exponents"],
                 "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
