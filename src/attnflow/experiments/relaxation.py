@@ -321,6 +321,35 @@ def _slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: dict[str, Any], seed: 
 _SEE_FIGURES = "See the figures: the measured value and its control are side by side."
 
 
+def _settle_note(cfg: dict[str, Any], settle_ou: float, settle_osc: float, window: Window, clusters: int) -> str:
+    """Why a settling row (or its control) failed, from its numbers, the final cluster count and the mean's
+    spectrum."""
+    spec = sorted((float(v) for v in cfg["heads"]["spectrum"]), reverse=True)
+    gap = (spec[0] - spec[1]) / abs(spec[0]) if spec[0] != 0 else math.nan
+    if settle_ou >= SETTLED_FRACTION:
+        head = (
+            f"the OU run still moves in its late window (max W2(mu_t, mu_T) / W2(mu_0, mu_T) = {settle_ou:.3g}) "
+            f"although its energy relaxed (tau = {window.tau:.3g}): "
+        )
+        if clusters > 1:
+            why = (
+                f"it ends in {clusters} clusters, a saddle of the limiting energy (e.g. near-antipodal clusters) "
+                "that it leaves, or merges from, only slowly."
+            )
+        elif gap < 0.1:
+            why = (
+                f"the mean's two largest eigenvalues differ by only {gap:.2g} of the largest, so the cluster drifts "
+                "along a nearly flat direction at a rate that shrinks with that gap."
+            )
+        else:
+            why = "a slow mode the energy barely sees is still relaxing."
+        return head + why + " The relaxation is asymptotic; this run is too short for it."
+    return (
+        f"the oscillating run moves by only {settle_osc:.3g} of its displacement in the window: its weights move "
+        "the stationary point too little (a small amplitude or frequency) to tell it from a settled cloud."
+    )
+
+
 def _floor_note(fl: dict[str, Any]) -> str:
     """Why a slope-floor row failed, from its numbers."""
     o, c = fl["ou"]["ratio"], fl["oscillating"]["ratio"]
@@ -638,10 +667,15 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             model_reason=why_model,
         ),
     ]
-    for p in preds:
+    notes = [
+        _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H.",
+        _settle_note(cfg, settle_ou, settle_osc, window, int(traj.diagnostics["clusters"][-1])),
+        _floor_note(fl),
+    ]
+    for p, note in zip(preds, notes):
         if not p.ok:
             p.explanation = (
-                (_floor_note(fl) if "finite-H floor" in p.statement else _SEE_FIGURES)
+                note
                 + ("" if window.ok else f" The run is short for its own relaxation time tau = {fmt(window.tau)}.")
                 + " "
                 + p.explanation
@@ -808,11 +842,14 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             model_reason="the theory's relaxation statements are about the gradient flow (docs/model.md)",
         ),
     ]
-    for p in preds:
+    clusters_ou = int(trajs["ou"].diagnostics["clusters"][-1])
+    notes = [_SEE_FIGURES] * 3 + [
+        _floor_note(fl),
+        _settle_note(cfg, settle["ou"], settle["oscillating"], window, clusters_ou),
+    ]
+    for p, note in zip(preds, notes):
         if not p.ok:
-            p.explanation = (
-                (_floor_note(fl) if "finite-H floor" in p.statement else _SEE_FIGURES) + " " + p.explanation
-            ).strip()
+            p.explanation = (note + " " + p.explanation).strip()
     res = ExperimentResult(
         "oscillating",
         headline,
