@@ -242,10 +242,13 @@ SMALL = {
         "law.t_ends=[2, 4]",
     ],
     "heads": ["tokens.d=2", "heads.counts=[4, 8]", "seeds=3", "integration.t_end=4", "draws=16", "tail=2"],
+    "edi": ["tokens.d=2", "tokens.n=8", "t_end=1.0", "ou.seeds=2"],
+    "stability-input": ["tokens.d=2", "tokens.n=8", "integration.t_end=1.0"],
+    "stability-weights": ["tokens.d=2", "tokens.n=8", "integration.t_end=1.0"],
 }
 
 
-@pytest.mark.parametrize("name", ["ou", "oscillating", "heads"])
+@pytest.mark.parametrize("name", list(SMALL))
 def test_d2_runs_end_to_end_with_circle_figures(name, tmp_path):
     res = run_experiment(name, quick=True, seed=0, sets=SMALL[name])
     assert res.predictions and res.figures
