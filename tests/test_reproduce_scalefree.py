@@ -295,3 +295,12 @@ def test_reproduce_table_reads_at_80_columns():
     for word in long.split():  # no word is split across lines
         assert f" {word} " in f" {flat} " or f"{word}" in flat.replace("│", " ").split()
     assert "PASS" in text and "margin 0.48" in text
+
+
+def test_random_sets_keep_one_row_per_prediction_across_sets():
+    from attnflow.experiments.random_sets import _key
+
+    a = Prediction("heads", "OU weights (base: d 5, beta 1.3, uniform cloud): floor ~ 1/H (median)", "m", "c", True)
+    b = Prediction("heads", "OU weights (base: d 2, beta 2.7, cap cloud): floor ~ 1/H (median)", "m", "c", True)
+    assert _key(ExperimentResult("heads", {}, [a]), 0) == _key(ExperimentResult("heads", {}, [b]), 0)
+    assert _key(ExperimentResult("heads", {}, [a]), 0) == "heads #1: OU weights: floor ~ 1/H"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,10 +162,10 @@ class RandomSets:
 
 
 def _key(res: ExperimentResult, i: int) -> str:
-    p = res.predictions[i]
-    statement = p.statement.split(":", 1)
-    # Statements of the heads experiment name their set first ("OU weights (base: ...): ..."): keep the claim.
-    return f"{res.name} #{i + 1}: " + (statement[-1].strip() if "(" in statement[0] else p.statement)[:90]
+    """``NAME #i: claim``: the statement without its parenthetical asides, which name the set's parameters
+    (``OU weights (base: d 5, beta 1.3, ...): ...``), so that one prediction keeps one row over the sets."""
+    claim = re.sub(r"\s*\([^()]*\)", "", res.predictions[i].statement)
+    return f"{res.name} #{i + 1}: {claim[:90]}"
 
 
 def run_random_sets(
