@@ -321,7 +321,9 @@ def _slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: dict[str, Any], seed: 
 _SEE_FIGURES = "See the figures: the measured value and its control are side by side."
 
 
-def _settle_note(cfg: dict[str, Any], settle_ou: float, settle_osc: float, window: Window, clusters: int) -> str:
+def _settle_note(
+    cfg: dict[str, Any], settle_ou: float, settle_osc: float, window: Window, clusters: int, floor_ratio: float
+) -> str:
     """Why a settling row (or its control) failed, from its numbers, the final cluster count and the mean's
     spectrum."""
     spec = sorted((float(v) for v in cfg["heads"]["spectrum"]), reverse=True)
@@ -343,7 +345,14 @@ def _settle_note(cfg: dict[str, Any], settle_ou: float, settle_osc: float, windo
             )
         else:
             why = "a slow mode the energy barely sees is still relaxing."
-        return head + why + " The relaxation is asymptotic; this run is too short for it."
+        wander = (
+            f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H), so part of this motion is the wander the "
+            f"{cfg['heads']['count']} heads' fluctuation drives, which this criterion's scale (the run's own "
+            "displacement) does not account for."
+            if floor_ratio <= FLOOR_FACTOR
+            else ""
+        )
+        return head + why + " The relaxation is asymptotic; this run is too short for it." + wander
     return (
         f"the oscillating run moves by only {settle_osc:.3g} of its displacement in the window: its weights move "
         "the stationary point too little (a small amplitude or frequency) to tell it from a settled cloud."
@@ -669,7 +678,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     ]
     notes = [
         _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H.",
-        _settle_note(cfg, settle_ou, settle_osc, window, int(traj.diagnostics["clusters"][-1])),
+        _settle_note(cfg, settle_ou, settle_osc, window, int(traj.diagnostics["clusters"][-1]), fl["ou"]["ratio"]),
         _floor_note(fl),
     ]
     for p, note in zip(preds, notes):
@@ -845,7 +854,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     clusters_ou = int(trajs["ou"].diagnostics["clusters"][-1])
     notes = [_SEE_FIGURES] * 3 + [
         _floor_note(fl),
-        _settle_note(cfg, settle["ou"], settle["oscillating"], window, clusters_ou),
+        _settle_note(cfg, settle["ou"], settle["oscillating"], window, clusters_ou, fl["ou"]["ratio"]),
     ]
     for p, note in zip(preds, notes):
         if not p.ok:
