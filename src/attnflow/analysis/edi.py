@@ -219,6 +219,32 @@ class EDIBudget:
         return abs(self.total_residual) / self.total_dissipation
 
     @property
+    def expected_order(self) -> int:
+        """The order at which the residual shrinks with the step, for weights that move inside steps.
+
+        The scheme's order (:attr:`order`) with the quadrature rule (weights with a derivative: constant,
+        oscillating, ``Layers``-free smooth paths, ``FromCallable(fn, derivative=...)``); 1 with the
+        exact-increment rule (OU paths, sampled arrays, callables without ``derivative=``: a first-order
+        splitting of "weights move" and "tokens move"; rms over paths for OU) and for minimising movements.
+        Piecewise-constant weights whose jumps fall on step ends keep the scheme's order under either rule.
+        """
+        if self.weights_rule == "quadrature" and self.quadrature != "minimising movement":
+            return self.order
+        return 1
+
+    @property
+    def order_reason(self) -> str:
+        """One sentence saying why :attr:`expected_order` is what it is."""
+        if self.quadrature == "minimising movement":
+            return "a minimising movement's De Giorgi budget is first order"
+        if self.weights_rule == "quadrature":
+            return f"the weights' work is integrated with the scheme's own stages ({self.method}, order {self.order})"
+        return (
+            "the weights have no derivative, so each step books their exact increment: a first-order splitting "
+            "(pass derivative= to FromCallable for the scheme's order with a smooth callable)"
+        )
+
+    @property
     def max_relative_residual(self) -> float:
         """``max_k |cumulated residual up to t_k| / total dissipation``."""
         return float(np.abs(self.cumulative["residual"]).max()) / self.total_dissipation

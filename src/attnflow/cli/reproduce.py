@@ -10,6 +10,53 @@ from rich.table import Table
 
 from attnflow.cli.app import UserError, app, console, guarded
 
+#: Width of the verdict column ("FAIL (control" / "passes)" / "margin 0.31" on separate lines).
+VERDICT_WIDTH = 13
+
+
+def results_table(results, title: str) -> Table:
+    """The predictions as a two-column table that reads at any width (80 columns included): one row per
+    prediction, its statement, measured value, criterion and control stacked in the wide column, the
+    verdict and its margin in the narrow one. Every string from a run is escaped."""
+    from rich.markup import escape
+
+    table = Table(title=escape(title), expand=False, show_lines=True)
+    table.add_column("prediction: measured, criterion, negative control", overflow="fold", ratio=1)
+    table.add_column("verdict", no_wrap=False, width=VERDICT_WIDTH)
+    for r in results:
+        for p in r.predictions:
+            text = (
+                f"[bold]{escape(r.name)}[/]: {escape(p.statement)}\n"
+                f"[dim]measured:[/] {escape(p.measured)}\n"
+                f"[dim]criterion:[/] {escape(p.criterion)}\n"
+                f"[dim]model:[/] {escape(p.model)}" + (f" ({escape(p.model_reason)})" if p.model_reason else "") + "\n"
+                f"[dim]negative control:[/] {escape(p.control_text)}"
+            )
+            colour = "green" if p.ok else "red"
+            verdict = f"[{colour}]{escape(p.verdict)}[/]"
+            if p.margin is not None:
+                verdict += f"\nmargin {p.margin:.2g}"
+            table.add_row(text, verdict)
+    return table
+
+
+def random_sets_table(rs) -> Table:
+    """Pass counts per prediction over the random sets (readable at 80 columns)."""
+    from rich.markup import escape
+
+    table = Table(title=escape(f"attnflow reproduce {rs.name} --random-sets {rs.k} --seed {rs.seed}"), expand=False)
+    table.add_column("prediction", overflow="fold", ratio=1)
+    table.add_column("passed", no_wrap=True, justify="right")
+    table.add_column("min margin", no_wrap=True, justify="right")
+    for key, row in rs.rows.items():
+        ok = row["passed"] == row["runs"]
+        table.add_row(
+            escape(key),
+            f"[{'green' if ok else 'red'}]{row['passed']}/{row['runs']}[/]",
+            f"{row['min_margin']:.2g}",
+        )
+    return table
+
 
 @app.command()
 @guarded
@@ -38,6 +85,14 @@ def reproduce(
     readme: Optional[Path] = typer.Option(
         None, "--readme", help="With 'all': rewrite the reproduce block of this README."
     ),
+    random_sets: Optional[int] = typer.Option(
+        None,
+        "--random-sets",
+        min=1,
+        help="Run NAME at K parameter sets drawn from the documented ranges (d in 2..8, beta, rate, sigma, cloud, "
+        "H; docs/reproduce.md) with the --quick sizes, and report each prediction's pass rate. --seed S picks the "
+        "draws.",
+    ),
     threads: int = typer.Option(
         1,
         "--threads",
@@ -55,6 +110,8 @@ def reproduce(
       attnflow reproduce heads --set heads.beta=3 --set weights.rate=0.5 --set heads.counts=[16,32,64,128]
 
       attnflow reproduce all --out runs/reproduce --readme README.md
+
+      attnflow reproduce heads --random-sets 5 --seed 1
     """
     import torch
     from rich.markup import escape
@@ -74,12 +131,16 @@ def reproduce(
         raise UserError("--readme needs NAME 'all'.")
     if set_ and name == "all":
         raise UserError("--set changes one experiment's parameters; give NAME (e.g. heads), not 'all'.")
+    if random_sets is not None and (set_ or readme is not None or full):
+        raise UserError("--random-sets draws its own parameters: give it without --set, --readme or --full.")
     if set_:
         try:
             experiment_config(name, quick=quick, sets=list(set_))
         except ExperimentConfigError as e:
             raise UserError(str(e)) from None
     target = out or Path("runs/reproduce") / ("" if name == "all" else name)
+    if random_sets is not None and out is None:
+        target = Path("runs/reproduce") / f"{name}-random-{random_sets}-seed{seed}"
     if full:
         console.print("[yellow]--full is deprecated and has no effect: without --quick the run is the full one.[/]")
     torch.set_num_threads(threads)
@@ -107,31 +168,30 @@ def reproduce(
         if res.name in tasks:
             bar.update(tasks[res.name], description=f"done in {res.seconds:.1f} s")
 
+    if random_sets is not None:
+        from attnflow.experiments import reproduce_random
+
+        with bar:
+            rs = reproduce_random(name, random_sets, out=target, seed=seed, progress=progress_for)
+        from rich.console import Console
+
+        Console().print(random_sets_table(rs))
+        for entry in rs.sets:
+            for f in entry["failures"]:
+                console.print(
+                    f"[red]set {entry['index']}[/] ({escape(', '.join(f['overrides']))}): {escape(f['prediction'])}: "
+                    f"{escape(f['why'])}",
+                    highlight=False,
+                )
+        console.print(f"wrote {escape(str(target))} (random_sets.json, report.md)")
+        if not rs.passed:
+            raise typer.Exit(1)
+        return
     with bar:
         results = run_all(
             name, out=target, quick=quick, seed=seed, sets=list(set_), on_done=done, progress=progress_for
         )
-    table = Table(title=f"attnflow reproduce {name}{' --quick' if quick else ''}", expand=False)
-    for col, ratio in (
-        ("experiment", 1),
-        ("prediction", 3),
-        ("measured", 4),
-        ("criterion", 3),
-        ("negative control", 4),
-    ):
-        table.add_column(col, overflow="fold", ratio=ratio)
-    table.add_column("", no_wrap=True, width=len("FAIL (control passes)"))
-    for r in results:
-        for p in r.predictions:
-            verdict = f"[green]{p.verdict}[/]" if p.ok else f"[red]{escape(p.verdict)}[/]"
-            table.add_row(
-                r.name,
-                escape(p.statement),
-                escape(p.measured),
-                escape(p.criterion),
-                escape(p.control_text),
-                verdict,
-            )
+    table = results_table(results, f"attnflow reproduce {name}{' --quick' if quick else ''}")
     from rich.console import Console
 
     Console().print(table)  # the terminal's width (80 columns when not a terminal)

@@ -18,14 +18,15 @@ from typing import Any
 from attnflow.experiments import edi, heads, relaxation, stability
 from attnflow.experiments.common import (
     ExperimentConfigError,
+    ExperimentParams,
     ExperimentResult,
     Progress,
-    apply_sets,
     to_jsonable,
     write_experiment,
 )
 from attnflow.experiments.edi import experiment_edi
 from attnflow.experiments.heads import experiment_heads
+from attnflow.experiments.random_sets import RandomSets, run_random_sets
 from attnflow.experiments.relaxation import experiment_oscillating, experiment_ou
 from attnflow.experiments.report import write_reproduce_report
 from attnflow.experiments.stability import experiment_stability_input, experiment_stability_weights
@@ -38,27 +39,41 @@ EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
     "stability-input": experiment_stability_input,
     "stability-weights": experiment_stability_weights,
 }
-_DEFAULTS: dict[str, Callable[[bool], dict[str, Any]]] = {
-    "ou": relaxation.default_config,
-    "oscillating": relaxation.default_config,
-    "heads": heads.default_config,
-    "edi": edi.default_config,
-    "stability-input": stability.default_config,
-    "stability-weights": stability.default_config,
+#: Each experiment's parameter model and its defaults (``quick`` or full).
+PARAMS: dict[str, type[ExperimentParams]] = {
+    "ou": relaxation.RelaxationParams,
+    "oscillating": relaxation.RelaxationParams,
+    "heads": heads.HeadsParams,
+    "edi": edi.EdiParams,
+    "stability-input": stability.StabilityParams,
+    "stability-weights": stability.StabilityParams,
+}
+_DEFAULTS: dict[str, Callable[[bool], ExperimentParams]] = {
+    "ou": relaxation.default_params,
+    "oscillating": relaxation.default_params,
+    "heads": heads.default_params,
+    "edi": edi.default_params,
+    "stability-input": stability.default_params,
+    "stability-weights": stability.default_params,
 }
 NAMES = (*EXPERIMENTS, "all")
 
 
-def default_config(name: str, *, quick: bool = False, full: bool = False) -> dict[str, Any]:
-    """The parameters experiment ``name`` runs with (``--quick``: small sizes; ``full``: deprecated, ignored)."""
+def default_params(name: str, *, quick: bool = False) -> ExperimentParams:
+    """The parameter model experiment ``name`` runs with by default (``quick``: small sizes)."""
     if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
+        raise ExperimentConfigError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
     return _DEFAULTS[name](quick)
 
 
+def default_config(name: str, *, quick: bool = False, full: bool = False) -> dict[str, Any]:
+    """:func:`default_params` as a dict (``full``: deprecated, ignored)."""
+    return default_params(name, quick=quick).to_dict()
+
+
 def experiment_config(name: str, *, quick: bool = False, sets: list[str] | None = None) -> dict[str, Any]:
-    """:func:`default_config` with ``--set`` overrides applied (raises :class:`ExperimentConfigError`)."""
-    return apply_sets(default_config(name, quick=quick), list(sets or []))
+    """The parameters with ``set`` overrides applied and validated (raises :class:`ExperimentConfigError`)."""
+    return default_params(name, quick=quick).with_sets(list(sets or [])).to_dict()
 
 
 def run_experiment(
@@ -99,7 +114,7 @@ def reproduce(
     the run is the full one).
     """
     if name not in NAMES:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
+        raise ExperimentConfigError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
     if sets and name == "all":
         raise ExperimentConfigError("--set changes one experiment's parameters; give NAME (e.g. heads), not 'all'.")
     out = Path(out)
@@ -125,3 +140,27 @@ def reproduce(
     else:
         write_reproduce_report(results, out, quick=quick, seed=seed, created=created, single=True)
     return results
+
+
+def reproduce_random(
+    name: str,
+    k: int,
+    *,
+    out: str | Path,
+    seed: int = 0,
+    progress: Callable[[str], Progress] | None = None,
+    on_set: Callable[[int, str, ExperimentResult], None] | None = None,
+) -> RandomSets:
+    """Run experiment ``name`` (or ``"all"``) at ``k`` random parameter sets (``--quick`` sizes) and write
+    ``out/random_sets.json`` and ``out/report.md``: the pass count of every prediction and each failure
+    with its set and explanation (:mod:`attnflow.experiments.random_sets`)."""
+    if name not in NAMES:
+        raise ExperimentConfigError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
+    if k < 1:
+        raise ExperimentConfigError(f"random_sets must be at least 1; got {k}")
+    names = list(EXPERIMENTS) if name == "all" else [name]
+
+    def run(n: str, overrides: list[str]) -> ExperimentResult:
+        return run_experiment(n, quick=True, seed=seed, sets=overrides, progress=progress(n) if progress else None)
+
+    return run_random_sets(name, k, seed, run, names, out=Path(out), on_set=on_set)

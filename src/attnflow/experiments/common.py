@@ -10,13 +10,12 @@ written atomically like every run folder.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -25,10 +24,32 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attnflow._version import __version__
 from attnflow.core.errors import InputError
 from attnflow.io.store import atomic_folder, git_commit, write_dataset
+
+#: The smallest margin a verdict may have (:attr:`Prediction.margin`): a prediction that meets its criterion
+#: by less than this fraction of the criterion's own scale is a FAIL, and a control rejected by less than it
+#: counts as not rejected. Stated before any run; a verdict by a hair says nothing about the physics.
+MIN_MARGIN = 0.1
+
+
+def margin_below(value: float, bound: float) -> float:
+    """How far ``value`` is below ``bound``, in units of ``|bound|`` (negative: above it)."""
+    return float((bound - value) / abs(bound)) if bound != 0 else float("nan")
+
+
+def margin_above(value: float, bound: float) -> float:
+    """How far ``value`` is above ``bound``, in units of ``|bound|`` (negative: below it)."""
+    return -margin_below(value, bound)
+
+
+def margin_inside(value: float, lo: float, hi: float) -> float:
+    """How deep ``value`` lies inside ``[lo, hi]``, in units of the half-width (negative: outside)."""
+    half = 0.5 * (hi - lo)
+    return float(min(value - lo, hi - value) / half) if half > 0 else float("nan")
 
 
 @dataclass
@@ -38,6 +59,12 @@ class Prediction:
     ``control``: a negative control, a case the prediction does *not* cover, checked by the same
     criterion in the same command; ``control_measured`` its number and ``control_rejected`` whether
     the criterion rejects it (it must: a criterion that passes its control cannot tell anything).
+
+    ``margin``: how far the measured number is from the criterion's threshold, on the passing side, in
+    the criterion's own scale (:func:`margin_below`, :func:`margin_above`, :func:`margin_inside`);
+    ``control_margin`` the same for the control on the rejecting side. A pass (or a rejection) by less
+    than ``min_margin`` does not count: ``passed`` (``control_rejected``) is set to ``False`` and the
+    explanation says so. ``model``: the dynamics the prediction ran with, and ``model_reason`` why.
     """
 
     experiment: str
@@ -50,6 +77,27 @@ class Prediction:
     control_rejected: bool = False
     #: Why it failed, in physical terms (filled by the experiment when the prediction or its control fails).
     explanation: str = ""
+    margin: float | None = None
+    control_margin: float | None = None
+    min_margin: float = MIN_MARGIN
+    model: str = "gf"
+    model_reason: str = ""
+
+    def __post_init__(self) -> None:
+        self.passed = bool(self.passed)
+        self.control_rejected = bool(self.control_rejected)
+        if self.passed and self.margin is not None and not self.margin >= self.min_margin:
+            self.passed = False
+            self.explanation = (
+                f"the criterion holds by a margin of {self.margin:.3g}, below the minimum {self.min_margin:g}: "
+                "too close to its threshold to count. " + self.explanation
+            ).strip()
+        if self.control_rejected and self.control_margin is not None and not self.control_margin >= self.min_margin:
+            self.control_rejected = False
+            self.explanation = (
+                f"the control is rejected by a margin of only {self.control_margin:.3g} (minimum "
+                f"{self.min_margin:g}). " + self.explanation
+            ).strip()
 
     @property
     def ok(self) -> bool:
@@ -63,8 +111,15 @@ class Prediction:
         return "PASS" if self.passed else "FAIL"
 
     @property
+    def verdict_text(self) -> str:
+        """The verdict with its margin, e.g. ``PASS (margin 0.42)``."""
+        return self.verdict if self.margin is None else f"{self.verdict} (margin {self.margin:.2g})"
+
+    @property
     def control_text(self) -> str:
         state = "rejected" if self.control_rejected else "NOT rejected"
+        if self.control_margin is not None:
+            state += f", margin {self.control_margin:.2g}"
         return f"rejects: {self.control}, measured {self.control_measured} ({state})"
 
 
@@ -76,59 +131,74 @@ class ExperimentConfigError(InputError):
     """A ``--set`` override that names no parameter of the experiment or has the wrong type."""
 
 
-def _coerce(key: str, old: Any, new: Any) -> Any:
-    if isinstance(old, bool) or isinstance(new, bool):
-        if isinstance(old, bool) and isinstance(new, bool):
-            return new
-    elif isinstance(old, float) and isinstance(new, (int, float)):
-        return float(new)
-    elif isinstance(old, int) and isinstance(new, int):
-        return new
-    elif isinstance(old, str) and isinstance(new, str):
-        return new
-    elif isinstance(old, list) and isinstance(new, list):
-        if old and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in old):
-            if not new or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in new):
-                raise ExperimentConfigError(f"--set {key}: expected a non-empty list of numbers, got {new!r}.")
-            return [float(v) if any(isinstance(o, float) for o in old) else v for v in new]
-        return new
-    elif isinstance(old, dict) and isinstance(new, dict):
-        return new
-    raise ExperimentConfigError(
-        f"--set {key}: the parameter is a {type(old).__name__} (default {old!r}); got {new!r} ({type(new).__name__})."
-    )
+Self = TypeVar("Self", bound="ExperimentParams")
 
 
-def apply_sets(cfg: dict[str, Any], items: list[str]) -> dict[str, Any]:
-    """``cfg`` with ``key.sub=value`` overrides applied (values read as YAML, like ``attnflow run --set``).
+class Section(BaseModel):
+    """A section of an experiment's parameters (``heads``, ``weights``, ...): strict, like the whole."""
 
-    Every key must name an existing parameter and keep its type (an int may stand for a float).
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExperimentParams(BaseModel):
+    """The shared base of every experiment's parameters: a strict pydantic model that takes ``--set``.
+
+    ``params.with_sets(["heads.beta=3"])`` reads each value as YAML (as ``attnflow run --set`` does),
+    puts it at its dotted key and validates the whole again: an unknown key, a wrong type or an
+    out-of-range value raises :class:`ExperimentConfigError` in one sentence. ``to_dict()`` is what
+    ``configs.yaml`` stores, and ``model_validate`` of it gives the same parameters back.
     """
-    out = copy.deepcopy(cfg)
-    for item in items:
-        if "=" not in item:
-            raise ExperimentConfigError(f"--set {item!r} must look like key.subkey=value (e.g. heads.beta=3).")
-        key, raw = (s.strip() for s in item.split("=", 1))
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def parse(cls: type[Self], data: Any, where: str = "parameters") -> Self:
+        """Validate ``data`` (e.g. a ``configs.yaml``'s ``parameters``), errors in one sentence."""
         try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as e:
-            raise ExperimentConfigError(
-                f"--set {key}: the value is not valid YAML ({' '.join(str(e).split())})."
-            ) from None
-        node, parts = out, key.split(".")
-        for i, p in enumerate(parts[:-1]):
-            if not isinstance(node.get(p), dict):
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ExperimentConfigError(f"{where}: {_one_sentence(e)}") from None
+
+    def with_sets(self: Self, items: list[str]) -> Self:
+        """These parameters with ``key.sub=value`` overrides applied and validated."""
+        data = self.to_dict()
+        for item in items:
+            if "=" not in item:
+                raise ExperimentConfigError(f"set {item!r} must look like key.subkey=value (e.g. heads.beta=3).")
+            key, raw = (s.strip() for s in item.split("=", 1))
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError as e:
                 raise ExperimentConfigError(
-                    f"--set {key}: {'.'.join(parts[: i + 1])!r} is not a section of this experiment's parameters "
-                    f"(sections: {', '.join(k for k, v in node.items() if isinstance(v, dict)) or 'none'})."
+                    f"{key}: the value is not valid YAML ({' '.join(str(e).split())})."
+                ) from None
+            node, parts = data, key.split(".")
+            for i, p in enumerate(parts[:-1]):
+                if not isinstance(node.get(p), dict):
+                    raise ExperimentConfigError(
+                        f"{key}: {'.'.join(parts[: i + 1])!r} is not a section of this experiment's parameters "
+                        f"(sections: {', '.join(k for k, v in node.items() if isinstance(v, dict)) or 'none'})."
+                    )
+                node = node[p]
+            if parts[-1] not in node:
+                raise ExperimentConfigError(
+                    f"{key}: no parameter {parts[-1]!r} here; the parameters are {', '.join(node)}."
                 )
-            node = node[p]
-        if parts[-1] not in node:
-            raise ExperimentConfigError(
-                f"--set {key}: no parameter {parts[-1]!r} here; the parameters are {', '.join(node)}."
-            )
-        node[parts[-1]] = _coerce(key, node[parts[-1]], value)
-    return out
+            node[parts[-1]] = value
+        return type(self).parse(data, "the parameters with " + ", ".join(items) if items else "parameters")
+
+
+def _one_sentence(e: ValidationError) -> str:
+    errs = e.errors()
+    parts = []
+    for err in errs[:3]:
+        loc = ".".join(str(v) for v in err.get("loc", ())) or "(top level)"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')} (got {err.get('input')!r})")
+    more = f" and {len(errs) - 3} more" if len(errs) > 3 else ""
+    return "; ".join(parts) + more + "."
 
 
 @dataclass
@@ -189,7 +259,9 @@ def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: b
         )
         payload = {
             result.name: to_jsonable(result.headline),
-            "predictions": [{**asdict(p), "verdict": p.verdict} for p in result.predictions],
+            "predictions": [
+                {**asdict(p), "verdict": p.verdict, "verdict_text": p.verdict_text} for p in result.predictions
+            ],
             "passed": result.passed,
             "seconds": round(result.seconds, 2),
             "notes": result.notes,

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from attnflow.experiments.common import ExperimentResult
+from attnflow.experiments.common import MIN_MARGIN, ExperimentResult
 
 KEY_FIGURES = [
     ("oscillating", "snapshots"),
@@ -28,14 +28,16 @@ def _rows(results: list[ExperimentResult]):
 
 def markdown_table(results: list[ExperimentResult]) -> str:
     lines = [
-        "| experiment | prediction (docs/model.md) | measured | criterion | negative control | |",
-        "|---|---|---|---|---|---|",
+        "| experiment | prediction (docs/model.md) | measured | criterion | model | negative control | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r, p in _rows(results):
         esc = lambda s: s.replace("|", "\\|")
-        verdict = p.verdict if p.ok else f"**{p.verdict}**"
+        verdict = p.verdict_text if p.ok else f"**{p.verdict_text}**"
+        model = p.model + (f" ({p.model_reason})" if p.model_reason else "")
         lines.append(
-            f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {esc(p.control_text)} | {verdict} |"
+            f"| {r.name} | {esc(p.statement)} | {esc(p.measured)} | {esc(p.criterion)} | {esc(model)} | "
+            f"{esc(p.control_text)} | {verdict} |"
         )
     return "\n".join(lines)
 
@@ -52,7 +54,8 @@ def write_reproduce_report(
     head = (
         f"# attnflow reproduce {title}{' --quick' if quick else ''}\n\n"
         f"Seed {seed}, {created}, {total:.0f} s in all. **{n_pass}/{n_all} predictions PASS; "
-        f"{n_ctrl}/{n_all} negative controls rejected.**\n\n"
+        f"{n_ctrl}/{n_all} negative controls rejected.** A PASS (and a control's rejection) needs a margin of at "
+        f"least {MIN_MARGIN:g} from its threshold, in the criterion's own scale.\n\n"
     )
     md = [head, markdown_table(results), "\n\n## Time per experiment\n\n| experiment | seconds |\n|---|---|"]
     md += [f"| {r.name} | {r.seconds:.1f} |" for r in results]
@@ -60,7 +63,7 @@ def write_reproduce_report(
     if failed:
         md.append("\n\n## Closing note: what failed, and the physics\n")
         md += [
-            f"- **{r.name}**, {p.statement} ({p.verdict}): {p.explanation or 'no explanation recorded.'}"
+            f"- **{r.name}**, {p.statement} ({p.verdict_text}): {p.explanation or 'no explanation recorded.'}"
             for r, p in failed
         ]
     for r in results:
@@ -75,7 +78,7 @@ def write_reproduce_report(
     rows = "".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(p.statement)}</td><td>{html.escape(p.measured)}</td>"
         f"<td>{html.escape(p.criterion)}</td><td>{html.escape(p.control_text)}</td>"
-        f"<td class='{'pass' if p.ok else 'fail'}'>{html.escape(p.verdict)}</td></tr>"
+        f"<td class='{'pass' if p.ok else 'fail'}'>{html.escape(p.verdict_text)}</td></tr>"
         for r, p in _rows(results)
     )
     figs = []

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import xarray as xr
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.config import build, parse_config
 from attnflow.core.heads import goe_heads
 from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
-from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt, loglog_fit
+from attnflow.experiments.common import (
+    ExperimentParams,
+    ExperimentResult,
+    Prediction,
+    Progress,
+    Section,
+    fmt,
+    loglog_fit,
+    margin_above,
+    margin_below,
+)
 from attnflow.experiments.runs import run
 from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
@@ -74,16 +85,49 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def default_config(quick: bool) -> dict[str, Any]:
+class StabilityTokens(Section):
+    n: PositiveInt = 64
+    d: Annotated[int, Field(ge=2)] = 3
+
+
+class StabilityHeads(Section):
+    count: PositiveInt = 8
+    beta: PositiveFloat = 1.0
+
+
+class StabilityOU(Section):
+    rate: PositiveFloat = 1.0
+    sigma: Annotated[float, Field(ge=0)] = 0.3
+    init_spread: Annotated[float, Field(ge=0)] = 0.5
+
+
+class StabilityIntegration(Section):
+    t_end: PositiveFloat = 6.0
+    dt: PositiveFloat = 0.05
+    save_every: PositiveInt = 4
+
+
+class StabilityParams(ExperimentParams):
     """The parameters of ``attnflow reproduce stability-input`` and ``stability-weights``."""
-    return {
-        "tokens": {"n": 32 if quick else 64},
-        "heads": {"count": 8, "beta": 1.0},
-        "weights": {"rate": 1.0, "sigma": 0.3, "init_spread": 0.5},
-        "integration": {"t_end": 3.0 if quick else 6.0, "dt": 0.05, "save_every": 4},
-        "noise": [1e-1, 1e-2, 1e-3, 1e-4],
-        "eps": [0.3, 0.1, 0.03, 0.01, 0.003],
-    }
+
+    tokens: StabilityTokens = StabilityTokens()
+    heads: StabilityHeads = StabilityHeads()
+    weights: StabilityOU = StabilityOU()
+    integration: StabilityIntegration = StabilityIntegration()
+    noise: Annotated[list[PositiveFloat], Field(min_length=2)] = [1e-1, 1e-2, 1e-3, 1e-4]
+    eps: Annotated[list[PositiveFloat], Field(min_length=2)] = [0.3, 0.1, 0.03, 0.01, 0.003]
+
+
+def default_params(quick: bool) -> StabilityParams:
+    """The parameters of ``attnflow reproduce stability-input`` and ``stability-weights``."""
+    if not quick:
+        return StabilityParams()
+    return StabilityParams(tokens=StabilityTokens(n=32), integration=StabilityIntegration(t_end=3.0))
+
+
+def default_config(quick: bool) -> dict[str, Any]:
+    """:func:`default_params` as the dict ``configs.yaml`` stores."""
+    return default_params(quick).to_dict()
 
 
 def base_config(cfg: dict[str, Any], seed: int) -> dict:
@@ -91,7 +135,7 @@ def base_config(cfg: dict[str, Any], seed: int) -> dict:
         "name": "stability",
         "model": "gf",
         "seed": seed,
-        "tokens": {"n": int(cfg["tokens"]["n"]), "d": 3},
+        "tokens": {"n": int(cfg["tokens"]["n"]), "d": int(cfg["tokens"]["d"])},
         "heads": {"count": int(cfg["heads"]["count"]), "preset": "identity", "beta": float(cfg["heads"]["beta"])},
         "weights": {"process": "ou", **cfg["weights"]},
         "integration": {**cfg["integration"], "method": "rk4"},
@@ -227,6 +271,10 @@ def experiment_stability_input(
             "a pair driven by another weight path (same law), noise " + ", ".join(f"{e:g}" for e in ctrl_log),
             f"max log-excess {fmt(worst_ctrl)}",
             not bool(worst_ctrl <= slack),
+            margin=margin_below(worst, slack),
+            control_margin=margin_above(worst_ctrl, slack),
+            model="gf",
+            model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
         ),
         Prediction(
             "stability-input",
@@ -241,6 +289,10 @@ def experiment_stability_input(
             + ", ".join(f"{fmt(final_ctrl[e])} (noise {e:g})" for e in ctrl_log)
             + f"; change {fmt(lin_ctrl)}",
             not bool(lin_ctrl < LINEAR_RESPONSE_TOL),
+            margin=margin_below(lin, LINEAR_RESPONSE_TOL),
+            control_margin=margin_above(lin_ctrl, LINEAR_RESPONSE_TOL),
+            model="gf",
+            model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
         ),
     ]
     for p in preds:
@@ -323,6 +375,12 @@ def experiment_stability_weights(
         mono = all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)
         return bool(mono and rate["dF"] >= 0.5 and rate["w2"] >= 0.5)
 
+    def rate_margin(vals: dict[str, list[float]], rate: dict[str, float]) -> float:
+        """How clearly both rates exceed 0.5 (in units of 0.5); -inf when a sequence is not monotone."""
+        if not (all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)):
+            return -math.inf
+        return min(margin_above(rate["dF"], 0.5), margin_above(rate["w2"], 0.5))
+
     rates, rates_ctrl = rates_of(table), rates_of(control)
     fig, ax = plt.subplots(figsize=(6, 4.4))
     for kind, style in (("noise", "o-"), ("law", "s--")):
@@ -348,6 +406,10 @@ def experiment_stability_weights(
                 "the same runs against a reference driven by another noise path",
                 f"sup W2 {fmt(cv['w2'][0])} -> {fmt(cv['w2'][-1])} (rate {fmt(rates_ctrl[kind]['w2'])})",
                 not holds(cv, rates_ctrl[kind]),
+                margin=rate_margin(vals, rates[kind]),
+                control_margin=-rate_margin(cv, rates_ctrl[kind]),
+                model="gf",
+                model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
             )
         )
     for pred in preds:
