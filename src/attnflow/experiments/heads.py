@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from attnflow.core.errors import Hint, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
@@ -44,7 +45,10 @@ from attnflow.experiments.common import (
 from attnflow.experiments.runs import late_mean
 from attnflow.io.metadata import describe
 from attnflow.schemes.integrators import Field, get_integrator
+from attnflow.solve.controllers import FixedState
 from attnflow.solve.ensemble import EnsembleField
+from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
+from attnflow.solve.saveat import SaveAt
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
@@ -153,15 +157,21 @@ def _floors(cfg: dict[str, Any], H: int, seeds: list[int]) -> tuple[np.ndarray, 
         ts.append(t)
         slopes.append(row)
 
-    t = 0.0
-    record(t, X)
-    for k in range(1, n_steps + 1):
-        X = stepper.step(field, t, X, dt)
-        t = k * dt
-        if k % every == 0 or k == n_steps:
-            record(t, X)
-    if not bool(torch.isfinite(X).all()):
-        raise FloatingPointError(f"heads: the tokens became NaN/inf at H={H}; lower integration.dt")
+    class Slopes:
+        name = "slopes"
+
+        def on_step(self, state: StepState) -> None:
+            if state.save:
+                record(state.t, state.x)
+
+    record(0.0, X)
+    try:  # the one loop of the package (fixed steps), with its state guard on every state
+        integrate(
+            lambda t, Y, h, first: Trial(stepper.step(field, t, Y, h), 0.0), X, t=0.0,
+            control=FixedState(0.0, dt, n_steps), saves=SaveAt(every=every).start(0.0), recorders=[Slopes()],
+        )  # fmt: skip
+    except StepFailed as e:
+        raise NumericalError(f"heads: {e.why} at H={H}; lower integration.dt", hint=Hint("integration.dt")) from None
     tt, sl = np.array(ts), np.array(slopes)
     sq = np.array([late_mean(tt, sl[:, b] ** 2) for b in range(len(seeds))])
     ab = np.array([late_mean(tt, sl[:, b]) for b in range(len(seeds))])

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import retract
 from attnflow.core.heads import Heads
 from attnflow.kernels.dispatch import KernelOptions
@@ -47,7 +48,10 @@ class Field(Protocol):
 
 @dataclass(frozen=True)
 class Integrator:
-    """A stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt) -> x_next``.
+    """A stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt, k1=None) -> x_next``.
+
+    ``k1``: ``v_t(x)`` when the caller already has it (the solver's last evaluation at this state:
+    a saved state's diagnostics pass, an FSAL stage), so the step does not evaluate it again.
 
     ``weights`` are the Runge-Kutta weights ``b_s`` of the field evaluations in the order the step
     makes them (``None`` for schemes that do not evaluate the field, such as ``jko``): the same
@@ -56,30 +60,30 @@ class Integrator:
 
     name: str
     order: int
-    step: Callable[[Field, float, torch.Tensor, float], torch.Tensor]
+    step: Callable[..., torch.Tensor]
     weights: tuple[float, ...] | None = None
 
 
-def _euler(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    return retract(x + dt * f(t, x))
+def _euler(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    return retract(x + dt * (f(t, x) if k1 is None else k1))
 
 
-def _heun(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    k1 = f(t, x)
+def _heun(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    k1 = f(t, x) if k1 is None else k1
     k2 = f(t + dt, x + dt * k1)
     return retract(x + 0.5 * dt * (k1 + k2))
 
 
-def _rk4(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    k1 = f(t, x)
+def _rk4(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    k1 = f(t, x) if k1 is None else k1
     k2 = f(t + 0.5 * dt, x + 0.5 * dt * k1)
     k3 = f(t + 0.5 * dt, x + 0.5 * dt * k2)
     k4 = f(t + dt, x + dt * k3)
     return retract(x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4))
 
 
-def _jko(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    # Imported here: the minimising movement needs autograd machinery the explicit schemes do not.
+def _jko(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    # k1 is not used: a minimising movement does not evaluate the field at the start.: the minimising movement needs autograd machinery the explicit schemes do not.
     return jko_field_step(f, t, x, dt)
 
 
@@ -142,10 +146,12 @@ class EmbeddedPair:
         e = dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
         return y, e, ks[-1]
 
-    def fixed_step(self, f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    def fixed_step(
+        self, f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The order-``order`` solution alone (no error estimate; the FSAL stage is not evaluated)."""
         n = self.stages - 1 if self.fsal else self.stages
-        ks: list[torch.Tensor] = [f(t, x)]
+        ks: list[torch.Tensor] = [f(t, x) if k1 is None else k1]
         for s in range(1, n):
             ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
         return retract(x + dt * _combine(self.b[:n], ks))
@@ -191,8 +197,13 @@ DOPRI5 = EmbeddedPair(
     b_hat=(5179.0 / 57600.0, 0.0, 7571.0 / 16695.0, 393.0 / 640.0, -92097.0 / 339200.0, 187.0 / 2100.0, 0.025),
 )  # fmt: skip
 
-#: The adaptive methods: ``simulate(..., method=name)`` steps with error control (:func:`attnflow.solve.loop.run_adaptive`).
+#: The adaptive methods: ``simulate(..., method=name)`` steps with error control (the
+#: :class:`~attnflow.solve.controllers.PIController` of :func:`attnflow.solve.solver.solve`).
 ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
+
+#: Every method name, from the registries above (the one list the config schema, the CLI and
+#: ``simulate`` read): explicit steppers, implicit movements, embedded pairs.
+METHODS: tuple[str, ...] = (*INTEGRATORS, *MOVEMENTS, *ADAPTIVE)
 
 
 def get_integrator(method: str) -> Integrator:
@@ -201,7 +212,7 @@ def get_integrator(method: str) -> Integrator:
         return ADAPTIVE[method].integrator()
     try:
         return INTEGRATORS[method] if method in INTEGRATORS else MOVEMENTS[method]
-    except KeyError:
-        raise ValueError(
-            f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(ADAPTIVE) + sorted(MOVEMENTS)}"
+    except (KeyError, TypeError):
+        raise InputError(
+            f"unknown method {method!r}; choose one of {', '.join(METHODS)}", hint=Hint("method")
         ) from None
