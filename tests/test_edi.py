@@ -115,6 +115,7 @@ def test_recorder_reuses_the_end_of_each_step(monkeypatch):
     rec.step(0.5, x, 0.1)  # control: not told where the step starts, the recorder evaluates it again
     assert len(calls) == 5
 
+
 def test_increment_rule_for_weights_without_derivative():
     P = PROCESSES["oscillating"]
     from attnflow.weights.processes import FromCallable

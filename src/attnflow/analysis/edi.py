@@ -150,11 +150,11 @@ class StepRecorder:
 
     # Adaptive steps (attnflow.solve.loop.run_adaptive): a rejected trial step is undone, and a step
     # that ends where the weights jump books the jump as weights work, as a fixed step across it does.
-    def mark(self) -> tuple[int, Any]:
+    def mark(self) -> tuple[int, Any, Any]:
         """What :meth:`restore` needs to undo the steps recorded after this call."""
         return len(self.rows), self._end, self.end
 
-    def restore(self, mark: tuple[int, Any]) -> None:
+    def restore(self, mark: tuple[int, Any, Any]) -> None:
         """Forget the rows and the end evaluation of the steps recorded since ``mark``."""
         del self.rows[mark[0] :]
         self._end, self.end = mark[1], mark[2]

@@ -26,7 +26,8 @@ class RunSpec:
     """Every parameter of a run (the arrays themselves, tokens and weights, are in the trajectory).
 
     ``rtol``, ``atol``, ``dt_min``, ``dt_max`` are those of adaptive runs (``None`` for fixed steps);
-    ``threads``: the fixed thread count asked for (``None``: chosen from the problem size).
+    ``threads``: the fixed thread count asked for (``None``: chosen from the problem size);
+    ``record_steps``: whether the per-step EDI series were recorded (``None``: the default, on for ``gf``).
     """
 
     model: str
@@ -45,11 +46,28 @@ class RunSpec:
     atol: float | None = None
     dt_min: float | None = None
     dt_max: float | None = None
-    record_steps: bool = False
+    record_steps: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return asdict(self)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the run steps with error control (its ``rtol`` is set)."""
+        return self.rtol is not None
+
+    def simulate_kwargs(self) -> dict[str, Any]:
+        """The keywords of :func:`attnflow.simulate` that make this run (with the tokens and weights)."""
+        out: dict[str, Any] = {
+            "model": self.model, "t_end": self.t_end, "dt": self.dt, "method": self.method,
+            "save_every": self.save_every, "seed": self.seed, "t0": self.t0, "cluster_eps": self.cluster_eps,
+            "backend": self.backend, "fast_tol": self.fast_tol, "dtype": self.dtype, "threads": self.threads,
+            "record_steps": self.record_steps,
+        }  # fmt: skip
+        if self.adaptive:
+            out.update(rtol=self.rtol, atol=self.atol, dt_min=self.dt_min, dt_max=self.dt_max)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> RunSpec:
@@ -70,7 +88,7 @@ class RunSpec:
             elif f.name in ("seed", "threads"):
                 ok = v is None or (isinstance(v, int) and not isinstance(v, bool))
             elif f.name == "record_steps":
-                ok = isinstance(v, bool)
+                ok = v is None or isinstance(v, bool)
             elif f.name in _OPTIONAL_FLOATS:
                 ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
             else:

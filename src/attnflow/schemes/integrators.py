@@ -62,6 +62,13 @@ class Integrator:
     order: int
     step: Callable[..., torch.Tensor]
     weights: tuple[float, ...] | None = None
+    #: Field evaluations per step when there are no stage weights (the inner iterations of a movement).
+    cost: float | None = None
+
+    @property
+    def evaluations(self) -> float:
+        """Field evaluations per step (what a cost estimate multiplies)."""
+        return float(len(self.weights)) if self.weights else float(self.cost or 1.0)
 
 
 def _euler(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
@@ -94,7 +101,7 @@ INTEGRATORS: dict[str, Integrator] = {
 }
 
 #: Implicit steppers (model ``gf`` only), kept apart from the explicit schemes above.
-MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko)}
+MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko, cost=20.0)}
 
 
 # --- Embedded pairs (adaptive steps) ----------------------------------------------------------------
@@ -123,6 +130,11 @@ class EmbeddedPair:
     @property
     def stages(self) -> int:
         return len(self.c)
+
+    @property
+    def evaluations(self) -> float:
+        """New field evaluations per accepted step (the first stage is the last one's, FSAL)."""
+        return float(self.stages - 1 if self.fsal else self.stages)
 
     def attempt(
         self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, dt: float,
@@ -204,6 +216,14 @@ ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
 #: Every method name, from the registries above (the one list the config schema, the CLI and
 #: ``simulate`` read): explicit steppers, implicit movements, embedded pairs.
 METHODS: tuple[str, ...] = (*INTEGRATORS, *MOVEMENTS, *ADAPTIVE)
+
+
+def evaluations_per_step(method: str) -> float:
+    """Field evaluations per step of ``method`` (4 for a name not in the registry)."""
+    if method in ADAPTIVE:
+        return ADAPTIVE[method].evaluations
+    known = INTEGRATORS.get(method) or MOVEMENTS.get(method)
+    return 4.0 if known is None else known.evaluations
 
 
 def get_integrator(method: str) -> Integrator:

@@ -29,7 +29,7 @@ from attnflow.weights.processes import WeightProcess
 __all__ = ["simulate", "TimeField", "step_count", "save_grid"]
 
 #: The keywords that apply to adaptive methods only (with their defaults there).
-ADAPTIVE_OPTIONS = {"rtol": 1e-6, "atol": 1e-9, "dt_min": None, "dt_max": None}
+ADAPTIVE_OPTIONS: dict[str, float] = {"rtol": 1e-6, "atol": 1e-9}
 
 
 def simulate(
@@ -117,8 +117,10 @@ def simulate(
     )  # fmt: skip
     controller: ConstantStep | PIController
     if adaptive:
-        opts = {k: (ADAPTIVE_OPTIONS[k] if v is None else v) for k, v in given.items()}
-        controller = PIController(opts["rtol"], opts["atol"], dt0=dt, dt_min=opts["dt_min"], dt_max=opts["dt_max"])
+        controller = PIController(
+            ADAPTIVE_OPTIONS["rtol"] if rtol is None else rtol, ADAPTIVE_OPTIONS["atol"] if atol is None else atol,
+            dt0=dt, dt_min=dt_min, dt_max=dt_max,
+        )  # fmt: skip
     else:
         controller = ConstantStep(dt)
     spec = RunSpec(
