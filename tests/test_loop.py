@@ -12,8 +12,8 @@ import attnflow.kernels.fastsum as fs
 from attnflow.core import tokens
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.kernels.dispatch import KernelOptions, kernel_options
-from attnflow.solve.guards import NumericalInstability
 from attnflow.solve.controllers import FixedState
+from attnflow.solve.guards import NumericalInstability
 from attnflow.solve.loop import Costs, StepFailed, StepState, Trial, integrate
 from attnflow.solve.saveat import SaveAt
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from attnflow.config.errors import ConfigError
-from attnflow.config.spec import RunSpec
 from attnflow.config.schema import ConstantWeights, OscillatingWeights, OUWeights, RunConfig
+from attnflow.config.spec import RunSpec
 from attnflow.config.validation import load_weight_file
 from attnflow.core import heads as heads_mod
 from attnflow.core import tokens as tokens_mod
