@@ -123,15 +123,13 @@ def build(cfg: RunConfig) -> RunInputs:
     A = build_heads(cfg, s_heads)
     process = build_process(cfg, A, s_noise)
     integ = cfg.integration
+    adaptive = integ.adaptive
     spec = RunSpec(
         model=cfg.model, method=integ.method, t0=0.0, t_end=integ.t_end, dt=integ.dt, save_every=integ.save_every,
         seed=s_noise, cluster_eps=cfg.diagnostics.cluster_eps, backend=cfg.kernel.backend,
         fast_tol=cfg.kernel.tolerance, dtype=cfg.dtype,
-        **(
-            {"rtol": integ.rtol, "atol": integ.atol, "dt_min": integ.dt_min, "dt_max": integ.dt_max}
-            if integ.adaptive
-            else {}
-        ),
+        rtol=integ.rtol if adaptive else None, atol=integ.atol if adaptive else None,
+        dt_min=integ.dt_min if adaptive else None, dt_max=integ.dt_max if adaptive else None,
     )  # fmt: skip
     return RunInputs(
         x0=x0,
