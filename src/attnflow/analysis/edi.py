@@ -148,7 +148,7 @@ class StepRecorder:
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
         return y
 
-    # Adaptive steps (attnflow.solve.loop.run_adaptive): a rejected trial step is undone, and a step
+    # Adaptive steps (attnflow.solve.loop.integrate with a PIController): a rejected trial step is undone, and a step
     # that ends where the weights jump books the jump as weights work, as a fixed step across it does.
     def mark(self) -> tuple[int, Any, Any]:
         """What :meth:`restore` needs to undo the steps recorded after this call."""

@@ -330,19 +330,20 @@ def _solve(
             costs=costs, stats=run.stats,
         )  # fmt: skip
     except StepFailed as e:
-        raise _instability(e, saver, snapshot, recorder, p, name, dt, n_steps, adaptive, control, config) from None
+        raise _instability(
+            e, saver, snapshot, recorder, p, name, dt, n_steps, adaptive, control, config, spec
+        ) from None
     if monitor is not None and monitor.flagged:
         _guards.warn(monitor.message(), _guards.PrecisionWarning)
     wall = run.wall0 + _time.perf_counter() - start
     provenance: dict[str, Any] = {
         "wall_time_s": wall,
-        "steps": run.stats.accepted + (run.k0 if adaptive else 0) if adaptive else n_steps,
+        "steps": run.stats.accepted if adaptive else n_steps,
         "dtype": str(x.dtype).replace("torch.", ""),
         "seconds": costs.rounded(),
     }
     if adaptive:
         assert isinstance(controller, PIController)
-        provenance["steps"] = run.stats.accepted
         provenance["adaptive"] = {
             **run.stats.as_dict(), "field_evaluations": run.evaluations, "rtol": float(controller.rtol),
             "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "dt_next": control.dt,
@@ -489,6 +490,7 @@ def _instability(
     adaptive: bool,
     control: Any,
     config: dict[str, Any] | None,
+    spec: RunSpec | None,
 ) -> _guards.NumericalInstability:
     """The error of a failed step, carrying the last good state (saved if it was not) and the run so far."""
     k, t = e.k, e.t
@@ -512,15 +514,20 @@ def _instability(
             "cases."
         )
     return _guards.NumericalInstability(
-        message, step=k, t=t_fail, checkpoint=last, trajectory=_partial(last, p, method, dt, config)
+        message, step=k, t=t_fail, checkpoint=last, trajectory=_partial(last, p, method, dt, config, spec)
     )
 
 
-def _partial(ck: Checkpoint, p: Problem, method: str, dt: float, config: dict[str, Any] | None) -> Trajectory:
+def _partial(
+    ck: Checkpoint, p: Problem, method: str, dt: float, config: dict[str, Any] | None, spec: RunSpec | None
+) -> Trajectory:
     """The trajectory recorded up to a checkpoint (what a stopped run leaves)."""
     return Trajectory(
         t=ck.saved_t, x=ck.saved_x, A=ck.saved_A, V=ck.saved_V if ck.any_V else None, diagnostics=ck.diagnostics,
         token_weights=to_numpy(p.a).astype(np.float64), head_weights=to_numpy(p.w).astype(np.float64), model=p.model,
         method=method, dt=float(dt), seed=p.seed, config=config,
-        provenance={"wall_time_s": ck.wall_time_s, "steps": ck.step, "complete": False, "stopped": ck.stopped},
+        provenance={
+            "wall_time_s": ck.wall_time_s, "steps": ck.step, "complete": False, "stopped": ck.stopped,
+            **({} if spec is None else {"spec": spec.as_dict()}),
+        },
     )  # fmt: skip
