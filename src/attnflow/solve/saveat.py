@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attnflow.core.errors import Hint, InputError
@@ -75,7 +74,3 @@ def save_grid(t0: float, t_end: float, spacing: float) -> list[float]:
     times = [t0 + k * spacing for k in range(1, n + 1)]
     times = [s for s in times if s < t_end - 1e-9 * max(1.0, abs(t_end - t0))]
     return [*times, float(t_end)]
-
-
-def as_sequence(times: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(s) for s in times)
