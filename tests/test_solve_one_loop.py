@@ -258,3 +258,23 @@ def test_threads_argument():
     assert traj.spec.threads == 1
     with pytest.raises(InputError, match="threads"):
         af.simulate(X0, A, t_end=0.04, dt=0.02, threads=0)
+
+
+def test_default_threads_follow_the_size_and_never_exceed_torch_setting():
+    from attnflow.core.threads import available_cores
+    from attnflow.solve.problem import thread_policy
+
+    before = torch.get_num_threads()
+    try:
+        assert thread_policy(None, 10.0).threads == 1  # small: one thread
+        torch.set_num_threads(1)  # a process that asked for one thread keeps it, large problem or not
+        assert thread_policy(None, 1e12).threads == 1
+        assert thread_policy(3, 10.0).threads == 3  # an explicit count wins
+        if available_cores() > 1:
+            torch.set_num_threads(available_cores())
+            assert thread_policy(None, 1e12).threads == available_cores()  # large: the cores
+        torch.set_num_threads(1)
+        af.simulate(X0, A, t_end=0.04, dt=0.02, threads=2)
+        assert torch.get_num_threads() == 1  # restored after the run
+    finally:
+        torch.set_num_threads(before)

@@ -21,7 +21,6 @@ from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
@@ -30,7 +29,7 @@ from attnflow.solve.controllers import ConstantStep
 from attnflow.solve.guards import Float32Monitor, NumericalInstability, PrecisionWarning, warn
 from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepState, Trial, integrate
 from attnflow.solve.observers import PrecisionCheck, ProgressReport
-from attnflow.solve.problem import as_dtype, check_array, initial_tokens
+from attnflow.solve.problem import as_dtype, check_array, initial_tokens, thread_policy
 from attnflow.solve.problem import check_model as check_model_name
 from attnflow.solve.saveat import SaveAt, whole
 from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
@@ -233,8 +232,8 @@ def simulate_ensemble(
     if progress is not None:
         observers.append(ProgressReport(progress))
     costs = Costs({})
-    policy = ThreadPolicy(threads)
-    with policy.applied(float(B) * X.shape[1] ** 2 * H):
+    pairs = float(B) * X.shape[1] ** 2 * H
+    with thread_policy(threads, pairs).applied(pairs):
         saver.record(float(t0), X)
 
         def attempt(t: float, Y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:

@@ -31,7 +31,7 @@ from attnflow.dynamics.fields import MODELS, masses
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.weights.processes import WeightProcess, as_process
 
-__all__ = ["Problem", "as_dtype", "check_array", "check_cluster_eps"]
+__all__ = ["Problem", "as_dtype", "check_array", "check_cluster_eps", "thread_policy"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -185,7 +185,17 @@ class Problem:
         return float(self.x0.shape[0]) ** 2 * self.process.H
 
     def thread_policy(self) -> ThreadPolicy:
-        return ThreadPolicy(self.threads)
+        """The threads of the run: ``threads`` when given, else chosen from :attr:`pairs` (see :func:`thread_policy`)."""
+        return thread_policy(self.threads, self.pairs)
+
+
+def thread_policy(threads: int | None, pairs: float) -> ThreadPolicy:
+    """``ThreadPolicy(threads)`` when ``threads`` is given; else the count :class:`ThreadPolicy` chooses for
+    ``pairs``, never more than torch's current setting (a process that asked for fewer threads, with
+    ``OMP_NUM_THREADS`` or ``torch.set_num_threads``, keeps them)."""
+    if threads is not None:
+        return ThreadPolicy(threads)
+    return ThreadPolicy(min(ThreadPolicy().for_work(pairs), torch.get_num_threads()))
 
 
 def _time(name: str, value: Any) -> float:

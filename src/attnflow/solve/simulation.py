@@ -72,7 +72,8 @@ def simulate(
     the diagnostics (recorded in ``Trajectory.spec``, kept by the run folder). ``dtype``:
     ``float32`` or ``float64`` as a name, a numpy or a torch dtype (default: that of ``x0``, float64
     for numpy input). ``threads``: torch threads for the run (default: one for small problems, the
-    cores for large ones, :class:`~attnflow.core.threads.ThreadPolicy`).
+    cores for large ones, :class:`~attnflow.core.threads.ThreadPolicy`, never more than torch's
+    current setting); torch's setting is restored afterwards.
 
     ``checkpoint``: a :class:`~attnflow.io.checkpoint.Checkpointer` that writes the whole state as it
     goes; ``resume``: a :class:`~attnflow.io.checkpoint.Checkpoint` (or its path) of this same run to
