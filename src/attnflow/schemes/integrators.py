@@ -64,6 +64,9 @@ class Integrator:
     weights: tuple[float, ...] | None = None
     #: Field evaluations per step when there are no stage weights (the inner iterations of a movement).
     cost: float | None = None
+    #: Half the length of the explicit method's stability interval on the negative real axis, as
+    #: calibrated for the step warning (see :data:`attnflow.solve.guards.STABLE_DT_L`); ``None``: implicit.
+    stable_dt_l: float | None = None
 
     @property
     def evaluations(self) -> float:
@@ -95,9 +98,9 @@ def _jko(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None
 
 
 INTEGRATORS: dict[str, Integrator] = {
-    "euler": Integrator("euler", 1, _euler, (1.0,)),
-    "heun": Integrator("heun", 2, _heun, (0.5, 0.5)),
-    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)),
+    "euler": Integrator("euler", 1, _euler, (1.0,), stable_dt_l=1.0),
+    "heun": Integrator("heun", 2, _heun, (0.5, 0.5), stable_dt_l=1.0),
+    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0), stable_dt_l=1.39),
 }
 
 #: Implicit steppers (model ``gf`` only), kept apart from the explicit schemes above.

@@ -28,6 +28,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, mixed_field, split_means
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
+from attnflow.schemes.integrators import INTEGRATORS
 
 
 class StabilityWarning(UserWarning):
@@ -51,7 +52,9 @@ class NumericalInstability(FloatingPointError):
 #: Half the length of each explicit method's stability interval on the negative real axis
 #: (Euler and Heun: 2, classical RK4: 2.785). Beyond ``dt * L`` of this size the gf energy stopped
 #: decreasing in calibration runs (identity and GOE heads, beta 1 to 64; see tests/test_guards.py).
-STABLE_DT_L: dict[str, float] = {"euler": 1.0, "heun": 1.0, "rk4": 1.39}
+STABLE_DT_L: dict[str, float] = {
+    name: stepper.stable_dt_l for name, stepper in INTEGRATORS.items() if stepper.stable_dt_l is not None
+}
 
 
 #: A stable step that needs more steps than this is not advised: the weights are too stiff for an
