@@ -17,7 +17,10 @@ from attnflow.core.geometry import project_tangent
 from attnflow.dynamics.fields import field_stats
 from attnflow.io.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint
 from attnflow.schemes.integrators import ADAPTIVE, BOSH3, DOPRI5, EmbeddedPair
-from attnflow.solve.loop import Controller, run_adaptive
+from attnflow.solve.controllers import PIState
+from attnflow.solve.loop import Trial
+from attnflow.solve.loop import integrate as loop
+from attnflow.solve.saveat import SaveAt
 from attnflow.weights import Layers, OrnsteinUhlenbeck
 from attnflow.weights.processes import OUGridSampler
 
@@ -248,22 +251,22 @@ def test_layers_negative_control_without_stops():
                   torch.float64, x0.device)  # fmt: skip
 
     def go(next_break):
-        ctrl = Controller(k=5, dt=0.1, rtol=1e-9, atol=1e-11, dt_max=0.5)
+        ctrl = PIState(k=5, dt=0.1, rtol=1e-9, atol=1e-11, dt_max=0.5, t_end=1.5)
         seen = []
 
-        def attempt(t, y, h):
+        def attempt(t, y, h, first):
             f.left_after = t
             try:
                 y1, e, _ = DOPRI5.attempt(f, t, y, h)
             finally:
                 f.left_after = None
-            return y1, ctrl.norm(y, y1, e)
+            return Trial(y1, ctrl.norm(y, y1, e))
 
         from attnflow.solve.loop import AdaptiveStats
 
         stats = AdaptiveStats()
-        run_adaptive(attempt, x0, t=0.0, t_end=1.5, save_times=[1.5], controller=ctrl, next_break=next_break,
-                     on_accept=lambda t, h, b: seen.append(t), stats=stats)  # fmt: skip
+        loop(attempt, x0, t=0.0, control=ctrl, saves=SaveAt(times=(1.5,)).start(0.0), next_break=next_break,
+             on_accept=lambda t, h, b: seen.append(t) is None and False, stats=stats)  # fmt: skip
         return seen, stats
 
     with_stops, s1 = go(sampler.next_break)

@@ -101,13 +101,19 @@ def test_recorder_reuses_the_end_of_each_step(monkeypatch):
     )
     rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
     x = torch.from_numpy(X0)
+    start = None  # the solver passes each step's end evaluation on as the next step's start, explicitly
     for k in range(5):
-        x = rec.step(0.1 * k, x, 0.1)
+        x = rec.step(0.1 * k, x, 0.1, start=start)
+        start = rec.end[1]
     assert len(calls) == 1 + 4 * 5
     # and the budget is that of fresh evaluations: F at each end equals the energy at that state
     assert rec.rows[-1][0] == pytest.approx(0.5)
     F_end = rec._end[2][4]
     assert F_end == pytest.approx(energy(x.numpy(), P.A_at(0.5)), rel=1e-13)
+
+    calls.clear()
+    rec.step(0.5, x, 0.1)  # control: not told where the step starts, the recorder evaluates it again
+    assert len(calls) == 5
 
 
 def test_increment_rule_for_weights_without_derivative():

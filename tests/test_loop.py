@@ -12,8 +12,13 @@ import attnflow.kernels.fastsum as fs
 from attnflow.core import tokens
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.kernels.dispatch import KernelOptions, kernel_options
+from attnflow.solve.controllers import FixedState
 from attnflow.solve.guards import NumericalInstability
-from attnflow.solve.loop import Costs, StepFailed, StepState, run_loop
+from attnflow.solve.loop import Costs, StepFailed, StepState, Trial, integrate
+from attnflow.solve.saveat import SaveAt
+
+#: These states are not token clouds: the guard checks finiteness only.
+FINITE = lambda y: None if bool(torch.isfinite(y).all()) else "the tokens became NaN/inf"
 
 
 class Count:
@@ -29,9 +34,10 @@ class Count:
 def test_loop_steps_saves_and_reports_costs():
     x = torch.ones(3, 2, dtype=torch.float64)
     obs, costs = Count(), Costs({})
-    out = run_loop(
-        lambda t, y, h: y + h, x, t0=1.0, dt=0.25, k0=0, n_steps=6, save_every=4, observers=[obs], costs=costs
-    )
+    out = integrate(
+        lambda t, y, h, first: Trial(y + h, 0.0), x, t=1.0, control=FixedState(1.0, 0.25, 6),
+        saves=SaveAt(every=4).start(1.0), observers=[obs], costs=costs, guard=FINITE,
+    )  # fmt: skip
     assert torch.equal(out, x + 1.5)
     assert [s.k for s in obs.states] == [1, 2, 3, 4, 5, 6]
     assert [s.t for s in obs.states] == [1.25, 1.5, 1.75, 2.0, 2.25, 2.5]  # t0 + k dt exactly
@@ -43,8 +49,9 @@ def test_loop_stops_at_nan_and_rolls_back():
     undone = []
     step = lambda t, y, h: y * np.nan if t >= 0.5 else y + h
     with pytest.raises(StepFailed) as e:
-        run_loop(step, torch.zeros(2), t0=0.0, dt=0.25, k0=0, n_steps=8, save_every=1,
-                 rollback=lambda: lambda: undone.append(1))  # fmt: skip
+        integrate(lambda t, y, h, first: Trial(step(t, y, h), 0.0), torch.zeros(2), t=0.0,
+                  control=FixedState(0.0, 0.25, 8), saves=SaveAt(every=1).start(0.0),
+                  rollback=lambda t: lambda: undone.append(1), guard=FINITE)  # fmt: skip
     assert e.value.k == 3 and e.value.t == 0.5 and torch.equal(e.value.x, torch.full((2,), 0.5))
     assert undone == [1] and "NaN/inf" in e.value.why
 
@@ -129,8 +136,10 @@ def test_a_step_costs_its_evaluations(monkeypatch):
     from attnflow.solve.simulation import TimeField
 
     plain = TimeField.evaluate
-    monkeypatch.setattr(TimeField, "evaluate", lambda self, t, x: (self(t, x), None))  # control: no reuse
-    assert _count_passes(monkeypatch, model="mha") == 41 + 2 * 4 + 1
+    monkeypatch.setattr(TimeField, "evaluate", lambda self, t, x: (self(t, x), None))  # control: no shared pass
+    # The diagnostics then make their own pass at each of the 5 saved states; the step after a saved
+    # state still starts from the saver's field there (the solver's explicit last evaluation).
+    assert _count_passes(monkeypatch, model="mha") == 41 + 5
     monkeypatch.setattr(TimeField, "evaluate", plain)
 
 

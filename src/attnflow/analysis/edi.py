@@ -69,21 +69,21 @@ class StepRecorder:
         self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
         self._stages: list[tuple[float, float, float]] = []
         self.rows: list[tuple[float, float, float, float, float]] = []
-        # The evaluation at the end of the last step, (t, x, result): it gives F(mu_{k+1}, t_{k+1}) and
-        # is the first stage of the next step, so each step costs one kernel pass fewer.
+        # The evaluation at the end of the last step, (t, y, result): the weights' jump there is booked
+        # against its F. The caller passes ``result`` back as the next step's ``start`` (explicitly:
+        # the solver knows the next step starts at that state), so each step costs one kernel pass fewer.
         self._end: tuple[float, torch.Tensor, tuple] | None = None
-        #: The last fresh evaluation ``(t, x, v, stats)``; for model ``gf`` ``stats`` holds what the
-        #: diagnostics need at that state, so the simulation's saver reuses it.
+        #: The last fresh evaluation ``(t, x, v, stats)``.
         self.last: tuple[float, torch.Tensor, torch.Tensor, FieldStats] | None = None
+        #: After :meth:`step`: ``(t_end, result, stats)`` of the pass at the step's end (``stats``: what the
+        #: diagnostics need there for model ``gf``, ``None`` when the step's last pass was elsewhere).
+        self.end: tuple[float, tuple, FieldStats | None] | None = None
 
     def heads_at(self, t: float) -> Heads:
         return self.field.heads_at(t)
 
     def _evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, float, float, float, float]:
         """``v_t(x)``, the integrands ``(||v||_mu^2, |dF|^2, dF/dt)`` and ``F(mu, t)`` from one kernel pass."""
-        end = self._end
-        if end is not None and end[0] == t and end[1] is x:
-            return end[2]
         return self._evaluate_with(self.heads_at(t), t, x)
 
     def _evaluate_with(
@@ -114,15 +114,19 @@ class StepRecorder:
         self._stages.append((speed2, slope2, dFdt))
         return v
 
-    def step(self, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-        """One step of the integrator from ``(t, x)``, recording the step's budget row."""
+    def step(self, t: float, x: torch.Tensor, dt: float, start: tuple | None = None) -> torch.Tensor:
+        """One step of the integrator from ``(t, x)``, recording the step's budget row.
+
+        ``start``: this recorder's evaluation at ``(t, x)`` when the caller has it (the previous
+        step's :attr:`end`), else it is evaluated; it is the step's first stage.
+        """
         heads0 = self.heads_at(t)
-        start = self._evaluate(t, x)
-        self._end = (t, x, start)
+        start = self._evaluate(t, x) if start is None else start
         F0 = start[4]
-        self._stages = []
-        y = self.integrator.step(self, t, x, dt)
+        self._stages = [start[1:4]]
+        y = self.integrator.step(self, t, x, dt, k1=start[0])
         end = self._evaluate(t + dt, y)
+        end_stats = None if self.last is None else self.last[3]
         stages, b = self._stages, self.integrator.weights
         if b and len(stages) == len(b):
             speed = dt * sum(bs * s[0] for bs, s in zip(b, stages))
@@ -134,7 +138,9 @@ class StepRecorder:
             speed = float((self.a * geodesic_distance_sq(x, y) / b0).sum()) / dt
             slope = dt * self._evaluate_with(heads0, t, y)[2]
             stages, b = [start[1:4], end[1:4]], (0.5, 0.5)
+            end_stats = None  # the last pass was at the old weights: not the end state's diagnostics
         self._end = (t + dt, y, end)
+        self.end = (t + dt, end, end_stats)
         F1 = end[4]
         if self.rule == "quadrature":
             work = dt * sum(bs * s[2] for bs, s in zip(b, stages))  # trapezoid for movements
@@ -143,16 +149,16 @@ class StepRecorder:
         self.rows.append((t + dt, F1 - F0, work, 0.5 * speed, 0.5 * slope))
         return y
 
-    # Adaptive steps (attnflow.solve.loop.run_adaptive): a rejected trial step is undone, and a step
+    # Adaptive steps (attnflow.solve.loop.integrate with a PIController): a rejected trial step is undone, and a step
     # that ends where the weights jump books the jump as weights work, as a fixed step across it does.
-    def mark(self) -> tuple[int, Any]:
+    def mark(self) -> tuple[int, Any, Any]:
         """What :meth:`restore` needs to undo the steps recorded after this call."""
-        return len(self.rows), self._end
+        return len(self.rows), self._end, self.end
 
-    def restore(self, mark: tuple[int, Any]) -> None:
-        """Forget the rows and the cached end evaluation of the steps recorded since ``mark``."""
+    def restore(self, mark: tuple[int, Any, Any]) -> None:
+        """Forget the rows and the end evaluation of the steps recorded since ``mark``."""
         del self.rows[mark[0] :]
-        self._end = mark[1]
+        self._end, self.end = mark[1], mark[2]
 
     def weights_jump(self, heads: Heads) -> None:
         """The weights jumped to ``heads`` at the end of the last step: add ``F(mu, new) - F(mu, old)``
@@ -162,7 +168,7 @@ class StepRecorder:
         jump = state_energy(y, heads, self.a, self.w, options=self.options) - end[4]
         t1, dE, work, speed, slope = self.rows[-1]
         self.rows[-1] = (t1, dE + jump, work + jump, speed, slope)
-        self._end = None
+        self._end = self.end = None
 
     def series(self) -> dict[str, np.ndarray]:
         cols = np.array(self.rows, dtype=np.float64).reshape(-1, len(STEP_SERIES))

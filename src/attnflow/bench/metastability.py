@@ -6,7 +6,7 @@ then sit on metastable plateaus broken by fast merges (Geshkovski, Letrouit, Pol
 *A mathematical perspective on Transformers*, 2023). The reference final state is ``dopri5`` at
 ``rtol = 1e-12``; each method must reach it to ``tol = 1e-6`` (max coordinate error). Counted: field
 evaluations (the cost that scales with ``N``) and wall time, the integrators of
-:mod:`attnflow.schemes.integrators` and the loop of :mod:`attnflow.solve.loop` on one lean field.
+:mod:`attnflow.schemes.integrators` and the one loop of :mod:`attnflow.solve.loop` on one lean field.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from attnflow.analysis.diagnostics import count_clusters
 from attnflow.core.geometry import project_tangent
 from attnflow.core.tokens import uniform
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS
-from attnflow.solve.loop import AdaptiveStats, Controller, StepState, run_adaptive
+from attnflow.solve.controllers import FixedState, PIController
+from attnflow.solve.loop import AdaptiveStats, Evaluation, StepFailed, StepState, Trial, integrate
+from attnflow.solve.saveat import SaveAt
 
 
 def mha_identity_field(beta: float) -> Callable[[float, torch.Tensor], torch.Tensor]:
@@ -66,20 +68,14 @@ def adaptive_run(
     """Integrate with an embedded pair (FSAL stages reused); records the step sizes and cluster counts."""
     pair = ADAPTIVE[method]
     f = Counted(mha_identity_field(beta))
-    ctrl = Controller(k=min(pair.order, pair.embedded_order) + 1, dt=1e-2, rtol=rtol, atol=atol, dt_max=t_end)
-    cache: dict[str, tuple[float, torch.Tensor, torch.Tensor]] = {}
+    ctrl = PIController(rtol, atol, dt0=1e-2, dt_max=t_end).start(t_end, min(pair.order, pair.embedded_order), t_end)
     steps: list[tuple[float, float]] = []
     clusters: list[tuple[float, int]] = []
 
-    def attempt(t: float, y: torch.Tensor, h: float) -> tuple[torch.Tensor, float]:
-        c = cache.get("end")
-        k1 = c[2] if c is not None and c[0] == t and c[1] is y else None
-        if k1 is None:
-            c = cache.get("start")
-            k1 = c[2] if c is not None and c[0] == t and c[1] is y else f(t, y)
+    def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
+        k1 = f(t, y) if first is None else first.v
         y1, e, k_last = pair.attempt(f, t, y, h, k1=k1)
-        cache["start"], cache["end"] = (t, y, k1), (t + h, y1, k_last)
-        return y1, ctrl.norm(y, y1, e)
+        return Trial(y1, ctrl.norm(y, y1, e), start=Evaluation(t, k1), end=Evaluation(t + h, k_last))
 
     class Clusters:
         name = "clusters"
@@ -88,25 +84,32 @@ def adaptive_run(
             if state.save:
                 clusters.append((state.t, count_clusters(state.x, cluster_eps)))
 
+    def on_accept(t: float, h: float, hit_break: bool) -> bool:
+        steps.append((t, h))
+        return False
+
     stats = AdaptiveStats()
     start = time.perf_counter()
-    x = run_adaptive(
-        attempt, x0, t=0.0, t_end=t_end, save_times=sorted(save_times or [t_end]), controller=ctrl,
-        on_accept=lambda t, h, b: steps.append((t, h)), observers=[Clusters()], stats=stats,
+    x = integrate(
+        attempt, x0, t=0.0, control=ctrl, saves=SaveAt(times=tuple(sorted(save_times or [t_end]))).start(0.0),
+        on_accept=on_accept, observers=[Clusters()], stats=stats,
     )  # fmt: skip
     return AdaptiveRun(x, f.calls, time.perf_counter() - start, stats, steps, clusters)
 
 
 def rk4_run(x0: torch.Tensor, beta: float, t_end: float, n_steps: int) -> tuple[torch.Tensor, int, float]:
-    """Fixed-step rk4 with ``n_steps`` steps: (final state, evaluations, seconds)."""
+    """Fixed-step rk4 with ``n_steps`` steps: (final state, evaluations, seconds); a run that fails the
+    state guard ends in NaN (an infinite error)."""
     f = Counted(mha_identity_field(beta))
     step, dt = INTEGRATORS["rk4"].step, t_end / n_steps
-    x = x0
     start = time.perf_counter()
-    for k in range(n_steps):
-        x = step(f, k * dt, x, dt)  # type: ignore[arg-type]
-        if not bool(torch.isfinite(x).all()):
-            break
+    try:
+        x = integrate(
+            lambda t, y, h, first: Trial(step(f, t, y, h), 0.0), x0, t=0.0,
+            control=FixedState(0.0, dt, n_steps), saves=SaveAt(every=n_steps).start(0.0),
+        )  # fmt: skip
+    except StepFailed as e:
+        x = torch.full_like(e.x, math.nan)
     return x, f.calls, time.perf_counter() - start
 
 

@@ -41,6 +41,12 @@ def run(
         "-y",
         help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
     ),
+    threads: Optional[int] = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="torch threads (default: one for small problems, the cores for large ones).",
+    ),
 ) -> None:
     """Simulate a config (or a preset) and write a run folder (checkpointed; see --resume).
 
@@ -55,7 +61,11 @@ def run(
     from attnflow.config import apply_overrides, load_config, preset_config
     from attnflow.runs.runner import check_out, resume_folder, run_estimate, run_to_folder
 
-    every: dict[str, Any] = {"every_steps": checkpoint_every, "every_seconds": checkpoint_seconds or None}
+    every: dict[str, Any] = {
+        "every_steps": checkpoint_every,
+        "every_seconds": checkpoint_seconds or None,
+        "threads": threads,
+    }
     if resume is not None:
         if config is not None or preset is not None or out is not None or set_ or seed is not None:
             raise UserError(
@@ -81,12 +91,15 @@ def run(
         cfg = apply_overrides(cfg, overrides)
     check_out(out, force)
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
-    # Adaptive methods report the permille of [0, t_end] done.
-    n_steps = 1000 if cfg.integration.adaptive else round(cfg.integration.t_end / cfg.integration.dt)
     with progress_bar(cfg.name) as bar:
-        task = bar.add_task(escape(cfg.name), total=n_steps)
+        task = bar.add_task(escape(cfg.name), total=None)
         traj = run_to_folder(
-            cfg, out, force=force, figures=figures, progress=lambda k, n: bar.update(task, completed=k), **every
+            cfg,
+            out,
+            force=force,
+            figures=figures,
+            progress=lambda k, n: bar.update(task, completed=k, total=n),
+            **every,
         )
     say(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
     _summary(out)

@@ -1,4 +1,4 @@
-"""Config -> the objects of a run: initial tokens, head matrices, the weight process, ``simulate``'s arguments.
+"""Config -> the objects of a run: initial tokens, head matrices, the weight process and the typed spec (:class:`RunInputs`).
 
 Seeds: one ``seed`` is split with ``numpy.random.SeedSequence`` into independent streams for the
 initial tokens, the head matrices and the weight noise.
@@ -6,13 +6,15 @@ initial tokens, the head matrices and the weight noise.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from attnflow.config.errors import ConfigError
 from attnflow.config.schema import ConstantWeights, OscillatingWeights, OUWeights, RunConfig
+from attnflow.config.spec import RunSpec
 from attnflow.config.validation import load_weight_file
 from attnflow.core import heads as heads_mod
 from attnflow.core import tokens as tokens_mod
@@ -84,36 +86,56 @@ def build_process(cfg: RunConfig, A: np.ndarray, seed: int) -> WeightProcess:
     return Layers(As, cfg.integration.t_end, V=Vs)
 
 
-def build(cfg: RunConfig) -> tuple[np.ndarray, WeightProcess, dict[str, Any]]:
-    """Initial tokens, the weight process and the keyword arguments of :func:`attnflow.simulate`."""
+@dataclass(frozen=True)
+class RunInputs:
+    """What a config makes, typed: the initial tokens ``x0`` ``(N, d)``, the weight ``process``, the
+    masses (``None``: uniform), the :class:`~attnflow.config.spec.RunSpec` of every parameter, and the
+    config itself (JSON-ready, recorded with the run).
+
+    It also unpacks as the triple ``x0, process, kwargs`` of earlier versions (``kwargs``: the keywords
+    of :func:`attnflow.simulate`), so code written for them keeps working.
+    """
+
+    x0: np.ndarray
+    process: WeightProcess
+    spec: RunSpec
+    token_weights: np.ndarray | None
+    head_weights: np.ndarray | None
+    config: dict[str, Any]
+
+    def simulate_kwargs(self) -> dict[str, Any]:
+        """Every keyword of :func:`attnflow.simulate` for this run except the tokens and the weights."""
+        return {
+            **self.spec.simulate_kwargs(),
+            "token_weights": self.token_weights,
+            "head_weights": self.head_weights,
+            "config": self.config,
+        }
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.x0, self.process, self.simulate_kwargs()))
+
+
+def build(cfg: RunConfig) -> RunInputs:
+    """Initial tokens, the weight process and the typed spec of the run (see :class:`RunInputs`)."""
     s_tok, s_heads, s_noise = _seeds(cfg.seed)
     x0 = build_tokens(cfg, s_tok)
     A = build_heads(cfg, s_heads)
     process = build_process(cfg, A, s_noise)
-
-    kwargs = {
-        "model": cfg.model,
-        "t_end": cfg.integration.t_end,
-        "dt": cfg.integration.dt,
-        "method": cfg.integration.method,
-        "save_every": cfg.integration.save_every,
-        **(
-            {
-                "rtol": cfg.integration.rtol,
-                "atol": cfg.integration.atol,
-                "dt_min": cfg.integration.dt_min,
-                "dt_max": cfg.integration.dt_max,
-            }
-            if cfg.integration.adaptive
-            else {}
-        ),  # fmt: skip
-        "seed": s_noise,
-        "token_weights": None if cfg.tokens.masses is None else np.asarray(cfg.tokens.masses),
-        "head_weights": None if cfg.heads.masses is None else np.asarray(cfg.heads.masses),
-        "cluster_eps": cfg.diagnostics.cluster_eps,
-        "backend": cfg.kernel.backend,
-        "fast_tol": cfg.kernel.tolerance,
-        "dtype": torch.float64 if cfg.dtype == "float64" else torch.float32,
-        "config": cfg.model_dump(mode="json"),
-    }
-    return x0, process, kwargs
+    integ = cfg.integration
+    adaptive = integ.adaptive
+    spec = RunSpec(
+        model=cfg.model, method=integ.method, t0=0.0, t_end=integ.t_end, dt=integ.dt, save_every=integ.save_every,
+        seed=s_noise, cluster_eps=cfg.diagnostics.cluster_eps, backend=cfg.kernel.backend,
+        fast_tol=cfg.kernel.tolerance, dtype=cfg.dtype,
+        rtol=integ.rtol if adaptive else None, atol=integ.atol if adaptive else None,
+        dt_min=integ.dt_min if adaptive else None, dt_max=integ.dt_max if adaptive else None,
+    )  # fmt: skip
+    return RunInputs(
+        x0=x0,
+        process=process,
+        spec=spec,
+        token_weights=None if cfg.tokens.masses is None else np.asarray(cfg.tokens.masses),
+        head_weights=None if cfg.heads.masses is None else np.asarray(cfg.heads.masses),
+        config=cfg.model_dump(mode="json"),
+    )

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from attnflow.config.errors import ConfigError
 from attnflow.config.yamlsafe import YAMLLimitError, excerpt, load_yaml
+from attnflow.schemes.integrators import ADAPTIVE, METHODS
+
+if TYPE_CHECKING:
+    MethodName = str
+else:  # the method names come from the stepper registry alone
+    MethodName = Literal[METHODS]
 
 
 class _Strict(BaseModel):
@@ -130,7 +144,7 @@ class IntegrationConfig(_Strict):
 
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02
-    method: Literal["euler", "heun", "rk4", "jko", "bosh3", "dopri5"] = "rk4"
+    method: MethodName = "rk4"
     save_every: PositiveInt = 10
     rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-6
     atol: Annotated[float, Field(ge=0)] = 1e-9
@@ -139,7 +153,7 @@ class IntegrationConfig(_Strict):
 
     @property
     def adaptive(self) -> bool:
-        return self.method in ("bosh3", "dopri5")
+        return self.method in ADAPTIVE
 
     @model_validator(mode="after")
     def _check(self) -> IntegrationConfig:

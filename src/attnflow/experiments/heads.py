@@ -38,6 +38,7 @@ import xarray as xr
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.core.errors import Hint, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
@@ -61,7 +62,10 @@ from attnflow.experiments.floors import (
 from attnflow.io.metadata import describe
 from attnflow.schemes.integrators import Field as _Field
 from attnflow.schemes.integrators import get_integrator
+from attnflow.solve.controllers import FixedState
 from attnflow.solve.ensemble import EnsembleField
+from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
+from attnflow.solve.saveat import SaveAt
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
@@ -245,15 +249,21 @@ def _run_members(cfg: dict[str, Any], H: int, seeds: list[int]) -> Members:
         energies.append([float(m.energy(a)) for m in members])
         xs.append(Y.numpy().copy())
 
-    t = 0.0
-    record(t, X)
-    for k in range(1, n_steps + 1):
-        X = stepper.step(field, t, X, dt)
-        t = k * dt
-        if k % every == 0 or k == n_steps:
-            record(t, X)
-    if not bool(torch.isfinite(X).all()):
-        raise FloatingPointError(f"heads: the tokens became NaN/inf at H={H}; lower integration.dt")
+    class Saves:
+        name = "saves"
+
+        def on_step(self, state: StepState) -> None:
+            if state.save:
+                record(state.t, state.x)
+
+    record(0.0, X)
+    try:  # the one loop of the package (fixed steps), with its state guard on every state
+        integrate(
+            lambda t, Y, h, first: Trial(stepper.step(field, t, Y, h), 0.0), X, t=0.0,
+            control=FixedState(0.0, dt, n_steps), saves=SaveAt(every=every).start(0.0), recorders=[Saves()],
+        )  # fmt: skip
+    except StepFailed as e:
+        raise NumericalError(f"heads: {e.why} at H={H}; lower integration.dt", hint=Hint("integration.dt")) from None
     c = float(w["sigma"]) / math.sqrt(2.0 * float(w["rate"]))
     return Members(np.array(ts), np.array(slopes), np.array(energies), np.stack(xs), A_bar, c)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 import xarray as xr
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import velocity
 from attnflow.hf.importer import HFImportError, HFLayers, blocks, extract, load_model, norm_modules, resolve_folder
@@ -34,6 +36,9 @@ from attnflow.io.metadata import describe
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import INTEGRATORS
+from attnflow.solve.controllers import FixedState
+from attnflow.solve.loop import Attempt, StepFailed, Trial, integrate
+from attnflow.solve.saveat import SaveAt
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import Layers
 
@@ -228,19 +233,35 @@ class _ConstantField:
         return self.heads
 
 
+def _attempt(step: Callable[..., torch.Tensor], f: _ConstantField) -> Attempt:
+    """A fixed step of ``f`` as the loop's trial step (always accepted)."""
+    return lambda t, y, h, first: Trial(step(f, t, y, h), 0.0)
+
+
 def flow_through(x0: np.ndarray, process: Layers, steps_per_layer: int, method: str = "euler") -> np.ndarray:
     """Positions ``(L+1, N, d)`` of the ``mha`` flow of ``process`` from ``x0`` at ``t = 0, 1, ..., L``
-    (the stepper of :func:`~attnflow.solve.simulation.simulate`, without its diagnostics)."""
+    (the stepper and the one loop of :func:`~attnflow.solve.simulation.simulate`, without its
+    diagnostics: :func:`~attnflow.solve.loop.integrate` with fixed steps, one layer at a time)."""
     if method not in INTEGRATORS:
-        raise ValueError(f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}")
+        raise InputError(
+            f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}",
+            hint=Hint("method"),
+        )
     step = INTEGRATORS[method].step
     x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
     n, dt = x.shape[0], 1.0 / steps_per_layer
     out = [x.numpy().copy()]
     for l, heads in enumerate(process.layers):
         f = _ConstantField(heads.to(dtype=torch.float64), torch.full((n,), 1.0 / n, dtype=torch.float64), torch.ones(1))
-        for k in range(steps_per_layer):
-            x = step(f, l + k * dt, x, dt)
+        try:
+            x = integrate(
+                _attempt(step, f), x, t=float(l),
+                control=FixedState(float(l), dt, steps_per_layer), saves=SaveAt(every=steps_per_layer).start(float(l)),
+            )  # fmt: skip
+        except StepFailed as e:
+            raise NumericalError(
+                f"the flow through layer {l} failed at t={e.t:.6g}: {e.why}; use more steps per layer", hint=Hint("dt")
+            ) from None
         out.append(x.numpy().copy())
     return np.stack(out)
 

@@ -76,6 +76,7 @@ def run_parameters(traj: Trajectory) -> dict[str, Any]:
     came from one) the weight process, ``beta``, ``cluster_eps``, ... (``None`` values left out)."""
     cfg = traj.config or {}
     section = lambda name: cfg.get(name) or {}
+    spec = traj.spec  # what the run used, before what a config passed along says
     params: dict[str, Any] = {
         "model": traj.model,
         "method": traj.method,
@@ -88,13 +89,13 @@ def run_parameters(traj: Trajectory) -> dict[str, Any]:
         "seed": -1 if traj.seed is None else int(traj.seed),
         "name": cfg.get("name"),
         "dtype": cfg.get("dtype") or traj.provenance.get("dtype"),
-        "cluster_eps": section("diagnostics").get("cluster_eps", traj.provenance.get("cluster_eps")),
+        "cluster_eps": spec.cluster_eps if spec is not None else section("diagnostics").get("cluster_eps"),
         "weights_process": section("weights").get("process"),
         "beta": section("heads").get("beta"),
         "heads_preset": section("heads").get("preset"),
         "tokens_init": section("tokens").get("init"),
-        "save_every": section("integration").get("save_every"),
-        "kernel_backend": section("kernel").get("backend"),
+        "save_every": spec.save_every if spec is not None else section("integration").get("save_every"),
+        "kernel_backend": spec.backend if spec is not None else section("kernel").get("backend"),
     }
     return {k: jsonable_attr(v) for k, v in params.items() if v is not None}
 

@@ -24,6 +24,7 @@ import yaml
 from attnflow.analysis.diagnostics import DIAGNOSTICS
 from attnflow.analysis.edi import STEP_SERIES
 from attnflow.config.errors import ConfigError
+from attnflow.config.spec import RunSpec
 from attnflow.config.yamlsafe import load_yaml
 from attnflow.core.heads import Heads
 from attnflow.io.store import (
@@ -93,6 +94,13 @@ class Trajectory:
             f"{span}, saved_times={len(t)}, dt={self.dt:g}{'' if steps is None else f', steps={steps}'}, "
             f"seed={self.seed})"
         )
+
+    @property
+    def spec(self) -> RunSpec | None:
+        """The typed record of every parameter the run was made with (:class:`~attnflow.config.spec.RunSpec`),
+        ``None`` for runs that did not record one (made before it existed, or assembled by hand)."""
+        raw = self.provenance.get("spec")
+        return None if raw is None else RunSpec.from_dict(raw)
 
     @property
     def N(self) -> int:

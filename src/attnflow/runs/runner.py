@@ -67,10 +67,13 @@ class ResumeError(ConfigError):
     """A folder that cannot be resumed (finished, never started, stopped by the NaN guard)."""
 
 
-def run_config(cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> Trajectory:
-    """Simulate the run a config describes (no folder written); returns the :class:`Trajectory`."""
-    x0, process, kwargs = build(cfg)
-    traj = simulate(x0, process, progress=progress, **kwargs)
+def run_config(
+    cfg: RunConfig, progress: Callable[[int, int], None] | None = None, *, threads: int | None = None
+) -> Trajectory:
+    """Simulate the run a config describes (no folder written); returns the :class:`Trajectory`.
+    ``threads``: torch threads (``None``: :class:`~attnflow.core.threads.ThreadPolicy` chooses)."""
+    inputs = build(cfg)
+    traj = simulate(inputs.x0, inputs.process, progress=progress, **{**inputs.simulate_kwargs(), "threads": threads})
     traj.seed = cfg.seed
     return traj
 
@@ -86,13 +89,17 @@ def _simulate_into(
     figures: bool,
     progress: Callable[[int, int], None] | None,
     final: Path | None = None,
+    threads: int | None = None,
 ) -> Trajectory:
     """Simulate with checkpoints in ``out``; write the finished folder at ``final`` (default ``out``)."""
     final = out if final is None else final
-    x0, process, kwargs = build(cfg)
+    inputs = build(cfg)
     ck = Checkpointer(out / CHECKPOINT, every_steps=every_steps, every_seconds=every_seconds, on_begin=on_begin)
     try:
-        traj = simulate(x0, process, progress=progress, checkpoint=ck, resume=resume, **kwargs)
+        traj = simulate(
+            inputs.x0, inputs.process, progress=progress, checkpoint=ck, resume=resume,
+            **{**inputs.simulate_kwargs(), "threads": threads},
+        )  # fmt: skip
         _refuse_garbage(traj, cfg, out)
     except NumericalInstability as e:
         _keep_last_good_state(e, cfg, out)
@@ -247,8 +254,10 @@ def run_to_folder(
     every_steps: int | None = None,
     every_seconds: float | None = DEFAULT_CHECKPOINT_SECONDS,
     progress: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
 ) -> Trajectory:
-    """Simulate ``cfg`` into the run folder ``out``, checkpointing as it goes.
+    """Simulate ``cfg`` into the run folder ``out``, checkpointing as it goes (``threads``: torch
+    threads, ``None``: chosen from the problem size by :class:`~attnflow.core.threads.ThreadPolicy`).
 
     Nothing is written before the inputs are validated (the folder appears with the first
     checkpoint, at step 0). The output lock (:func:`attnflow.io.lock.output_lock`) is held
@@ -279,6 +288,7 @@ def run_to_folder(
                 figures=figures,
                 progress=progress,
                 final=out,
+                threads=threads,
             )
         except NumericalInstability:
             raise
@@ -295,6 +305,7 @@ def resume_folder(
     every_steps: int | None = None,
     every_seconds: float | None = DEFAULT_CHECKPOINT_SECONDS,
     progress: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
 ) -> Trajectory:
     """Continue an interrupted ``attnflow run`` in ``run_dir`` from its last checkpoint.
 
@@ -345,6 +356,7 @@ def resume_folder(
                 every_seconds=every_seconds,
                 figures=figures,
                 progress=progress,
+                threads=threads,
             )
         except ValueError as e:
             if "different run" not in str(e):

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import retract
 from attnflow.core.heads import Heads
 from attnflow.kernels.dispatch import KernelOptions
@@ -48,7 +48,10 @@ class Field(Protocol):
 
 @dataclass(frozen=True)
 class Integrator:
-    """A stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt) -> x_next``.
+    """A stepper: ``name``, its classical ``order`` and ``step(f, t, x, dt, k1=None) -> x_next``.
+
+    ``k1``: ``v_t(x)`` when the caller already has it (the solver's last evaluation at this state:
+    a saved state's diagnostics pass, an FSAL stage), so the step does not evaluate it again.
 
     ``weights`` are the Runge-Kutta weights ``b_s`` of the field evaluations in the order the step
     makes them (``None`` for schemes that do not evaluate the field, such as ``jko``): the same
@@ -57,41 +60,51 @@ class Integrator:
 
     name: str
     order: int
-    step: Callable[[Field, float, torch.Tensor, float], torch.Tensor]
+    step: Callable[..., torch.Tensor]
     weights: tuple[float, ...] | None = None
+    #: Field evaluations per step when there are no stage weights (the inner iterations of a movement).
+    cost: float | None = None
+    #: Half the length of the explicit method's stability interval on the negative real axis, as
+    #: calibrated for the step warning (see :data:`attnflow.solve.guards.STABLE_DT_L`); ``None``: implicit.
+    stable_dt_l: float | None = None
+
+    @property
+    def evaluations(self) -> float:
+        """Field evaluations per step (what a cost estimate multiplies)."""
+        return float(len(self.weights)) if self.weights else float(self.cost or 1.0)
 
 
-def _euler(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    return retract(x + dt * f(t, x))
+def _euler(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    return retract(x + dt * (f(t, x) if k1 is None else k1))
 
 
-def _heun(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    k1 = f(t, x)
+def _heun(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    k1 = f(t, x) if k1 is None else k1
     k2 = f(t + dt, x + dt * k1)
     return retract(x + 0.5 * dt * (k1 + k2))
 
 
-def _rk4(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    k1 = f(t, x)
+def _rk4(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    k1 = f(t, x) if k1 is None else k1
     k2 = f(t + 0.5 * dt, x + 0.5 * dt * k1)
     k3 = f(t + 0.5 * dt, x + 0.5 * dt * k2)
     k4 = f(t + dt, x + dt * k3)
     return retract(x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4))
 
 
-def _jko(f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
-    # Imported here: the minimising movement needs autograd machinery the explicit schemes do not.
+def _jko(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+    # k1 is not used: a minimising movement does not evaluate the field at the start.: the minimising movement needs autograd machinery the explicit schemes do not.
     return jko_field_step(f, t, x, dt)
 
 
 INTEGRATORS: dict[str, Integrator] = {
-    "euler": Integrator("euler", 1, _euler, (1.0,)),
-    "heun": Integrator("heun", 2, _heun, (0.5, 0.5)),
-    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)),
+    "euler": Integrator("euler", 1, _euler, (1.0,), stable_dt_l=1.0),
+    "heun": Integrator("heun", 2, _heun, (0.5, 0.5), stable_dt_l=1.0),
+    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0), stable_dt_l=1.39),
 }
 
 #: Implicit steppers (model ``gf`` only), kept apart from the explicit schemes above.
-MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko)}
+MOVEMENTS: dict[str, Integrator] = {"jko": Integrator("jko", 1, _jko, cost=20.0)}
 
 
 # --- Embedded pairs (adaptive steps) ----------------------------------------------------------------
@@ -121,6 +134,11 @@ class EmbeddedPair:
     def stages(self) -> int:
         return len(self.c)
 
+    @property
+    def evaluations(self) -> float:
+        """New field evaluations per accepted step (the first stage is the last one's, FSAL)."""
+        return float(self.stages - 1 if self.fsal else self.stages)
+
     def attempt(
         self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, dt: float,
         k1: torch.Tensor | None = None,
@@ -143,10 +161,12 @@ class EmbeddedPair:
         e = dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
         return y, e, ks[-1]
 
-    def fixed_step(self, f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
+    def fixed_step(
+        self, f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The order-``order`` solution alone (no error estimate; the FSAL stage is not evaluated)."""
         n = self.stages - 1 if self.fsal else self.stages
-        ks: list[torch.Tensor] = [f(t, x)]
+        ks: list[torch.Tensor] = [f(t, x) if k1 is None else k1]
         for s in range(1, n):
             ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
         return retract(x + dt * _combine(self.b[:n], ks))
@@ -192,8 +212,21 @@ DOPRI5 = EmbeddedPair(
     b_hat=(5179.0 / 57600.0, 0.0, 7571.0 / 16695.0, 393.0 / 640.0, -92097.0 / 339200.0, 187.0 / 2100.0, 0.025),
 )  # fmt: skip
 
-#: The adaptive methods: ``simulate(..., method=name)`` steps with error control (:func:`attnflow.solve.loop.run_adaptive`).
+#: The adaptive methods: ``simulate(..., method=name)`` steps with error control (the
+#: :class:`~attnflow.solve.controllers.PIController` of :func:`attnflow.solve.solver.solve`).
 ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
+
+#: Every method name, from the registries above (the one list the config schema, the CLI and
+#: ``simulate`` read): explicit steppers, implicit movements, embedded pairs.
+METHODS: tuple[str, ...] = (*INTEGRATORS, *MOVEMENTS, *ADAPTIVE)
+
+
+def evaluations_per_step(method: str) -> float:
+    """Field evaluations per step of ``method`` (4 for a name not in the registry)."""
+    if method in ADAPTIVE:
+        return ADAPTIVE[method].evaluations
+    known = INTEGRATORS.get(method) or MOVEMENTS.get(method)
+    return 4.0 if known is None else known.evaluations
 
 
 def get_integrator(method: str) -> Integrator:
@@ -202,7 +235,7 @@ def get_integrator(method: str) -> Integrator:
         return ADAPTIVE[method].integrator()
     try:
         return INTEGRATORS[method] if method in INTEGRATORS else MOVEMENTS[method]
-    except KeyError:
+    except (KeyError, TypeError):
         raise InputError(
-            f"unknown method {method!r}; choose one of {sorted(INTEGRATORS) + sorted(ADAPTIVE) + sorted(MOVEMENTS)}"
+            f"unknown method {method!r}; choose one of {', '.join(METHODS)}", hint=Hint("method")
         ) from None

@@ -17,17 +17,21 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
-from attnflow.core.geometry import project_tangent, retract
+from attnflow.core.arrays import ArrayLike, to_numpy
+from attnflow.core.errors import Hint, InputError
+from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import MODELS, FieldStats, check_model, masses
+from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, get_integrator
-from attnflow.solve.guards import NumericalInstability
-from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
-from attnflow.solve.observers import ProgressReport
-from attnflow.solve.simulation import step_count
+from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, Integrator, get_integrator
+from attnflow.solve.controllers import ConstantStep
+from attnflow.solve.guards import Float32Monitor, NumericalInstability, PrecisionWarning, warn
+from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepState, Trial, integrate
+from attnflow.solve.observers import PrecisionCheck, ProgressReport
+from attnflow.solve.problem import as_dtype, check_array, initial_tokens, thread_policy
+from attnflow.solve.problem import check_model as check_model_name
+from attnflow.solve.saveat import SaveAt, whole
 from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
 
 #: Per-member diagnostics recorded at every save time, shape ``(S, B)``.
@@ -89,7 +93,7 @@ class EnsembleField:
         self.dtype, self.device = dtype, device
         self.options = KernelOptions() if options is None else options
         if self.options.backend == "fast":
-            raise ValueError(
+            raise InputError(
                 "fast summation evaluates one token cloud at a time; an ensemble uses the dense kernel: "
                 "choose backend 'auto', 'flash' or 'stream'"
             )
@@ -125,7 +129,10 @@ class EnsembleField:
 def _member_count(*lengths: int | None) -> int:
     given = {n for n in lengths if n is not None and n != 1}
     if len(given) > 1:
-        raise ValueError(f"x0, seeds, betas and weights give different ensemble sizes {sorted(given)}; make them agree")
+        raise InputError(
+            f"x0, seeds, betas and weights give different ensemble sizes {sorted(given)}; make them agree",
+            hint=Hint("x0"),
+        )
     return given.pop() if given else 1
 
 
@@ -143,56 +150,65 @@ def simulate_ensemble(
     token_weights: ArrayLike | None = None,
     head_weights: ArrayLike | None = None,
     t0: float = 0.0,
-    dtype: torch.dtype | None = None,
+    dtype: Any = None,
     backend: str = "auto",
     progress: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
 ) -> Ensemble:
     """Integrate ``B`` independent systems at once (see the module docstring).
 
     ``x0``: ``(B, N, d)`` or one ``(N, d)`` cloud shared by all members. ``weights``: one process
     (member ``b`` samples it with ``seeds[b]``) or a list of ``B`` processes. ``betas`` ``(B,)``
     multiply every ``A_h`` (and ``V_h`` when ``V = A``). Member ``b`` equals
-    ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the loop of
-    :func:`attnflow.simulate` (:func:`attnflow.solve.loop.run_loop`); NaN/inf tokens raise
-    :class:`~attnflow.solve.guards.NumericalInstability`.
+    ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the one loop of
+    :func:`attnflow.simulate` (:func:`attnflow.solve.loop.integrate`, fixed steps): every state passes
+    the state guard, float32 ensembles get the float32 check of each member; a failed state raises
+    :class:`~attnflow.solve.guards.NumericalInstability`. ``progress(done, total)``: steps done of all.
     """
     options = KernelOptions(backend)
-    X = to_tensor(x0, dtype=dtype)
+    model = check_model_name(model)
+    X = initial_tokens(x0, as_dtype(dtype), batched=True)
     if X.ndim == 2:
         X = X.unsqueeze(0)
-    if X.ndim != 3:
-        raise ValueError(f"x0 must have shape (B, N, d) or (N, d); got {tuple(X.shape)}")
-    if not bool(torch.isfinite(X).all()):
-        raise ValueError("x0 contains NaN or inf")
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {MODELS}")
     procs = list(weights) if isinstance(weights, (list, tuple)) else None
+    for name, value in (("token_weights", token_weights), ("head_weights", head_weights), ("betas", betas)):
+        check_array(name, value)
+    for proc in procs if procs is not None else [weights]:
+        check_array("weights", proc)
     beta_arr = None if betas is None else np.atleast_1d(np.asarray(betas, dtype=np.float64))
+    if beta_arr is not None and not np.isfinite(beta_arr).all():
+        raise InputError("betas must be finite numbers", hint=Hint("betas"))
     B = _member_count(
         X.shape[0],
         None if seeds is None else len(seeds),
         None if beta_arr is None else len(beta_arr),
         None if procs is None else len(procs),
     )
-    X = retract(X.expand(B, -1, -1).clone())
+    X = X.expand(B, -1, -1).clone()
     seed_list: list[int | None] = list(seeds) if seeds is not None else [None] * B
     seed_list = seed_list * B if len(seed_list) == 1 else seed_list
     beta_arr = np.ones(B) if beta_arr is None else np.broadcast_to(beta_arr, (B,)).copy()
     processes = [as_process(p) for p in procs] if procs is not None else [as_process(weights)] * B
     processes = processes * B if len(processes) == 1 else processes
-    n_steps = step_count(t0, t_end, dt)
+    every = whole("save_every", save_every)
+    control = ConstantStep(dt).start(t0, t_end)
+    n_steps = control.total
     d, H = X.shape[2], processes[0].H
+    if H < 1:
+        raise InputError("the weights have zero heads; give at least one head (H >= 1)", hint=Hint("weights"))
     if any(p.d != d or p.H != H for p in processes):
-        raise ValueError(f"every member's weights must act on d={d} with H={H} heads")
+        raise InputError(f"every member's weights must act on d={d} with H={H} heads", hint=Hint("weights"))
     if method in ADAPTIVE:
-        raise ValueError(
+        raise InputError(
             f"simulate_ensemble steps every member with one fixed dt; the adaptive method {method!r} runs in "
-            "simulate (one system at a time)"
+            "simulate (one system at a time)",
+            hint=Hint("method"),
         )
     if method in MOVEMENTS:
-        raise ValueError(
+        raise InputError(
             f"method {method!r} is a minimising movement of one token cloud; ensembles step with an explicit "
-            f"method: one of {', '.join(INTEGRATORS)}"
+            f"method: one of {', '.join(INTEGRATORS)}",
+            hint=Hint("method"),
         )
     stepper = get_integrator(method)
     a = masses(token_weights, X.shape[1], "token_weights", X)
@@ -208,21 +224,44 @@ def simulate_ensemble(
     field = cast(Field, f)
     saver = _EnsembleSaver(f, a)
     start = _time.perf_counter()
-    saver.record(float(t0), X)
-    observers: list[Observer] = [] if progress is None else [ProgressReport(progress)]
+    observers: list[Observer] = []
+    monitors: list[Float32Monitor] = []
+    if X.dtype == torch.float32:
+        monitors = [Float32Monitor() for _ in range(B)]
+        observers.append(_MemberPrecision(monitors, stepper, f, model, a, w, every, options))
+    if progress is not None:
+        observers.append(ProgressReport(progress))
     costs = Costs({})
-    try:
-        run_loop(
-            lambda t, Y, h: stepper.step(field, t, Y, h), X, t0=t0, dt=dt, k0=0, n_steps=n_steps,
-            save_every=int(save_every), recorders=[saver], observers=observers, costs=costs,
-        )  # fmt: skip
-    except StepFailed as e:
-        raise NumericalInstability(
-            f"{e.why} at t={t0 + e.k * dt:.6g} (step {e.k} of {n_steps}) in at least one member; the last good "
-            f"state is t={e.t:.6g}. Lower dt, or the largest beta.",
-            step=e.k,
-            t=t0 + e.k * dt,
-        ) from None
+    pairs = float(B) * X.shape[1] ** 2 * H
+    with thread_policy(threads, pairs).applied(pairs):
+        saver.record(float(t0), X)
+
+        def attempt(t: float, Y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
+            return Trial(stepper.step(field, t, Y, h), 0.0)
+
+        try:
+            integrate(
+                attempt, X, t=t0, control=control, saves=SaveAt(every=every).start(t0), recorders=[saver],
+                observers=observers, costs=costs,
+            )  # fmt: skip
+        except StepFailed as e:
+            raise NumericalInstability(
+                f"{e.why} at t={t0 + e.k * dt:.6g} (step {e.k} of {n_steps}) in at least one member; the last good "
+                f"state is t={e.t:.6g}. Lower dt, or the largest beta.",
+                step=e.k,
+                t=t0 + e.k * dt,
+            ) from None
+    flagged = [b for b, m in enumerate(monitors) if m.flagged]
+    if flagged:
+        warn(
+            f"members {flagged}: " + monitors[flagged[0]].message().replace("--set dtype=float64", "dtype=float64"),
+            PrecisionWarning,
+        )
+    provenance: dict[str, Any] = {
+        "wall_time_s": _time.perf_counter() - start, "steps": n_steps, "seconds": costs.rounded(),
+    }  # fmt: skip
+    if monitors:
+        provenance["float32_check"] = [m.summary() for m in monitors]
     return Ensemble(
         t=np.array(saver.ts),
         x=np.stack(saver.xs),
@@ -232,8 +271,39 @@ def simulate_ensemble(
         model=model,
         method=method,
         dt=float(dt),
-        provenance={"wall_time_s": _time.perf_counter() - start, "steps": n_steps, "seconds": costs.rounded()},
+        provenance=provenance,
     )
+
+
+@dataclass
+class _MemberPrecision:
+    """The float32 check of each member (:class:`~attnflow.solve.observers.PrecisionCheck`'s schedule),
+    offered every accepted state of the ensemble."""
+
+    monitors: list[Float32Monitor]
+    stepper: Integrator
+    f: EnsembleField
+    model: str
+    a: torch.Tensor
+    w: torch.Tensor
+    save_every: int
+    options: KernelOptions
+    name: str = "float32 check"
+
+    def __post_init__(self) -> None:
+        one = self.stepper.weights is not None and len(self.stepper.weights) == 1
+        self.checks = [
+            PrecisionCheck(m, self.stepper.step, self.model, self._member_heads(b), self.a, self.w, self.save_every,
+                           self.options, one_stage=one)
+            for b, m in enumerate(self.monitors)
+        ]  # fmt: skip
+
+    def _member_heads(self, b: int) -> Callable[[float], Heads]:
+        return lambda t: self.f.heads_at(t)[b]
+
+    def on_step(self, state: StepState) -> None:
+        for b, check in enumerate(self.checks):
+            check.on_step(replace(state, x=state.x[b], saved=None, evaluation=None))
 
 
 class _EnsembleSaver:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats, identity_values, mixed_field, split_means
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
+from attnflow.schemes.integrators import INTEGRATORS
 
 
 class StabilityWarning(AttnflowWarning):
@@ -64,7 +66,9 @@ class NumericalInstability(NumericalError):
 #: Half the length of each explicit method's stability interval on the negative real axis
 #: (Euler and Heun: 2, classical RK4: 2.785). Beyond ``dt * L`` of this size the gf energy stopped
 #: decreasing in calibration runs (identity and GOE heads, beta 1 to 64; see tests/test_guards.py).
-STABLE_DT_L: dict[str, float] = {"euler": 1.0, "heun": 1.0, "rk4": 1.39}
+STABLE_DT_L: dict[str, float] = {
+    name: stepper.stable_dt_l for name, stepper in INTEGRATORS.items() if stepper.stable_dt_l is not None
+}
 
 
 #: A stable step that needs more steps than this is not advised: the weights are too stiff for an
@@ -181,6 +185,13 @@ def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: 
     """
     if tol is None:
         tol = 1e-3 if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-6
+    if x.ndim == 3:  # an ensemble's stacked state (B, N, d): every member's tokens, named by member
+        why = state_problem(x.reshape(-1, x.shape[-1]), row, tol=tol)
+        if why is None or x.shape[1] == 0:
+            return why
+        return re.sub(
+            r"token (\d+)", lambda m: "member {}, token {}".format(*divmod(int(m[1]), x.shape[1])), why, count=1
+        )
     # Fast path (every step of a run): finite norms within half the tolerance, computed in x's own
     # dtype (off by ~d eps, far below tol), prove the tokens finite and on the sphere; anything
     # else is decided by the careful float64 check below.
@@ -237,29 +248,18 @@ PRECISION_ROWS = 64
 
 
 class _Frozen:
-    """The field with the heads frozen at one time (for the float32 check; touches no sampler).
-
-    ``kept`` ``(x, v)``: the field already known at the state ``x`` (the run's own), returned as is.
-    """
+    """The field with the heads frozen at one time (for the float32 check; touches no sampler)."""
 
     def __init__(
-        self,
-        model: str,
-        heads: Heads,
-        a: torch.Tensor,
-        w: torch.Tensor,
-        options: KernelOptions | None = None,
-        kept: tuple[torch.Tensor, torch.Tensor] | None = None,
+        self, model: str, heads: Heads, a: torch.Tensor, w: torch.Tensor, options: KernelOptions | None = None
     ) -> None:
-        self.model, self.a, self.w, self.options, self.kept = model, a, w, options, kept
+        self.model, self.a, self.w, self.options = model, a, w, options
         self._heads = heads.to(dtype=a.dtype)
 
     def heads_at(self, t: float) -> Heads:
         return self._heads
 
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        if self.kept is not None and x is self.kept[0]:
-            return self.kept[1]
         return project_tangent(x, mixed_field(x, self._heads, self.a, self.w, self.model, options=self.options))
 
 
@@ -278,9 +278,10 @@ class _Shadow:
     """The float64 field for the float32 check: exact at the checked ``rows``, to float32 accuracy at the
     other tokens (which only carry the keys along the stages), heads frozen at one time.
 
-    At the start state ``x0`` the other rows are the run's own float32 field ``v0``; elsewhere one
-    float32 pass gives them, unless ``rows_only`` (the last step of a one-stage method, whose rows
-    depend on the field at those rows alone: the others are NaN, never read).
+    At the start state (:meth:`at_start`, passed to the steps as their first stage) the other rows
+    are the run's own float32 field ``v0``; elsewhere one float32 pass gives them, unless
+    ``rows_only`` (the last step of a one-stage method, whose rows depend on the field at those rows
+    alone: the others are NaN, never read).
     """
 
     def __init__(
@@ -291,38 +292,37 @@ class _Shadow:
         w64: torch.Tensor,
         rows: torch.Tensor,
         coarse: _Frozen,
-        start: tuple[torch.Tensor, torch.Tensor],
         options: KernelOptions | None = None,
     ) -> None:
         self.model, self._heads, self.a, self.w, self.options = model, heads64, a64, w64, options
-        self.rows, self.coarse, self.start = rows, coarse, start
+        self.rows, self.coarse = rows, coarse
         self.rows_only = False
-        self._memo: tuple[float, torch.Tensor, torch.Tensor] | None = None
         #: The row statistics of ``A`` alone at the start state, when a pass there gave them (plain heads).
         self.start_stats: FieldStats | None = None
 
     def heads_at(self, t: float) -> Heads:
         return self._heads
 
+    def at_start(self, x: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
+        """The field at the start state ``x``: ``v0`` (the run's float32 field) with the checked rows exact."""
+        return self._rows(x, v0.to(torch.float64, copy=True), start=True)
+
     def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        memo = self._memo
-        if memo is not None and memo[0] == t and memo[1] is x:
-            return memo[2]
-        if x is self.start[0]:
-            v = self.start[1].to(torch.float64, copy=True)
-        elif self.rows_only:
+        if self.rows_only:
             v = torch.full_like(x, math.nan)
         else:
             v = self.coarse(t, x.to(torch.float32)).to(torch.float64)
+        return self._rows(x, v)
+
+    def _rows(self, x: torch.Tensor, v: torch.Tensor, *, start: bool = False) -> torch.Tensor:
         heads = self._heads
         if heads.plain:  # one row pass gives the values' and A's outputs (see split_means)
             st, a_st = split_means(_row_stats(identity_values(heads), self.a, self.w, x, self.rows), heads)
-            if x is self.start[0]:
+            if start:
                 self.start_stats = a_st
         else:
             st = _row_stats(heads, self.a, self.w, x, self.rows)
         v[self.rows] = project_tangent(x[self.rows], st.mixed_output(self.model))
-        self._memo = (t, x, v)
         return v
 
 
@@ -388,12 +388,12 @@ class Float32Monitor:
             f32 = _Frozen(model, heads, a.to(torch.float32), w.to(torch.float32), options)
             if v32 is None:
                 v32 = f32(t, x32)
-            f32.kept = (x32, v32.to(torch.float32))
             x64 = x.to(torch.float64)
-            f64 = _Shadow(model, h64, a64, w64, idx, f32, (x64, v32), options)
-            y32 = step(f32, t, x32, dt)[idx].to(torch.float64)
-            y64 = step(f64, t, x64, dt)[idx]
-            half = step(f64, t, x64, 0.5 * dt)
+            f64 = _Shadow(model, h64, a64, w64, idx, f32, options)
+            y32 = step(f32, t, x32, dt, k1=v32.to(torch.float32))[idx].to(torch.float64)
+            v64 = f64.at_start(x64, v32)  # every step below starts at x64 with this first stage
+            y64 = step(f64, t, x64, dt, k1=v64)[idx]
+            half = step(f64, t, x64, 0.5 * dt, k1=v64)
             f64.rows_only = one_stage
             y64h = step(f64, t + 0.5 * dt, half, 0.5 * dt)[idx]
             st = f64.start_stats or _row_stats(h64.without_values(), a64, w64, x64, idx)

@@ -1,14 +1,24 @@
-"""The stepping loop: ``x_{k+1} = step(t_k, x_k, dt)`` for ``k = k0 .. n - 1``, and the observers it calls.
+"""The one stepping loop: ``x_{k+1} = step(t_k, x_k, h_k)`` under a step controller, and the observers it calls.
 
-The loop only steps, checks that each new state is finite, and hands every accepted state to its
-observers (in the spirit of diffrax's ``SaveAt`` and progress meters). What is recorded, checked,
-checkpointed or shown is an observer: :mod:`attnflow.solve.observers` has the ones
-:func:`attnflow.simulate` uses. Each observer's wall time is measured and reported, so its cost is
-visible beside the steps' own.
+:func:`integrate` is the only time loop of attnflow (in the spirit of diffrax's ``diffeqsolve``):
+fixed steps (a :class:`~attnflow.solve.controllers.ConstantStep`, which always accepts), adaptive
+steps (a :class:`~attnflow.solve.controllers.PIController`), one token cloud or a batched ensemble,
+a fresh run or a resumed one all go through it. The loop
+
+* asks the controller for the next step (stopping exactly at save times and where the weights jump),
+* makes one trial step and checks the new state with the **state guard**
+  (:func:`attnflow.solve.guards.state_problem`: finite and on the unit sphere) in every mode,
+* accepts or rejects it (a rejected trial is undone and retried smaller; a fixed step cannot be),
+* hands every accepted state to its observers (what is saved, checked, checkpointed or shown).
+
+The last evaluation of the field at the current state (the first-same-as-last stage of an embedded
+pair, the end-of-step pass of the EDI recorder, the diagnostics pass of a saved state) is explicit
+loop state, an :class:`Evaluation` passed to the next step, never found again by object identity.
 
 Two kinds of observers: ``recorders`` run as part of the step (an ``OverflowError`` they raise,
 say the diagnostics of an unnormalised field that overflows, fails the step like NaN tokens do);
-``observers`` run after the step is accepted (checks, checkpoints, progress).
+``observers`` run after the step is accepted (checks, checkpoints, progress). Each one's wall time
+is measured and reported, so its cost is visible beside the steps' own.
 """
 
 from __future__ import annotations
@@ -21,19 +31,59 @@ from typing import Any, Protocol
 
 import torch
 
-#: ``step(t, x, dt) -> x_next``: one step of the integrator (with the retraction).
-Step = Callable[[float, torch.Tensor, float], torch.Tensor]
+from attnflow.solve.guards import state_problem
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """The field ``v = v_t(x)`` at the current state, from a pass already made.
+
+    ``stats``: the ``A``-only statistics of the same pass when it gave them (what the diagnostics
+    need); ``extra``: what the pass's maker keeps besides (the EDI recorder's integrands); ``fresh``:
+    made at the state itself with the weights' value there (a diagnostics pass), not carried over
+    from inside a step; ``counted``: the pass was counted as a field evaluation of a step.
+    """
+
+    t: float
+    v: torch.Tensor
+    stats: Any = None
+    extra: Any = None
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial step: the new state ``y``, its error norm ``err`` (``<= 1`` accepts; 0 for fixed steps),
+    and the evaluations it made at its start and end (``None`` when it made none)."""
+
+    y: torch.Tensor
+    err: float
+    start: Evaluation | None = None
+    end: Evaluation | None = None
+
+
+#: ``attempt(t, x, h, first) -> Trial``: one trial step from ``x`` at ``t``; ``first`` is the known
+#: evaluation at ``(t, x)`` (``None``: the step evaluates it).
+Attempt = Callable[[float, torch.Tensor, float, Evaluation | None], Trial]
+
+
+@dataclass
 class StepState:
-    """An accepted state: ``x`` at time ``t`` after ``k`` of ``n_steps`` steps; ``save``: a save step."""
+    """An accepted state: ``x`` at time ``t`` after ``k`` of ``n_steps`` steps; ``save``: a save step;
+    ``dt``: the step that led to it.
+
+    ``evaluation``: what the step left known at the new state; ``saved``: the evaluation a recorder
+    made or used there (the saver's diagnostics pass), for the observers after it.
+    """
 
     k: int
     n_steps: int
     t: float
     x: torch.Tensor
     save: bool
+    dt: float = 0.0
+    evaluation: Evaluation | None = None
+    saved: Evaluation | None = None
 
 
 class Observer(Protocol):
@@ -70,56 +120,140 @@ class Costs:
         return {k: round(v, 6) for k, v in self.seconds.items()}
 
 
-def run_loop(
-    step: Step,
+@dataclass
+class AdaptiveStats:
+    """What the loop did: accepted and rejected steps, the smallest and largest accepted step."""
+
+    accepted: int = 0
+    rejected: int = 0
+    dt_smallest: float = math.inf
+    dt_largest: float = 0.0
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "accepted_steps": self.accepted,
+            "rejected_steps": self.rejected,
+            "dt_smallest": self.dt_smallest if self.accepted else None,
+            "dt_largest": self.dt_largest if self.accepted else None,
+        }
+
+
+class StepControl(Protocol):
+    """The running state of a step controller (:mod:`attnflow.solve.controllers` makes them)."""
+
+    def done(self, t: float, k: int) -> bool:
+        """Whether the state after ``k`` steps at ``t`` is the last."""
+
+    def propose(self, t: float, k: int, stop: float) -> tuple[float, float, bool]:
+        """The next trial step from ``t`` (after ``k`` steps): ``(h, t_new, hit)``; ``hit``: it ends at ``stop``."""
+
+    def accept(self, err: float, h: float) -> None: ...
+
+    def reject(self, err: float, h: float, t: float) -> bool:
+        """After a rejected trial ``h``: ``True`` to retry (smaller), ``False`` when the step cannot change."""
+
+    def n_steps(self, k: int, last: bool) -> int:
+        """What :attr:`StepState.n_steps` says after ``k`` steps."""
+
+
+class Saves(Protocol):
+    """Which accepted states are saved (:mod:`attnflow.solve.saveat` makes them)."""
+
+    def next_stop(self, t: float) -> float:
+        """The next save time after ``t`` that steps must hit exactly (``inf``: none)."""
+
+    def due(self, k: int, t: float) -> bool:
+        """Whether the state after ``k`` steps at ``t`` is saved (consumes a save time that it hits)."""
+
+
+#: ``guard(x) -> sentence | None``: what is wrong with a new state (the state guard by default).
+Guard = Callable[[torch.Tensor], str | None]
+
+
+def integrate(
+    attempt: Attempt,
     x: torch.Tensor,
     *,
-    t0: float,
-    dt: float,
-    k0: int,
-    n_steps: int,
-    save_every: int,
+    t: float,
+    control: StepControl,
+    saves: Saves,
+    k0: int = 0,
+    first: Evaluation | None = None,
+    next_break: Callable[[float], float] = lambda t: math.inf,
     recorders: Sequence[Observer] = (),
     observers: Sequence[Observer] = (),
-    rollback: Callable[[], Callable[[], None]] | None = None,
+    rollback: Callable[[float], Callable[[], None]] | None = None,
+    on_accept: Callable[[float, float, bool], bool] | None = None,
+    guard: Guard | None = None,
     costs: Costs | None = None,
-    check: Callable[[torch.Tensor], str | None] | None = None,
+    stats: AdaptiveStats | None = None,
 ) -> torch.Tensor:
-    """Step from ``x`` (the state after ``k0`` steps, at ``t0 + k0 dt``) to step ``n_steps``.
+    """Step from ``x`` (the state after ``k0`` steps, at time ``t``) until ``control.done``; returns the final state.
 
-    ``check(x_next)`` names what is wrong with a new state, or returns ``None`` (default: NaN/inf
-    only); a recorder may also reject a state by raising :class:`StateRejected`.
+    Every step ends at or before the next stop: the next save time of ``saves`` (hit exactly), the next
+    time ``next_break(t)`` where the weights jump or stop being smooth. Each trial's new state is
+    checked by ``guard`` (default :func:`~attnflow.solve.guards.state_problem`). A trial with
+    ``err > 1``, a guard's sentence or an ``OverflowError`` is rejected: ``rollback(t)()`` undoes what
+    it changed outside the state (a weight sampler's draws) and the controller retries it smaller, or,
+    when it cannot (fixed steps, or a step at its floor), :class:`StepFailed` is raised. A recorder
+    may also reject an accepted state by raising :class:`StateRejected` (or overflowing): the run
+    stops with :class:`StepFailed`.
 
-    ``rollback()`` is called before each step and returns a function that undoes what the step
-    changed outside the state (a weight sampler's draws) if the step fails. Raises
-    :class:`StepFailed` on NaN/inf tokens or an ``OverflowError`` of the step or a recorder.
-    Times are ``t0 + k dt`` exactly, so no rounding accumulates.
+    ``first``: the evaluation known at the initial state. ``on_accept(t_new, h, hit_break)`` runs
+    after each accepted step, before the observers; it returns ``True`` when the weights jumped at
+    ``t_new`` (the evaluations carried over from the step no longer hold there).
     """
     costs = Costs({}) if costs is None else costs
-    t = t0 + k0 * dt
-    for k in range(k0 + 1, n_steps + 1):
-        undo = rollback() if rollback is not None else None
-        t_next = t0 + k * dt
-        state = StepState(k=k, n_steps=n_steps, t=t_next, x=x, save=k % save_every == 0 or k == n_steps)
-        why = None
+    stats = AdaptiveStats() if stats is None else stats
+    guard = state_problem if guard is None else guard
+    current = first
+    k = k0
+    while not control.done(t, k):
+        brk = next_break(t)
+        h, t_new, hit = control.propose(t, k, min(saves.next_stop(t), brk))
+        undo = rollback(t) if rollback is not None else None
+        why: str | None = None
+        trial: Trial | None = None
         try:
             start = time.perf_counter()
-            x_next = step(t, x, dt)
+            trial = attempt(t, x, h, current if current is not None and current.t == t else None)
             costs.add("step", time.perf_counter() - start)
-            if check is not None:
-                why = check(x_next)
-            elif not bool(torch.isfinite(x_next).all()):
-                why = "the tokens became NaN/inf"
-            if why is None:
-                state = StepState(k=k, n_steps=n_steps, t=t_next, x=x_next, save=state.save)
-                _notify(recorders, state, costs)
-        except (OverflowError, StateRejected) as e:
+            why = guard(trial.y)
+        except OverflowError as e:
             why = _reason(e)
-        if why is not None:
+        if trial is not None and trial.start is not None:
+            current = trial.start  # the start state is unchanged: a retry reuses its evaluation
+        if trial is None or why is not None or not trial.err <= 1.0:
             if undo is not None:
                 undo()
-            raise StepFailed(k, t, x, why)
-        x, t = x_next, t_next
+            stats.rejected += 1
+            err = math.inf if trial is None or why is not None else trial.err
+            if not control.reject(err, h, t):
+                raise StepFailed(
+                    k + 1, t, x,
+                    why or f"error control failed: the step {h:.3g} at the floor dt_min still has error norm {err:.3g} > 1",
+                )  # fmt: skip
+            continue
+        k += 1
+        last = control.done(t_new, k)
+        state = StepState(
+            k=k, n_steps=control.n_steps(k, last), t=t_new, x=trial.y, save=saves.due(k, t_new) or last, dt=h,
+            evaluation=trial.end,
+        )  # fmt: skip
+        try:
+            _notify(recorders, state, costs)
+        except (OverflowError, StateRejected) as e:
+            if undo is not None:
+                undo()
+            raise StepFailed(k, t, x, _reason(e)) from None
+        stats.accepted += 1
+        stats.dt_smallest, stats.dt_largest = min(stats.dt_smallest, h), max(stats.dt_largest, h)
+        control.accept(trial.err, h)
+        x, t = trial.y, t_new
+        current = state.evaluation or state.saved
+        if on_accept is not None and on_accept(t, h, hit and t == brk):
+            # The weights jumped at t: only a pass made at t with the new weights still holds.
+            current = state.saved if state.saved is not None and state.saved.fresh else None
         _notify(observers, state, costs)
     return x
 
@@ -137,169 +271,3 @@ def _notify(observers: Sequence[Observer], state: StepState, costs: Costs) -> No
         start = time.perf_counter()
         obs.on_step(state)
         costs.add(obs.name, time.perf_counter() - start)
-
-
-# --- Adaptive steps -----------------------------------------------------------------------------------
-
-#: ``attempt(t, x, dt) -> (y, err)``: one trial step and its error norm (``err <= 1``: accept).
-Attempt = Callable[[float, torch.Tensor, float], tuple[torch.Tensor, float]]
-
-
-@dataclass
-class Controller:
-    """PI step-size control (Gustafsson 1991; Hairer, Norsett & Wanner I, IV.2 and II, IV.2).
-
-    After a step of size ``dt`` with error norm ``err`` (``<= 1`` accepted) the next step is
-    ``dt * clip(safety * err^(-alpha) * err_prev^beta, fac_min, fac_max)`` with ``alpha = 0.7/k``,
-    ``beta = 0.4/k``, ``k = min(p, q) + 1`` for a ``p(q)`` pair; after a rejection the factor is
-    ``safety * err^(-1/k)`` (at most 1) and the step after it may not grow. ``dt`` is always clipped
-    to ``[dt_min, dt_max]``. The whole state (``dt``, ``err_prev``, ``rejected_last``) is in
-    :meth:`state`, so a resumed run steps exactly as the uninterrupted one.
-    """
-
-    k: int
-    dt: float
-    rtol: float
-    atol: float
-    dt_min: float = 0.0
-    dt_max: float = math.inf
-    err_prev: float = 1e-4
-    rejected_last: bool = False
-    safety: float = 0.9
-    fac_min: float = 0.2
-    fac_max: float = 5.0
-
-    def norm(self, x: torch.Tensor, y: torch.Tensor, e: torch.Tensor) -> float:
-        """``err = sqrt(mean_ij (e_ij / (atol + rtol max(|x_ij|, |y_ij|)))^2)`` over every coordinate of the state."""
-        scale = self.atol + self.rtol * torch.maximum(x.abs(), y.abs())
-        return float(torch.sqrt(torch.mean((e / scale) ** 2)))
-
-    def accept(self, err: float, h: float) -> None:
-        """After an accepted step ``h`` (a step cut short to hit a stop keeps the larger proposal)."""
-        err = max(err, 1e-10)
-        fac = self.safety * err ** (-0.7 / self.k) * self.err_prev ** (0.4 / self.k)
-        fac = min(self.fac_max, max(self.fac_min, fac))
-        if self.rejected_last:
-            fac = min(fac, 1.0)
-        proposal = h * fac if h >= self.dt else max(self.dt, h * fac)
-        self.dt = min(self.dt_max, max(self.dt_min, proposal))
-        self.err_prev, self.rejected_last = max(err, 1e-4), False
-
-    def reject(self, err: float, h: float) -> None:
-        """After a rejected step ``h``."""
-        fac = 0.1 if not math.isfinite(err) else min(1.0, max(self.fac_min, self.safety * err ** (-1.0 / self.k)))
-        self.dt = max(self.dt_min, h * fac)
-        self.rejected_last = True
-
-    def state(self) -> dict[str, float | bool]:
-        return {"dt": self.dt, "err_prev": self.err_prev, "rejected_last": self.rejected_last}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.dt, self.err_prev = float(state["dt"]), float(state["err_prev"])
-        self.rejected_last = bool(state["rejected_last"])
-
-
-@dataclass
-class AdaptiveStats:
-    """What the adaptive loop did: accepted and rejected steps, the smallest and largest accepted step."""
-
-    accepted: int = 0
-    rejected: int = 0
-    dt_smallest: float = math.inf
-    dt_largest: float = 0.0
-
-    def as_dict(self) -> dict[str, float | int | None]:
-        return {
-            "accepted_steps": self.accepted,
-            "rejected_steps": self.rejected,
-            "dt_smallest": self.dt_smallest if self.accepted else None,
-            "dt_largest": self.dt_largest if self.accepted else None,
-        }
-
-
-def run_adaptive(
-    attempt: Attempt,
-    x: torch.Tensor,
-    *,
-    t: float,
-    t_end: float,
-    save_times: Sequence[float],
-    controller: Controller,
-    next_break: Callable[[float], float] = lambda t: math.inf,
-    k0: int = 0,
-    recorders: Sequence[Observer] = (),
-    observers: Sequence[Observer] = (),
-    rollback: Callable[[float], Callable[[], None]] | None = None,
-    on_accept: Callable[[float, float, bool], None] | None = None,
-    costs: Costs | None = None,
-    stats: AdaptiveStats | None = None,
-) -> torch.Tensor:
-    """Step from ``x`` at time ``t`` to ``t_end`` with error control; returns the final state.
-
-    Every step ends at or before the next stop: the next of ``save_times`` (hit exactly; those
-    states are handed to the observers with ``save=True``), the next time ``next_break(t)`` where
-    the weights jump or stop being smooth, and ``t_end``. A step with ``err > 1``, NaN/inf tokens or
-    an ``OverflowError`` is rejected: ``rollback(t)()`` undoes what it changed outside the state and
-    it is retried smaller. A step that must shrink below ``controller.dt_min`` (or below
-    ``1e-13 max(1, |t|)``) raises :class:`StepFailed`. Observers get :class:`StepState` with ``k``
-    the count of accepted steps and ``n_steps = k + 1`` until the last one (``n_steps = k``).
-    ``on_accept(t_new, dt, hit_break)`` runs after each accepted step, before the observers.
-    """
-    costs = Costs({}) if costs is None else costs
-    stats = AdaptiveStats() if stats is None else stats
-    saves = [s for s in save_times if s > t]
-    k = k0
-    while t < t_end:
-        save_next = saves[0] if saves else math.inf
-        brk = next_break(t)
-        stop = min(save_next, brk, t_end)
-        h = min(controller.dt, controller.dt_max)
-        hit = h >= stop - t
-        if hit or stop - t - h < 1e-3 * h:  # do not leave a sliver before the stop
-            h, hit = stop - t, True
-        undo = rollback(t) if rollback is not None else None
-        why = None
-        y = x
-        try:
-            start = time.perf_counter()
-            y, err = attempt(t, x, h)
-            costs.add("step", time.perf_counter() - start)
-            if not bool(torch.isfinite(y).all()):
-                why, err = "the tokens became NaN/inf", math.inf
-        except OverflowError as e:
-            why, err = _reason(e), math.inf
-        if not err <= 1.0:
-            if undo is not None:
-                undo()
-            stats.rejected += 1
-            floor = max(controller.dt_min, 1e-13 * max(1.0, abs(t)))
-            if h <= floor:
-                raise StepFailed(
-                    k + 1, t, x,
-                    why or f"error control failed: the step {h:.3g} at the floor dt_min still has error norm {err:.3g} > 1",
-                )  # fmt: skip
-            controller.reject(err, h)
-            if controller.dt < floor:
-                controller.dt = floor
-            continue
-        t_new = stop if hit else t + h
-        k += 1
-        last = t_new >= t_end
-        save = bool(saves) and t_new == saves[0]
-        if save:
-            saves.pop(0)
-        state = StepState(k=k, n_steps=k if last else k + 1, t=t_new, x=y, save=save or last)
-        try:
-            _notify(recorders, state, costs)
-        except (OverflowError, StateRejected) as e:
-            if undo is not None:
-                undo()
-            raise StepFailed(k, t, x, _reason(e)) from None
-        stats.accepted += 1
-        stats.dt_smallest, stats.dt_largest = min(stats.dt_smallest, h), max(stats.dt_largest, h)
-        controller.accept(err, h)
-        x, t = y, t_new
-        if on_accept is not None:
-            on_accept(t, h, hit and t == brk)
-        _notify(observers, state, costs)
-    return x

@@ -26,17 +26,18 @@ from attnflow.dynamics.fields import FieldStats
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.solve.guards import Float32Monitor, state_problem
-from attnflow.solve.loop import StateRejected, StepState
+from attnflow.solve.loop import Evaluation, StateRejected, StepState
 
 
 @dataclass
 class Saver:
     """The saved trajectory so far: times, tokens, heads and :data:`~attnflow.analysis.diagnostics.DIAGNOSTICS`.
 
-    ``evaluate(t, x) -> (v_t(x), stats)`` gives the field and, when it can from the same kernel pass,
-    the ``A``-only statistics the diagnostics need (``None``: they make their own pass);
-    ``heads_at(t)`` the run's weights; ``check_gf`` checks each saved head for the gradient-flow
-    class (model ``gf``).
+    ``evaluate(t, x) -> (v_t(x), stats)`` makes a pass for the field and, when it can from the same
+    kernel pass, the ``A``-only statistics the diagnostics need (``None``: they make their own pass);
+    ``reuse(t, evaluation)`` says whether the step's own evaluation at the new state serves instead
+    (the EDI recorder's end-of-step pass); ``heads_at(t)`` the run's weights; ``check_gf`` checks
+    each saved head for the gradient-flow class (model ``gf``).
     """
 
     evaluate: Callable[[float, torch.Tensor], tuple[torch.Tensor, FieldStats | None]]
@@ -46,6 +47,7 @@ class Saver:
     cluster_eps: float
     check_gf: bool
     options: KernelOptions | None = None
+    reuse: Callable[[float, Evaluation], bool] | None = None
     name: str = "diagnostics"
     rows: list[dict[str, float]] = field(default_factory=list)
     ts: list[float] = field(default_factory=list)
@@ -53,23 +55,25 @@ class Saver:
     As: list[np.ndarray] = field(default_factory=list)
     Vs: list[np.ndarray] = field(default_factory=list)
     any_V: bool = False
-    #: ``(t, x, v_t(x))`` of the last saved state (what :meth:`field_at` returns without a new pass).
-    last: tuple[float, torch.Tensor, torch.Tensor] | None = None
     #: The Gram matrix's buffer, reused at every save (see :func:`~attnflow.analysis.diagnostics.gram_diagnostics`).
     gram: torch.Tensor | None = None
 
-    def record(self, t: float, y: torch.Tensor) -> None:
-        """Save the state ``y`` at time ``t`` with its diagnostics."""
+    def record(self, t: float, y: torch.Tensor, known: Evaluation | None = None) -> Evaluation:
+        """Save the state ``y`` at time ``t`` with its diagnostics; ``known``: the step's evaluation there.
+        Returns the evaluation the diagnostics used (``fresh`` when this call made the pass)."""
         heads = self.heads_at(t)
         if self.check_gf:
             heads.check_gradient_flow()
-        v, stats = self.evaluate(t, y)
-        self.last = (t, y, v)
+        if known is not None and known.t == t and self.reuse is not None and self.reuse(t, known):
+            used = known
+        else:
+            v, stats = self.evaluate(t, y)
+            used = Evaluation(t, v, stats, fresh=True)
         self.gram = gram_buffer(y, self.gram)
         self.rows.append(
             state_diagnostics(
-                y, heads, self.a, self.w, v, cluster_eps=self.cluster_eps, options=self.options, stats=stats,
-                gram_out=self.gram,
+                y, heads, self.a, self.w, used.v, cluster_eps=self.cluster_eps, options=self.options,
+                stats=used.stats, gram_out=self.gram,
             )
         )  # fmt: skip
         self.ts.append(t)
@@ -77,15 +81,11 @@ class Saver:
         self.As.append(to_numpy(heads.A).astype(np.float64))
         self.Vs.append(to_numpy(heads.values).astype(np.float64))
         self.any_V = self.any_V or heads.V is not None
-
-    def field_at(self, t: float, y: torch.Tensor) -> torch.Tensor | None:
-        """The field at the last saved state when ``(t, y)`` is it, else ``None``."""
-        last = self.last
-        return last[2] if last is not None and last[0] == t and last[1] is y else None
+        return used
 
     def on_step(self, state: StepState) -> None:
         if state.save:
-            self.record(state.t, state.x)
+            state.saved = self.record(state.t, state.x, state.evaluation)
             why = state_problem(state.x, self.rows[-1])
             if why is not None:  # a degenerate state is not saved: the run stops at the last good one
                 for saved in (self.rows, self.ts, self.xs, self.As, self.Vs):
@@ -135,14 +135,17 @@ PRECISION_CHECK_EVERY = 200
 
 @dataclass
 class PrecisionCheck:
-    """The float32 monitor (:class:`~attnflow.solve.guards.Float32Monitor`) on a fixed schedule.
+    """The float32 monitor (:class:`~attnflow.solve.guards.Float32Monitor`), offered every accepted state.
 
-    It checks at the first save time and then at every save time that closes
-    ``every_steps`` steps, each check standing for the steps up to the next one (its ``weight``),
-    so the summed drift estimates the whole run at a bounded cost. The schedule depends on the step
-    index only, so a resumed run checks where the uninterrupted one does. ``field_at(t, x)`` is the
-    run's own field at a saved state (the saver's pass, so the check's float32 step is the run's);
-    ``one_stage``: the method evaluates the field once per step (Euler).
+    Fixed steps (``save_every`` given): it checks at the first save time and then at every save time
+    that closes ``every_steps`` steps, each check standing for the steps up to the next one (its
+    ``weight``), so the summed drift estimates the whole run at a bounded cost. The schedule depends
+    on the step index only, so a resumed run checks where the uninterrupted one does. Adaptive steps
+    (``save_every=None``): it checks at the first save time and then at the first save time
+    ``every_steps`` accepted steps after the last check, each check standing for the steps since the
+    previous one (``last_k`` travels in checkpoints). The check steps from the saved state with the
+    step that led to it, starting from the saver's own field there (``state.saved``), so the check's
+    float32 step is the run's. ``one_stage``: the method evaluates the field once per step (Euler).
     """
 
     monitor: Float32Monitor
@@ -151,31 +154,36 @@ class PrecisionCheck:
     heads_at: Callable[[float], Heads]
     a: torch.Tensor
     w: torch.Tensor
-    dt: float
-    save_every: int
+    save_every: int | None
     options: KernelOptions | None = None
     every_steps: int = PRECISION_CHECK_EVERY
     name: str = "float32 check"
-    field_at: Callable[[float, torch.Tensor], torch.Tensor | None] | None = None
     one_stage: bool = False
+    #: The step of the last check (adaptive schedule).
+    last_k: int = 0
 
     @property
     def stride(self) -> int:
-        """Save times between two checks."""
-        return max(1, -(-self.every_steps // self.save_every))
+        """Save times between two checks (fixed steps)."""
+        return max(1, -(-self.every_steps // (self.save_every or 1)))
 
     def due(self, k: int, n_steps: int) -> bool:
         """Whether step ``k`` (a save step) is a check (a run shorter than ``save_every`` checks its end)."""
+        if self.save_every is None:
+            return self.monitor.checks == 0 or k - self.last_k >= self.every_steps
         if n_steps < self.save_every:
             return k == n_steps
         return k % self.save_every == 0 and (k // self.save_every - 1) % self.stride == 0
 
     def on_step(self, state: StepState) -> None:
         if state.save and self.due(state.k, state.n_steps):
-            weight = min(self.stride * self.save_every, state.n_steps - state.k + 1)
-            v32 = None if self.field_at is None else self.field_at(state.t, state.x)
+            if self.save_every is None:
+                weight, self.last_k = state.k - self.last_k, state.k
+            else:
+                weight = min(self.stride * self.save_every, state.n_steps - state.k + 1)
+            v32 = None if state.saved is None else state.saved.v
             self.monitor.check(
-                self.step, self.model, self.heads_at(state.t), self.a, self.w, state.t, state.x, self.dt,
+                self.step, self.model, self.heads_at(state.t), self.a, self.w, state.t, state.x, state.dt,
                 weight=weight, options=self.options, v32=v32, one_stage=self.one_stage, seed=state.k,
             )  # fmt: skip
 

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 from attnflow.config.errors import ConfigError
 from attnflow.config.schema import RunConfig
+from attnflow.schemes.integrators import evaluations_per_step
 
-#: Field evaluations per step of each method (jko: the inner iterations of a minimising movement).
-STAGES: dict[str, float] = {"euler": 1.0, "heun": 2.0, "rk4": 4.0, "jko": 20.0}
 #: Assumed sustained rate of the attention kernel (float64, one core); conservative on purpose.
 FLOPS_PER_SECOND = 2e9
 #: Features per token of fast summation assumed by the estimate: ``(P + 1)^2`` at degree 24, what the
@@ -107,7 +106,7 @@ def estimate(cfg: RunConfig | dict, *, available_bytes: float | None = None) -> 
     saved = math.floor(steps / float(integ["save_every"])) + 2.0 if math.isfinite(steps) else math.inf
     item = 8.0 if c.get("dtype", "float64") == "float64" else 4.0
     recorded = 3.0 * saved * (N * d + 2.0 * H * d * d + 16.0) * 8.0
-    stages = STAGES.get(integ.get("method", "rk4"), 4.0)
+    stages = evaluations_per_step(str(integ.get("method", "rk4")))
     working = (stages + 6.0) * N * d * item + 4.0 * H * N * d * item + 6.0 * H * d * d * 8.0
     if N <= GRAM_TOKENS:
         working += N * N * (item + 1.0)

@@ -90,7 +90,10 @@ def cluster_labels(x: np.ndarray, eps: float = 1e-3) -> np.ndarray:
 
 
 def cluster_eps_of(traj: Trajectory, default: float = 1e-3) -> float:
-    """The ``cluster_eps`` the run's diagnostics used (from its config), else ``default``."""
+    """The ``cluster_eps`` the run's diagnostics used (its spec, else its config), else ``default``."""
+    spec = traj.spec
+    if spec is not None:
+        return float(spec.cluster_eps)
     cfg = traj.config or {}
     return float((cfg.get("diagnostics") or {}).get("cluster_eps", default))
 

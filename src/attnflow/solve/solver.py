@@ -1,0 +1,533 @@
+"""``solve``: a :class:`~attnflow.solve.problem.Problem`, a stepper, a step controller and what to save -> a :class:`Trajectory`.
+
+The diffrax way: the pieces are objects, and one loop (:func:`attnflow.solve.loop.integrate`) runs
+every combination. The stepper comes from the tableau registry
+(:data:`attnflow.schemes.integrators.METHODS`: explicit Runge-Kutta, the implicit ``jko``, the
+embedded pairs); the controller is a :class:`~attnflow.solve.controllers.ConstantStep` (fixed
+steps) or a :class:`~attnflow.solve.controllers.PIController` (error control, embedded pairs
+only); :class:`~attnflow.solve.saveat.SaveAt` says which states are saved. What the run records and
+checks are observers (:mod:`attnflow.solve.observers`): the saver and its diagnostics, the EDI
+recorder (model ``gf``), the float32 check, checkpoints, progress. Every state of every mode passes
+the same state guard, and float32 runs get the float32 check in every mode.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.analysis.edi import StepRecorder
+from attnflow.config.spec import RunSpec
+from attnflow.core.arrays import to_numpy
+from attnflow.core.errors import Hint, InputError
+from attnflow.core.geometry import project_tangent
+from attnflow.core.heads import Heads
+from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
+from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
+from attnflow.io.checkpoint import fingerprint as _fingerprint
+from attnflow.io.trajectory import Trajectory
+from attnflow.kernels.dispatch import KernelOptions
+from attnflow.schemes.integrators import ADAPTIVE, EmbeddedPair, Integrator, get_integrator
+from attnflow.solve import guards as _guards
+from attnflow.solve.controllers import ConstantStep, PIController
+from attnflow.solve.loop import AdaptiveStats, Costs, Evaluation, Observer, StepFailed, Trial, integrate
+from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
+from attnflow.solve.problem import Problem
+from attnflow.solve.saveat import SaveAt, save_grid
+from attnflow.weights.processes import WeightSampler
+
+__all__ = ["solve", "TimeField", "Stepper", "stepper"]
+
+#: A stepper: a fixed-step :class:`Integrator` or an :class:`EmbeddedPair` (which also steps fixed).
+Stepper = Integrator | EmbeddedPair
+
+
+def stepper(method: str) -> Stepper:
+    """The stepper named ``method`` from the registry (an embedded pair for ``bosh3``/``dopri5``)."""
+    if isinstance(method, str) and method in ADAPTIVE:
+        return ADAPTIVE[method]
+    return get_integrator(method)
+
+
+class TimeField:
+    """``(t, x) -> v_t(x)`` for one model, one weight realisation and fixed masses (an integrator's ``Field``)."""
+
+    def __init__(
+        self,
+        model: str,
+        sampler: WeightSampler,
+        a: torch.Tensor,
+        w: torch.Tensor,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        options: KernelOptions | None = None,
+    ) -> None:
+        self.model, self.sampler, self.a, self.w = model, sampler, a, w
+        self.dtype, self.device, self.options = dtype, device, options
+        self._raw: Heads | None = None  # the sampler's last heads and their conversion to dtype/device
+        self._heads: Heads | None = None
+        self.passes = 0  # kernel passes made (the cost counter the overhead tests read)
+        #: Inside an adaptive step from ``left_after``: later stage times take the weights' left limit,
+        #: so a step that ends where ``Layers`` jump sees the old block throughout.
+        self.left_after: float | None = None
+
+    def heads_at(self, t: float) -> Heads:
+        raw = self.sampler.left(t) if self.left_after is not None and t > self.left_after else self.sampler(t)
+        if raw is not self._raw:  # constant weights: the same heads every step, converted once
+            self._raw, self._heads = raw, raw.to(dtype=self.dtype, device=self.device)
+        assert self._heads is not None
+        return self._heads
+
+    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        self.passes += 1
+        return project_tangent(x, mixed_field(x, self.heads_at(t), self.a, self.w, self.model, options=self.options))
+
+    def evaluate(self, t: float, x: torch.Tensor) -> tuple[torch.Tensor, FieldStats | None]:
+        """``v_t(x)`` and, from the same kernel pass, the statistics of the heads' ``A`` alone
+        (``out_h`` with ``V = A`` and ``log Z_h``) that ``F``, ``b`` and ``|dF|`` need; ``None`` for
+        heads with biases, masks or rotary embeddings, whose ``log Z`` is not that of ``A``."""
+        heads = self.heads_at(t)
+        if not heads.plain:
+            return self(t, x), None
+        self.passes += 1
+        if heads.V is None:  # V = A: the field's own pass is the diagnostics' pass
+            v_st = a_st = field_stats(x, heads, self.a, self.w, options=self.options)
+        else:  # one pass with identity values gives both (values are linear for plain heads)
+            means = field_stats(x, identity_values(heads), self.a, self.w, options=self.options)
+            v_st, a_st = split_means(means, heads)
+        return project_tangent(x, v_st.mixed_output(self.model)), a_st
+
+
+@dataclass
+class _Run:
+    """What the parts of one solve share (the loop's closures read and write it)."""
+
+    k0: int = 0
+    wall0: float = 0.0
+    t: float = 0.0
+    evaluations: int = 0
+    stats: AdaptiveStats = field(default_factory=AdaptiveStats)
+
+
+def solve(
+    problem: Problem,
+    method: Stepper,
+    controller: ConstantStep | PIController,
+    saveat: SaveAt,
+    *,
+    record_steps: bool | None = None,
+    checkpoint: Checkpointer | None = None,
+    resume: Checkpoint | str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    observers: Sequence[Observer] = (),
+    config: dict[str, Any] | None = None,
+    spec: RunSpec | None = None,
+) -> Trajectory:
+    """Integrate ``problem`` with ``method`` under ``controller``, saving what ``saveat`` says.
+
+    ``ConstantStep(dt)`` takes ``t_end - t0`` in whole steps, saved every ``saveat.every`` steps
+    (and at the end). ``PIController`` needs an embedded pair and ``SaveAt(every=k)`` means the
+    times ``t0 + j k dt0`` (hit exactly) and ``t_end``; steps also stop where ``Layers`` jump, and OU
+    weights are drawn on the grid ``j dt0`` (exact transitions, linear in between: a function of the
+    seed and ``t`` only, so rejected steps do not change the path). ``record_steps`` (default: on for
+    model ``gf``) records the per-step EDI series. ``checkpoint`` / ``resume``: write and continue
+    from :class:`~attnflow.io.checkpoint.Checkpoint` files bit for bit. ``progress(done, total)``:
+    the run is ``done / total`` complete (steps of ``n`` for fixed steps, permille of ``[t0, t_end]``
+    for adaptive ones). ``observers`` see every accepted state after the built-in ones.
+
+    Raises :class:`~attnflow.solve.guards.NumericalInstability` (carrying the last good state) when
+    a state fails the guard; :class:`~attnflow.core.errors.InputError` for a controller that does
+    not fit the stepper.
+    """
+    if isinstance(controller, PIController) and not isinstance(method, EmbeddedPair):
+        raise InputError(
+            f"method {method.name!r} has no error estimate: adaptive steps (rtol, atol, dt_min, dt_max) need an "
+            f"embedded pair, one of {', '.join(ADAPTIVE)}",
+            hint=Hint("method"),
+        )
+    with problem.thread_policy().applied(problem.pairs):
+        return _solve(
+            problem, method, controller, saveat, record_steps, checkpoint, resume, progress, observers, config, spec
+        )
+
+
+def _solve(
+    problem: Problem,
+    method: Stepper,
+    controller: ConstantStep | PIController,
+    saveat: SaveAt,
+    record_steps: bool | None,
+    checkpoint: Checkpointer | None,
+    resume: Checkpoint | str | None,
+    progress: Callable[[int, int], None] | None,
+    extra_observers: Sequence[Observer],
+    config: dict[str, Any] | None,
+    spec: RunSpec | None,
+) -> Trajectory:
+    p = problem
+    x, a, w, model, t0, t_end = p.x0, p.a, p.w, p.model, p.t0, p.t_end
+    adaptive = isinstance(controller, PIController)
+    pair = method if isinstance(method, EmbeddedPair) else None
+    integrator = method.integrator() if isinstance(method, EmbeddedPair) else method
+    name = method.name
+    every = saveat.every
+    dt = controller.dt if isinstance(controller, ConstantStep) else float(controller.dt0)
+    run = _Run(t=t0)
+
+    if isinstance(controller, PIController):
+        assert pair is not None
+        # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly) and t_end.
+        spacing = dt * every if every is not None else t_end - t0
+        lo, hi = controller.bounds(spacing)
+        control: Any = controller.start(t_end, min(pair.order, pair.embedded_order), spacing)
+        times = save_grid(t0, t_end, spacing) if saveat.times is None else [*saveat.times, float(t_end)]
+        save_at = SaveAt(times=tuple(sorted(set(times))))
+        sampler: WeightSampler = p.process.adaptive_sampler(p.seed, dt)
+        n_steps = 0
+    else:
+        if every is None:
+            raise InputError("fixed steps save every k steps: use SaveAt(every=k)", hint=Hint("save_every"))
+        control = controller.start(t0, t_end)
+        n_steps = control.total
+        save_at = saveat
+        sampler = p.process.sampler(p.seed)
+
+    f = TimeField(model, sampler, a, w, x.dtype, x.device, p.options)
+    heads_at = f.heads_at
+    check_model(model, heads_at(t0))
+    recorder: StepRecorder | None = None
+    err_box: list[torch.Tensor] = []
+
+    def pair_step(g: Any, t: float, y: torch.Tensor, h: float, k1: torch.Tensor | None = None) -> torch.Tensor:
+        assert pair is not None
+        y1, e, _ = pair.attempt(_counted(g, run), t, y, h, k1=k1)
+        if k1 is not None:
+            run.evaluations += 1  # the first stage, from the recorder's start pass
+        err_box[:] = [e]
+        return y1
+
+    if record_steps or (record_steps is None and model == "gf"):
+        inner = Integrator(pair.name, pair.order, pair_step, pair.b) if adaptive and pair is not None else integrator
+        recorder = StepRecorder(f, p.process.derivative, inner)
+    options = p.options
+
+    def reuse(t: float, known: Evaluation) -> bool:
+        # The recorder's end-of-step pass holds the A-only statistics for model gf with plain heads.
+        return known.stats is not None and model == "gf" and heads_at(t).plain
+
+    saver = Saver(f.evaluate, heads_at, a, w, p.cluster_eps, check_gf=model == "gf", options=options, reuse=reuse)
+    monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
+    precision = (
+        None
+        if monitor is None
+        else PrecisionCheck(
+            monitor, integrator.step, model, heads_at, a, w, None if adaptive else every, options,
+            one_stage=integrator.weights is not None and len(integrator.weights) == 1,
+        )
+    )  # fmt: skip
+
+    start = _time.perf_counter()
+    costs = Costs({})  # wall time by part (the initial state's diagnostics count as diagnostics)
+    ident: dict[str, Any] = dict(
+        x0=to_numpy(x), a=to_numpy(a), w=to_numpy(w), model=model, method=name, dt=float(dt), t0=float(t0),
+    )  # fmt: skip
+    if adaptive:
+        assert isinstance(controller, PIController)
+        ident.update(t_end=float(t_end), save_every=int(every or 0))
+    else:
+        ident.update(n_steps=n_steps, save_every=int(every or 0))
+    ident.update(
+        seed=p.seed, cluster_eps=p.cluster_eps, process=p.process.describe(), heads0=to_numpy(heads_at(t0).values),
+        backend=options.backend, fast_tol=options.tol,
+    )  # fmt: skip
+    if adaptive:
+        assert isinstance(controller, PIController)
+        ident["tolerances"] = [float(controller.rtol), float(controller.atol), lo, hi]
+    run_id = _fingerprint(**ident) if checkpoint is not None or resume is not None else ""
+
+    def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
+        extra: dict[str, Any] = {}
+        if adaptive:
+            extra["adaptive"] = {
+                "t": run.t, "controller": control.state(), "stats": run.stats.as_dict(), "evaluations": run.evaluations,
+            }  # fmt: skip
+        if monitor is not None:
+            extra["float32"] = {
+                **monitor.summary(),
+                **({"last_check_step": precision.last_k} if adaptive and precision else {}),
+            }
+        if recorder is not None:
+            # The EDI rows so far (JSON floats round-trip exactly), so a resumed run has the whole budget.
+            extra["edi_rows"] = [list(r) for r in (recorder.rows if adaptive else recorder.rows[:k])]
+        return Checkpoint(
+            step=k, n_steps=n_steps, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
+            **saver.checkpoint_fields(),
+            wall_time_s=run.wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped, extra=extra,
+        )  # fmt: skip
+
+    first: Evaluation | None = None
+    if resume is None:
+        if not adaptive and (msg := _guards.step_warning(dt, name, heads_at(t0), model, t_end - t0)) is not None:
+            _guards.warn(msg, _guards.StabilityWarning)
+        tic = _time.perf_counter()
+        first = saver.record(float(t0), x)
+        costs.add(saver.name, _time.perf_counter() - tic)
+        if (why := _guards.state_problem(x, saver.rows[0])) is not None:
+            raise InputError(f"the initial state cannot be simulated: {why}", hint=Hint("x0"))
+    else:
+        x = _restore(resume, run, x, n_steps, run_id, adaptive, control, sampler, saver, monitor, precision, recorder)
+    if checkpoint is not None and resume is None:
+        checkpoint.write(snapshot(0, x))
+
+    if adaptive:
+        assert pair is not None
+        attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box)
+    else:
+        attempt = _fixed_attempt(integrator, f, recorder)
+
+    def rollback(t: float) -> Callable[[], None]:
+        if adaptive:
+            sampler.forget_before(t)
+        before = sampler.get_state()
+        mark = recorder.mark() if recorder is not None and adaptive else None
+
+        def undo() -> None:
+            sampler.set_state(before)
+            if recorder is not None and mark is not None:
+                recorder.restore(mark)
+
+        return undo
+
+    def on_accept(t: float, h: float, hit_break: bool) -> bool:
+        run.t = t
+        if hit_break and sampler.left(t) is not sampler(t):  # the weights jumped at t
+            if recorder is not None:
+                recorder.weights_jump(heads_at(t))
+            return True
+        return False
+
+    observers: list[Observer] = [] if precision is None else [precision]
+    if checkpoint is not None:
+        observers.append(CheckpointWriter(checkpoint, snapshot))
+    if progress is not None:
+        if adaptive:
+            span, report = float(t_end) - float(t0), progress
+            observers.append(ProgressReport(lambda k, n: report(int(1000 * (run.t - t0) / span), 1000)))
+        else:
+            observers.append(ProgressReport(progress))
+    observers.extend(extra_observers)
+    t_start = run.t if adaptive else t0 + run.k0 * dt
+    try:
+        x = integrate(
+            attempt, x, t=t_start, control=control, saves=save_at.start(t_start), k0=run.k0,
+            first=first, next_break=sampler.next_break if adaptive else (lambda t: float("inf")),
+            recorders=[saver], observers=observers, rollback=rollback, on_accept=on_accept if adaptive else None,
+            costs=costs, stats=run.stats,
+        )  # fmt: skip
+    except StepFailed as e:
+        raise _instability(
+            e, saver, snapshot, recorder, p, name, dt, n_steps, adaptive, control, config, spec
+        ) from None
+    if monitor is not None and monitor.flagged:
+        _guards.warn(monitor.message(), _guards.PrecisionWarning)
+    wall = run.wall0 + _time.perf_counter() - start
+    provenance: dict[str, Any] = {
+        "wall_time_s": wall,
+        "steps": run.stats.accepted if adaptive else n_steps,
+        "dtype": str(x.dtype).replace("torch.", ""),
+        "seconds": costs.rounded(),
+    }
+    if adaptive:
+        assert isinstance(controller, PIController)
+        provenance["adaptive"] = {
+            **run.stats.as_dict(), "field_evaluations": run.evaluations, "rtol": float(controller.rtol),
+            "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "dt_next": control.dt,
+        }  # fmt: skip
+    if resume is not None:
+        provenance["resumed_from_step"] = run.k0
+    if monitor is not None:
+        provenance["float32_check"] = monitor.summary()
+    if spec is not None:
+        provenance["spec"] = spec.as_dict()
+    return Trajectory(
+        **saver.arrays(),
+        token_weights=to_numpy(a).astype(np.float64),
+        head_weights=to_numpy(w).astype(np.float64),
+        model=model,
+        method=name,
+        dt=float(dt),
+        seed=p.seed,
+        config=config,
+        provenance=provenance,
+        steps={} if recorder is None else recorder.series(),
+        steps_info={} if recorder is None else recorder.info(),
+    )
+
+
+def _counted(
+    g: Callable[[float, torch.Tensor], torch.Tensor], run: _Run
+) -> Callable[[float, torch.Tensor], torch.Tensor]:
+    def call(t: float, y: torch.Tensor) -> torch.Tensor:
+        run.evaluations += 1
+        return g(t, y)
+
+    return call
+
+
+def _fixed_attempt(integrator: Integrator, f: TimeField, recorder: StepRecorder | None) -> Any:
+    """One fixed step (always accepted): the stepper from the known first stage, or the EDI recorder's step."""
+
+    def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
+        if recorder is None:
+            return Trial(integrator.step(f, t, y, h, k1=None if first is None else first.v), 0.0)
+        y1 = recorder.step(t, y, h, start=None if first is None else first.extra)
+        return Trial(y1, 0.0, end=_recorder_end(recorder))
+
+    return attempt
+
+
+def _recorder_end(recorder: StepRecorder) -> Evaluation | None:
+    if recorder.end is None:
+        return None
+    t1, end, stats = recorder.end
+    return Evaluation(t1, end[0], stats, extra=end)
+
+
+def _adaptive_attempt(
+    pair: EmbeddedPair, f: TimeField, recorder: StepRecorder | None, control: Any, run: _Run, err_box: list
+) -> Any:
+    """One trial step of the embedded pair with its error norm; the first stage is the known evaluation
+    (the last step's FSAL stage, a retry's start, a saved state's pass), the last one is kept for the next."""
+
+    def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
+        f.left_after = t
+        try:
+            if recorder is not None:
+                y1 = recorder.step(t, y, h, start=None if first is None or first.extra is None else first.extra)
+                start = first if first is not None and first.extra is not None else None
+                return Trial(y1, control.norm(y, y1, err_box[0]), start=start, end=_recorder_end(recorder))
+            if first is None:
+                k1 = _counted(f, run)(t, y)
+            else:
+                k1 = first.v
+                if first.fresh:  # a saved state's diagnostics pass serves as the step's first evaluation
+                    run.evaluations += 1
+            y1, e, k_last = pair.attempt(_counted(f, run), t, y, h, k1=k1)
+            return Trial(
+                y1,
+                control.norm(y, y1, e),
+                start=Evaluation(t, k1),
+                end=Evaluation(t + h, k_last) if pair.fsal else None,
+            )
+        finally:
+            f.left_after = None
+
+    return attempt
+
+
+def _restore(
+    resume: Checkpoint | str,
+    run: _Run,
+    x: torch.Tensor,
+    n_steps: int,
+    run_id: str,
+    adaptive: bool,
+    control: Any,
+    sampler: WeightSampler,
+    saver: Saver,
+    monitor: _guards.Float32Monitor | None,
+    precision: PrecisionCheck | None,
+    recorder: StepRecorder | None,
+) -> torch.Tensor:
+    """Continue from a checkpoint of this same run: the loop state, the sampler, the saved trajectory."""
+    ck = load_checkpoint(resume) if not isinstance(resume, Checkpoint) else resume
+    run.k0, run.wall0 = ck.step, ck.wall_time_s
+    if ck.fingerprint != run_id or (ck.n_steps != n_steps if not adaptive else "adaptive" not in ck.extra):
+        what = "tolerances, t_end" if adaptive else "t_end"
+        raise InputError(
+            f"the checkpoint belongs to a different run (its inputs - tokens, weights, model, method, dt, {what}, "
+            "seed or save_every - differ from these); resume it with the setup that wrote it",
+            hint=Hint("resume"),
+        )
+    if adaptive:
+        ad = ck.extra["adaptive"]
+        run.t = float(ad["t"])
+        control.set_state(ad["controller"])
+        st = ad["stats"]
+        run.stats.accepted, run.stats.rejected = int(st["accepted_steps"]), int(st["rejected_steps"])
+        if st["dt_smallest"] is not None:
+            run.stats.dt_smallest, run.stats.dt_largest = float(st["dt_smallest"]), float(st["dt_largest"])
+        run.evaluations = int(ad["evaluations"])
+    sampler.set_state(ck.sampler_state)
+    x = torch.from_numpy(np.array(ck.x)).to(device=x.device)
+    saver.restore(ck)
+    if monitor is not None and "float32" in ck.extra:
+        s32 = ck.extra["float32"]
+        # "edi_budget" is the key checkpoints of earlier versions wrote for the step error.
+        monitor.rounding, monitor.checks = s32["rounding_drift"], s32["checks"]
+        monitor.budget = s32["step_error"] if "step_error" in s32 else s32["edi_budget"]
+        if precision is not None:
+            precision.last_k = int(s32.get("last_check_step", 0))
+    if recorder is not None:
+        recorder.rows = [tuple(r) for r in ck.extra.get("edi_rows", [])]
+    return x
+
+
+def _instability(
+    e: StepFailed,
+    saver: Saver,
+    snapshot: Callable[..., Checkpoint],
+    recorder: StepRecorder | None,
+    p: Problem,
+    method: str,
+    dt: float,
+    n_steps: int,
+    adaptive: bool,
+    control: Any,
+    config: dict[str, Any] | None,
+    spec: RunSpec | None,
+) -> _guards.NumericalInstability:
+    """The error of a failed step, carrying the last good state (saved if it was not) and the run so far."""
+    k, t = e.k, e.t
+    if saver.ts[-1] != t:
+        saver.record(t, e.x)
+    if adaptive:
+        last = snapshot(k - 1, e.x, stopped=f"{e.why} at t={t:.6g} (step {k})")
+        message = (
+            f"{e.why} at t={t:.6g} (adaptive step {k}, dt={control.dt:.3g}); the last good state is t={t:.6g}. "
+            "Loosen rtol/atol, lower dt_min, or for stiff cases use the implicit method='jko'."
+        )
+        t_fail = t
+    else:
+        if recorder is not None:
+            del recorder.rows[k - 1 :]
+        t_fail = p.t0 + k * dt
+        last = snapshot(k - 1, e.x, stopped=f"{e.why} at t={t_fail:.6g} (step {k})")
+        message = (
+            f"{e.why} at t={t_fail:.6g} (step {k} of {n_steps}); the last good state is t={t:.6g} (step {k - 1}). "
+            f"If the step dt={dt} is too large for these weights, lower it or use the implicit method='jko' for stiff "
+            "cases."
+        )
+    return _guards.NumericalInstability(
+        message, step=k, t=t_fail, checkpoint=last, trajectory=_partial(last, p, method, dt, config, spec)
+    )
+
+
+def _partial(
+    ck: Checkpoint, p: Problem, method: str, dt: float, config: dict[str, Any] | None, spec: RunSpec | None
+) -> Trajectory:
+    """The trajectory recorded up to a checkpoint (what a stopped run leaves)."""
+    return Trajectory(
+        t=ck.saved_t, x=ck.saved_x, A=ck.saved_A, V=ck.saved_V if ck.any_V else None, diagnostics=ck.diagnostics,
+        token_weights=to_numpy(p.a).astype(np.float64), head_weights=to_numpy(p.w).astype(np.float64), model=p.model,
+        method=method, dt=float(dt), seed=p.seed, config=config,
+        provenance={
+            "wall_time_s": ck.wall_time_s, "steps": ck.step, "complete": False, "stopped": ck.stopped,
+            **({} if spec is None else {"spec": spec.as_dict()}),
+        },
+    )  # fmt: skip
