@@ -129,6 +129,14 @@ class EmbeddedPair:
 
         ``k1``: ``v_t(x)`` if already known (the previous step's last stage), else it is evaluated.
         """
+        y, ks = self.stages_of(f, t, x, dt, k1)
+        return y, self.error(dt, ks), ks[-1]
+
+    def stages_of(
+        self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, dt: float,
+        k1: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+        """The step's new point ``y`` (on the sphere) and every stage ``k_s`` (the FSAL stage last)."""
         ks: list[torch.Tensor] = [f(t, x) if k1 is None else k1]
         y = x
         for s in range(1, self.stages):
@@ -139,8 +147,11 @@ class EmbeddedPair:
             ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
         else:
             y = retract(x + dt * _combine(self.b, ks))
-        e = dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
-        return y, e, ks[-1]
+        return y, ks
+
+    def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
+        """The embedded error estimate ``e = dt sum_s (b_s - b_hat_s) k_s``."""
+        return dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
 
     def fixed_step(self, f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
         """The order-``order`` solution alone (no error estimate; the FSAL stage is not evaluated)."""
@@ -191,8 +202,50 @@ DOPRI5 = EmbeddedPair(
     b_hat=(5179.0 / 57600.0, 0.0, 7571.0 / 16695.0, 393.0 / 640.0, -92097.0 / 339200.0, 187.0 / 2100.0, 0.025),
 )  # fmt: skip
 
+
+@dataclass(frozen=True)
+class DOP853Pair(EmbeddedPair):
+    """Dormand & Prince's 8th-order pair DOP853 (Hairer, Norsett & Wanner I, II.10), FSAL.
+
+    Twelve stages give the order-8 solution; the 13th is ``v_{t+dt}`` at the new point. The error
+    estimate combines the 5th-order (``b - b_hat``) and 3rd-order (``e3``) estimates as Hairer's code
+    does, ``e = e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``, which behaves like the local error of an
+    order-7 method (``embedded_order = 7``). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
+    :mod:`attnflow.schemes._dop853_tableau` and tested equal to SciPy's to the bit).
+    """
+
+    e5: tuple[float, ...] = ()
+    e3: tuple[float, ...] = ()
+
+    def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
+        """``e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``: the 5th-order estimate damped by the 3rd-order one."""
+        e5 = dt * _combine(self.e5, ks)
+        e3 = dt * _combine(self.e3, ks)
+        n5, n3 = torch.linalg.vector_norm(e5), torch.linalg.vector_norm(e3)
+        denom = torch.sqrt(n5 * n5 + 0.01 * n3 * n3)
+        return e5 * torch.where(denom > 0, n5 / torch.where(denom > 0, denom, 1.0), 0.0)
+
+
+def _dop853() -> DOP853Pair:
+    from attnflow.schemes import _dop853_tableau as tab
+
+    b = (*tab.B, 0.0)
+    return DOP853Pair(
+        "dop853", 8, 7,
+        c=(*tab.C, 1.0),
+        a=(*tab.A, tab.B),
+        b=b,
+        b_hat=tuple(bs - es for bs, es in zip(b, tab.E5)),
+        e5=tab.E5,
+        e3=tab.E3,
+    )  # fmt: skip
+
+
+#: Dormand & Prince's DOP853: order 8, for tight tolerances (13 stages, 12 new per step).
+DOP853 = _dop853()
+
 #: The adaptive methods: ``simulate(..., method=name)`` steps with error control (:func:`attnflow.solve.loop.run_adaptive`).
-ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
+ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5, "dop853": DOP853}
 
 
 def get_integrator(method: str) -> Integrator:
