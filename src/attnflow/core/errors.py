@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["AttnflowError", "InputError", "NumericalError", "UnsafeInputError", "Hint"]
 
 
-class Hint(dict):  # type: ignore[type-arg]
+class Hint(dict[str, Any]):
     """A structured suggestion: ``param`` (dotted config key or keyword), an optional ``value`` to try."""
 
     def __init__(self, param: str, value: Any = None, *, text: str | None = None) -> None:
