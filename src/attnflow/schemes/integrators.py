@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from attnflow.core.geometry import retract
@@ -153,6 +154,20 @@ class EmbeddedPair:
         """The embedded error estimate ``e = dt sum_s (b_s - b_hat_s) k_s``."""
         return dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
 
+    def error_weights(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(e, e3)``: the stage weights of the error estimate (``e3`` empty: no second estimate)."""
+        return tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The tableau as float64 arrays ``(c, A, b, e, e3, fsal)`` for compiled steps
+        (:func:`attnflow.kernels.small.embedded_attempt`); ``A`` is ``(S, S)``, lower triangular."""
+        S = self.stages
+        A = np.zeros((S, S))
+        for s, row in enumerate(self.a):
+            A[s, : len(row)] = row
+        e, e3 = self.error_weights()
+        return np.array(self.c), A, np.array(self.b), np.array(e), np.array(e3, dtype=np.float64), self.fsal
+
     def fixed_step(self, f: Field, t: float, x: torch.Tensor, dt: float) -> torch.Tensor:
         """The order-``order`` solution alone (no error estimate; the FSAL stage is not evaluated)."""
         n = self.stages - 1 if self.fsal else self.stages
@@ -216,6 +231,9 @@ class DOP853Pair(EmbeddedPair):
 
     e5: tuple[float, ...] = ()
     e3: tuple[float, ...] = ()
+
+    def error_weights(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return self.e5, self.e3
 
     def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
         """``e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``: the 5th-order estimate damped by the 3rd-order one."""
