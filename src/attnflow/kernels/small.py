@@ -325,3 +325,69 @@ def embedded_attempt(
         first, k1 is not None, y, ks, vector_exp(N, AT.shape[0]),
     )  # fmt: skip
     return y, float(err), ks[-1].copy(), bool(ok)
+
+
+if AVAILABLE:
+
+    @njit(cache=True)
+    def _batched_attempt(
+        X: np.ndarray,
+        dts: np.ndarray,
+        active: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        c_: np.ndarray,
+        A_: np.ndarray,
+        b_: np.ndarray,
+        e5: np.ndarray,
+        e3: np.ndarray,
+        fsal: bool,
+        rtol: float,
+        atol: float,
+        K1: np.ndarray,
+        have_k1: np.ndarray,
+        Y: np.ndarray,
+        KL: np.ndarray,
+        errs: np.ndarray,
+        oks: np.ndarray,
+        vector_exp: bool,
+    ) -> None:  # pragma: no cover - compiled
+        """:func:`_attempt` for every active member ``b`` of ``X`` ``(B, N, d)`` with its own step
+        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KL[b]`` (last stage), ``errs[b]``, ``oks[b]``."""
+        B, N, d = X.shape
+        S = c_.shape[0]
+        ks = np.empty((S, N, d))
+        for b in range(B):
+            if not active[b]:
+                continue
+            err, ok = _attempt(
+                X[b], dts[b], AT[b], V[b], log_w, a, model, c_, A_, b_, e5, e3, fsal, rtol, atol, K1[b],
+                have_k1[b], Y[b], ks, vector_exp,
+            )  # fmt: skip
+            KL[b] = ks[S - 1]
+            errs[b] = err
+            oks[b] = ok
+
+
+def batched_attempt(
+    X: np.ndarray, dts: np.ndarray, active: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray,
+    a: np.ndarray, model: str, tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
+    rtol: float, atol: float, K1: np.ndarray, have_k1: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """One trial step of every active member of an ensemble ``X`` ``(B, N, d)``, each with its own step
+    ``dts`` ``(B,)`` and heads ``A``, ``V`` ``(B, H, d, d)``: ``(Y, errs, K_last, oks)`` (inactive
+    members' rows are left unset). ``K1`` ``(B, N, d)``: the first stage where ``have_k1``."""
+    B, N, d = X.shape
+    AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
+    c_, A_, b_, e5, e3, fsal = tableau
+    Y, KL = np.empty_like(X), np.empty_like(X)
+    errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
+    _batched_attempt(
+        X, dts, active, AT, np.ascontiguousarray(V, dtype=np.float64), np.log(np.asarray(w, dtype=np.float64)),
+        np.asarray(a, dtype=np.float64), MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
+        K1, have_k1, Y, KL, errs, oks, vector_exp(N, A.shape[1]),
+    )  # fmt: skip
+    return Y, errs, KL, oks

@@ -9,6 +9,7 @@ diagrams over ``(t, beta)`` are made.
 
 from __future__ import annotations
 
+import math
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,17 +19,19 @@ import numpy as np
 import torch
 
 from attnflow.core.arrays import ArrayLike, to_numpy, to_tensor
+from attnflow.core.errors import InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import MODELS, FieldStats, check_model, masses
+from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, get_integrator
 from attnflow.solve.guards import NumericalInstability
-from attnflow.solve.loop import Costs, Observer, StepFailed, StepState, run_loop
+from attnflow.solve.loop import BatchedController, Controller, Costs, Observer, StepFailed, StepState, run_loop
 from attnflow.solve.observers import ProgressReport
-from attnflow.solve.simulation import step_count
-from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
+from attnflow.solve.simulation import save_grid, step_count
+from attnflow.weights.processes import Constant, WeightProcess, WeightSampler, as_process
 
 #: Per-member diagnostics recorded at every save time, shape ``(S, B)``.
 ENSEMBLE_DIAGNOSTICS: dict[str, str] = {
@@ -146,6 +149,10 @@ def simulate_ensemble(
     dtype: torch.dtype | None = None,
     backend: str = "auto",
     progress: Callable[[int, int], None] | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    dt_min: float | None = None,
+    dt_max: float | None = None,
 ) -> Ensemble:
     """Integrate ``B`` independent systems at once (see the module docstring).
 
@@ -155,6 +162,11 @@ def simulate_ensemble(
     ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the loop of
     :func:`attnflow.simulate` (:func:`attnflow.solve.loop.run_loop`); NaN/inf tokens raise
     :class:`~attnflow.solve.guards.NumericalInstability`.
+
+    Adaptive methods (``bosh3``, ``dopri5``, ``dop853``; ``rtol``, ``atol``, ``dt_min``, ``dt_max`` as in
+    :func:`attnflow.simulate`) give every member its own step control, through the compiled
+    small-cloud step (:mod:`attnflow.kernels.small`): constant weights, plain heads, float64, small
+    clouds. Member ``b`` then steps exactly as its single run does.
     """
     options = KernelOptions(backend)
     X = to_tensor(x0, dtype=dtype)
@@ -185,10 +197,11 @@ def simulate_ensemble(
     if any(p.d != d or p.H != H for p in processes):
         raise ValueError(f"every member's weights must act on d={d} with H={H} heads")
     if method in ADAPTIVE:
-        raise ValueError(
-            f"simulate_ensemble steps every member with one fixed dt; the adaptive method {method!r} runs in "
-            "simulate (one system at a time)"
-        )
+        return _adaptive_ensemble(
+            X, processes, beta_arr, seed_list, model=model, t0=float(t0), t_end=float(t_end), dt=float(dt),
+            method=method, save_every=int(save_every), token_weights=token_weights, head_weights=head_weights,
+            options=options, tolerances=(rtol, atol, dt_min, dt_max), progress=progress,
+        )  # fmt: skip
     if method in MOVEMENTS:
         raise ValueError(
             f"method {method!r} is a minimising movement of one token cloud; ensembles step with an explicit "
@@ -266,3 +279,105 @@ class _EnsembleSaver:
     def on_step(self, state: StepState) -> None:
         if state.save:
             self.record(state.t, state.x)
+
+
+def _adaptive_ensemble(
+    X: torch.Tensor, processes: list[WeightProcess], betas: np.ndarray, seeds: list[int | None], *, model: str,
+    t0: float, t_end: float, dt: float, method: str, save_every: int, token_weights: ArrayLike | None,
+    head_weights: ArrayLike | None, options: KernelOptions,
+    tolerances: tuple[float, float, float | None, float | None], progress: Callable[[int, int], None] | None,
+) -> Ensemble:  # fmt: skip
+    """Every member with its own PI step control (:class:`BatchedController`), all members' trial
+    steps in one compiled call per round; each member lands exactly on every save time."""
+    rtol, atol, dt_min, dt_max = tolerances
+    if not (dt > 0 and math.isfinite(dt) and math.isfinite(t_end) and t_end > t0 and save_every >= 1):
+        raise InputError(f"need dt > 0, t_end > t0 and save_every >= 1; got dt={dt}, t0={t0}, t_end={t_end}")
+    if not (rtol >= 0 and atol >= 0 and rtol + atol > 0):
+        raise InputError(f"rtol and atol must be non-negative and not both zero; got rtol={rtol}, atol={atol}")
+    spacing = dt * save_every
+    lo = 0.0 if dt_min is None else float(dt_min)
+    hi = spacing if dt_max is None else float(dt_max)
+    B, N, d = X.shape
+    if not all(isinstance(p, Constant) for p in processes) or X.dtype != torch.float64 or X.device.type != "cpu":
+        raise InputError(
+            f"adaptive ensembles ({method!r}) run through the compiled small-cloud step: constant weights, "
+            "float64 tokens on the CPU; use simulate for other runs, or a fixed-step method"
+        )
+    heads = [cast(Constant, p).heads for p in processes]
+    if not _small.AVAILABLE or not all(_small.supported(h, "cpu", X.dtype) for h in heads):
+        raise InputError(f"adaptive ensembles ({method!r}) need plain heads (no biases, mask or rotary) and numba")
+    for h in heads:
+        check_model(model, h)
+    a = masses(token_weights, N, "token_weights", X)
+    w = masses(head_weights, heads[0].H, "head_weights", X)
+    A = np.stack([h.A.double().numpy() * bt for h, bt in zip(heads, betas)])
+    V = np.stack([h.values.double().numpy() * (bt if h.V is None else 1.0) for h, bt in zip(heads, betas)])
+    pair = ADAPTIVE[method]
+    tab = pair.arrays()
+    ctrl = BatchedController.like(
+        Controller(k=min(pair.order, pair.embedded_order) + 1, dt=min(dt, hi), rtol=float(rtol), atol=float(atol),
+                   dt_min=lo, dt_max=hi), B,
+    )  # fmt: skip
+    saves = [t0, *save_grid(t0, t_end, spacing)]
+    x = X.numpy().copy()
+    out = np.empty((len(saves), B, N, d))
+    out[0] = x
+    T = np.full(B, t0)
+    nxt = np.ones(B, dtype=np.int64)  # index of each member's next save time
+    K1 = np.empty_like(x)
+    have = np.zeros(B, dtype=np.bool_)
+    accepted = np.zeros(B, dtype=np.int64)
+    rejected = np.zeros(B, dtype=np.int64)
+    evals = np.zeros(B, dtype=np.int64)
+    a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
+    start = _time.perf_counter()
+    rounds = 0
+    while True:
+        active = nxt < len(saves)
+        if not active.any():
+            break
+        target = np.array(saves)[np.minimum(nxt, len(saves) - 1)]
+        h = np.minimum(ctrl.dt, target - T)
+        Y, err, KL, ok = _small.batched_attempt(x, h, active, A, V, w_np, a_np, model, tab, rtol, atol, K1, have)
+        evals[active] += pair.stages - have[active]
+        err = np.where(ok, err, np.inf)
+        acc = active & (err <= 1.0)
+        rej = active & ~acc
+        if (rej & (h <= lo) & (lo > 0)).any() or not np.isfinite(Y[acc]).all():
+            b = int(np.flatnonzero(rej | (active & ~ok))[0]) if (rej | (active & ~ok)).any() else 0
+            raise NumericalInstability(
+                f"member {b} cannot meet the tolerance at t={T[b]:.6g} with the smallest allowed step; "
+                "loosen rtol/atol or lower dt_min",
+                step=int(accepted[b]), t=float(T[b]),
+            )  # fmt: skip
+        ctrl.accept(acc, err, h)
+        ctrl.reject(rej, err, h)
+        hit = acc & (h == target - T)
+        x[acc], K1[acc] = Y[acc], KL[acc]
+        have = have | acc
+        T[acc] = np.where(hit[acc], target[acc], T[acc] + h[acc])
+        for b in np.flatnonzero(hit):
+            out[nxt[b], b] = x[b]
+        nxt[hit] += 1
+        accepted += acc
+        rejected += rej
+        rounds += 1
+        if progress is not None and rounds % 64 == 0:
+            progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    f = EnsembleField(
+        model, [p.sampler(sd) for p, sd in zip(processes, seeds)], betas, a, w, X.dtype, X.device, options
+    )
+    saver = _EnsembleSaver(f, a)
+    for s_, t_s in enumerate(saves):
+        saver.record(t_s, torch.from_numpy(out[s_]))
+    return Ensemble(
+        t=np.array(saves), x=out, betas=betas, seeds=seeds,
+        diagnostics={k: np.stack([r[k] for r in saver.rows]) for k in ENSEMBLE_DIAGNOSTICS},
+        model=model, method=method, dt=float(dt),
+        provenance={
+            "wall_time_s": _time.perf_counter() - start, "rounds": rounds,
+            "adaptive": {"accepted_steps": accepted.tolist(), "rejected_steps": rejected.tolist(),
+                         "field_evaluations": evals.tolist(), "rtol": float(rtol), "atol": float(atol),
+                         "dt_min": lo, "dt_max": hi},
+        },
+    )  # fmt: skip

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 #: ``step(t, x, dt) -> x_next``: one step of the integrator (with the retraction).
@@ -303,3 +304,31 @@ def run_adaptive(
             on_accept(t, h, hit and t == brk)
         _notify(observers, state, costs)
     return x
+
+
+class BatchedController:
+    """``B`` systems, each with its own :class:`Controller` (a copy of ``template``): the step sizes
+    ``dt`` ``(B,)`` and :meth:`accept` / :meth:`reject` over the members in a mask. Member ``b`` steps
+    exactly as a single run with the same errors (the controllers are the single runs' own)."""
+
+    def __init__(self, template: Controller, B: int) -> None:
+        self.members = [replace(template) for _ in range(B)]
+        self.dt = np.full(B, template.dt)
+
+    @classmethod
+    def like(cls, template: Controller, B: int) -> BatchedController:
+        return cls(template, B)
+
+    def accept(self, mask: np.ndarray, err: np.ndarray, h: np.ndarray) -> None:
+        """:meth:`Controller.accept` for the members in ``mask``."""
+        for b in np.flatnonzero(mask):
+            c = self.members[b]
+            c.accept(float(err[b]), float(h[b]))
+            self.dt[b] = c.dt
+
+    def reject(self, mask: np.ndarray, err: np.ndarray, h: np.ndarray) -> None:
+        """:meth:`Controller.reject` for the members in ``mask``."""
+        for b in np.flatnonzero(mask):
+            c = self.members[b]
+            c.reject(float(err[b]), float(h[b]))
+            self.dt[b] = c.dt
