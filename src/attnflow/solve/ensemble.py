@@ -343,12 +343,15 @@ def _adaptive_ensemble(
         err = np.where(ok, err, np.inf)
         acc = active & (err <= 1.0)
         rej = active & ~acc
-        if (rej & (h <= lo) & (lo > 0)).any() or not np.isfinite(Y[acc]).all():
-            b = int(np.flatnonzero(rej | (active & ~ok))[0]) if (rej | (active & ~ok)).any() else 0
+        # A member whose step cannot shrink further (dt_min, or below the resolution of t) has failed.
+        stuck = rej & (h <= np.maximum(lo, 1e-13 * np.maximum(1.0, np.abs(T))))
+        if stuck.any():
+            m = int(np.flatnonzero(stuck)[0])
+            why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
             raise NumericalInstability(
-                f"member {b} cannot meet the tolerance at t={T[b]:.6g} with the smallest allowed step; "
-                "loosen rtol/atol or lower dt_min",
-                step=int(accepted[b]), t=float(T[b]),
+                f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, lower "
+                "dt_min, or lower its beta",
+                step=int(accepted[m]), t=float(T[m]),
             )  # fmt: skip
         ctrl.accept(acc, err, h)
         ctrl.reject(rej, err, h)
@@ -356,8 +359,8 @@ def _adaptive_ensemble(
         x[acc], K1[acc] = Y[acc], KL[acc]
         have = have | acc
         T[acc] = np.where(hit[acc], target[acc], T[acc] + h[acc])
-        for b in np.flatnonzero(hit):
-            out[nxt[b], b] = x[b]
+        for j in np.flatnonzero(hit).tolist():
+            out[nxt[j], j] = x[j]
         nxt[hit] += 1
         accepted += acc
         rejected += rej
