@@ -727,6 +727,7 @@ def _simulate_adaptive(
         "dt_min": lo,
         "dt_max": hi,
         "dt_next": ctrl.dt,
+        "compiled": compiled is not None,
     }
     return Trajectory(
         **saver.arrays(),
