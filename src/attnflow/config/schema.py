@@ -124,13 +124,13 @@ WeightsConfig = Annotated[
 
 class IntegrationConfig(_Strict):
     """How the flow is integrated. Fixed steps (``euler``, ``heun``, ``rk4``, ``jko``): ``t_end`` a
-    whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``): ``dt`` is the first step, the
+    whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``, ``dop853``): ``dt`` is the first step, the
     state is saved at ``k dt save_every`` and ``t_end``, ``rtol``/``atol`` bound the local error and
     ``dt_min``/``dt_max`` the step (``dt_max`` defaults to the save spacing)."""
 
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02
-    method: Literal["euler", "heun", "rk4", "jko", "bosh3", "dopri5"] = "rk4"
+    method: Literal["euler", "heun", "rk4", "jko", "bosh3", "dopri5", "dop853"] = "rk4"
     save_every: PositiveInt = 10
     rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-6
     atol: Annotated[float, Field(ge=0)] = 1e-9
@@ -139,7 +139,7 @@ class IntegrationConfig(_Strict):
 
     @property
     def adaptive(self) -> bool:
-        return self.method in ("bosh3", "dopri5")
+        return self.method in ("bosh3", "dopri5", "dop853")
 
     @model_validator(mode="after")
     def _check(self) -> IntegrationConfig:

@@ -150,7 +150,7 @@ def simulate(
     The run is a plain stepping loop (:func:`attnflow.solve.loop.run_loop`) with observers
     (:mod:`attnflow.solve.observers`); the wall time of each part is in ``provenance["seconds"]``.
 
-    Adaptive methods (``method="bosh3"`` or ``"dopri5"``, :data:`attnflow.schemes.integrators.ADAPTIVE`)
+    Adaptive methods (``method="bosh3"``, ``"dopri5"`` or ``"dop853"``, :data:`attnflow.schemes.integrators.ADAPTIVE`)
     control the local error (:func:`attnflow.solve.loop.run_adaptive`): ``rtol``, ``atol`` set the
     error norm, ``dt`` is the first step tried, ``dt_min`` / ``dt_max`` bound the step (``dt_max``
     defaults to the save spacing). The state is saved exactly at ``t0 + k dt save_every`` and at
