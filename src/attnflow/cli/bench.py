@@ -51,6 +51,13 @@ def bench(
     only_metastability: bool = typer.Option(
         False, "--only-metastability", help="Run the metastability benchmark alone (skips the field timings)."
     ),
+    small: bool = typer.Option(
+        True,
+        "--small/--no-small",
+        help="Small clouds, long times: adaptive steps against SciPy's DOP853 at N = 8 .. 4096, and 100 seeds as "
+        "one ensemble against single runs.",
+    ),
+    only_small: bool = typer.Option(False, "--only-small", help="Run the small-cloud benchmark alone."),
 ) -> None:
     """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation; and
     adaptive steps vs fixed-step rk4 on a metastable clustering run (field evaluations and wall time).
@@ -85,6 +92,8 @@ def bench(
             json_file.write_text(json.dumps({"startup_s": startup}, indent=2))
             say(f"wrote {json_file}")
         return
+    if only_small:
+        small, loop, metastability, only_metastability = True, False, False, False
     from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
     from attnflow.bench.loop import LOOP_HEADER, loop_markdown, loop_table_rows, run_loop_benchmarks
     from attnflow.bench.metastability import META_HEADER, meta_markdown, meta_rows, meta_title, run_metastability
@@ -102,12 +111,12 @@ def bench(
         wide.print(_table(title, LOOP_HEADER, loop_table_rows(loop_rows), left=left))
         result["loop"] = loop_rows
         text += loop_markdown(loop_rows)
-    if not only_metastability and not profile:
+    if not only_metastability and not profile and not only_small:
         result.update(run_benchmarks(quick=quick, progress=measure))
         title = f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
         wide.print(_table(title, HEADER, table_rows(result), left=("backend", "dtype")))
         text = markdown(result) + ("\n" + text if text else "")
-    if not only_metastability:
+    if not only_metastability and not only_small:
         from attnflow.bench.fastsum import (
             FAST_PROFILE_HEADER,
             fast_profile_markdown,
@@ -126,6 +135,23 @@ def bench(
         result["metastability"] = meta
         wide.print(_table(meta_title(meta), META_HEADER, meta_rows(meta), left=("method",)))
         text += ("\n" if text else "") + meta_markdown(meta)
+    if small and not profile and not only_metastability:
+        from attnflow.bench.small import (
+            ENSEMBLE_HEADER,
+            SMALL_HEADER,
+            ensemble_rows,
+            run_small,
+            small_markdown,
+            small_rows,
+            small_title,
+        )
+
+        sm = run_small(quick=quick, progress=measure)
+        result["small_clouds"] = sm
+        wide.print(_table(small_title(sm), SMALL_HEADER, small_rows(sm), left=("solver",)))
+        title = "seeds of N = 32 (dop853, rtol 1e-8) as one ensemble against single runs"
+        wide.print(_table(title, ENSEMBLE_HEADER, ensemble_rows(sm), left=("how",)))
+        text += ("\n" if text else "") + small_markdown(sm)
     if json_file is not None:
         json_file.write_text(json.dumps(result, indent=2))
         say(f"wrote {json_file}")

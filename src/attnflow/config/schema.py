@@ -138,7 +138,7 @@ WeightsConfig = Annotated[
 
 class IntegrationConfig(_Strict):
     """How the flow is integrated. Fixed steps (``euler``, ``heun``, ``rk4``, ``jko``): ``t_end`` a
-    whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``): ``dt`` is the first step, the
+    whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``, ``dop853``): ``dt`` is the first step, the
     state is saved at ``k dt save_every`` and ``t_end``, ``rtol``/``atol`` bound the local error and
     ``dt_min``/``dt_max`` the step (``dt_max`` defaults to the save spacing)."""
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from attnflow.core.errors import Hint, InputError
@@ -148,6 +149,14 @@ class EmbeddedPair:
 
         ``k1``: ``v_t(x)`` if already known (the previous step's last stage), else it is evaluated.
         """
+        y, ks = self.stages_of(f, t, x, dt, k1)
+        return y, self.error(dt, ks), ks[-1]
+
+    def stages_of(
+        self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, dt: float,
+        k1: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+        """The step's new point ``y`` (on the sphere) and every stage ``k_s`` (the FSAL stage last)."""
         ks: list[torch.Tensor] = [f(t, x) if k1 is None else k1]
         y = x
         for s in range(1, self.stages):
@@ -158,8 +167,25 @@ class EmbeddedPair:
             ks.append(f(t + self.c[s] * dt, x + dt * _combine(self.a[s], ks)))
         else:
             y = retract(x + dt * _combine(self.b, ks))
-        e = dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
-        return y, e, ks[-1]
+        return y, ks
+
+    def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
+        """The embedded error estimate ``e = dt sum_s (b_s - b_hat_s) k_s``."""
+        return dt * _combine(tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ks)
+
+    def error_weights(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(e, e3)``: the stage weights of the error estimate (``e3`` empty: no second estimate)."""
+        return tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ()
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The tableau as float64 arrays ``(c, A, b, e, e3, fsal)`` for compiled steps
+        (:func:`attnflow.kernels.small.embedded_attempt`); ``A`` is ``(S, S)``, lower triangular."""
+        S = self.stages
+        A = np.zeros((S, S))
+        for s, row in enumerate(self.a):
+            A[s, : len(row)] = row
+        e, e3 = self.error_weights()
+        return np.array(self.c), A, np.array(self.b), np.array(e), np.array(e3, dtype=np.float64), self.fsal
 
     def fixed_step(
         self, f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None
@@ -212,9 +238,54 @@ DOPRI5 = EmbeddedPair(
     b_hat=(5179.0 / 57600.0, 0.0, 7571.0 / 16695.0, 393.0 / 640.0, -92097.0 / 339200.0, 187.0 / 2100.0, 0.025),
 )  # fmt: skip
 
+
+@dataclass(frozen=True)
+class DOP853Pair(EmbeddedPair):
+    """Dormand & Prince's 8th-order pair DOP853 (Hairer, Norsett & Wanner I, II.10), FSAL.
+
+    Twelve stages give the order-8 solution; the 13th is ``v_{t+dt}`` at the new point. The error
+    estimate combines the 5th-order (``b - b_hat``) and 3rd-order (``e3``) estimates as Hairer's code
+    does, ``e = e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``, which behaves like the local error of an
+    order-7 method (``embedded_order = 7``). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
+    :mod:`attnflow.schemes._dop853_tableau` and tested equal to SciPy's to the bit).
+    """
+
+    e5: tuple[float, ...] = ()
+    e3: tuple[float, ...] = ()
+
+    def error_weights(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return self.e5, self.e3
+
+    def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
+        """``e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``: the 5th-order estimate damped by the 3rd-order one."""
+        e5 = dt * _combine(self.e5, ks)
+        e3 = dt * _combine(self.e3, ks)
+        n5, n3 = torch.linalg.vector_norm(e5), torch.linalg.vector_norm(e3)
+        denom = torch.sqrt(n5 * n5 + 0.01 * n3 * n3)
+        return e5 * torch.where(denom > 0, n5 / torch.where(denom > 0, denom, 1.0), 0.0)
+
+
+def _dop853() -> DOP853Pair:
+    from attnflow.schemes import _dop853_tableau as tab
+
+    b = (*tab.B, 0.0)
+    return DOP853Pair(
+        "dop853", 8, 7,
+        c=(*tab.C, 1.0),
+        a=(*tab.A, tab.B),
+        b=b,
+        b_hat=tuple(bs - es for bs, es in zip(b, tab.E5)),
+        e5=tab.E5,
+        e3=tab.E3,
+    )  # fmt: skip
+
+
+#: Dormand & Prince's DOP853: order 8, for tight tolerances (13 stages, 12 new per step).
+DOP853 = _dop853()
+
 #: The adaptive methods: ``simulate(..., method=name)`` steps with error control (the
 #: :class:`~attnflow.solve.controllers.PIController` of :func:`attnflow.solve.solver.solve`).
-ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5}
+ADAPTIVE: dict[str, EmbeddedPair] = {"bosh3": BOSH3, "dopri5": DOPRI5, "dop853": DOP853}
 
 #: Every method name, from the registries above (the one list the config schema, the CLI and
 #: ``simulate`` read): explicit steppers, implicit movements, embedded pairs.

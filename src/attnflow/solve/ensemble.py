@@ -9,6 +9,7 @@ diagrams over ``(t, beta)`` are made.
 
 from __future__ import annotations
 
+import math
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,17 +23,18 @@ from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, check_model, masses
+from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, Integrator, get_integrator
-from attnflow.solve.controllers import ConstantStep
+from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.guards import Float32Monitor, NumericalInstability, PrecisionWarning, warn
 from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepState, Trial, integrate
 from attnflow.solve.observers import PrecisionCheck, ProgressReport
 from attnflow.solve.problem import as_dtype, check_array, initial_tokens, thread_policy
 from attnflow.solve.problem import check_model as check_model_name
-from attnflow.solve.saveat import SaveAt, whole
-from attnflow.weights.processes import WeightProcess, WeightSampler, as_process
+from attnflow.solve.saveat import SaveAt, save_grid, whole
+from attnflow.weights.processes import Constant, WeightProcess, WeightSampler, as_process
 
 #: Per-member diagnostics recorded at every save time, shape ``(S, B)``.
 ENSEMBLE_DIAGNOSTICS: dict[str, str] = {
@@ -154,6 +156,10 @@ def simulate_ensemble(
     backend: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     threads: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    dt_min: float | None = None,
+    dt_max: float | None = None,
 ) -> Ensemble:
     """Integrate ``B`` independent systems at once (see the module docstring).
 
@@ -164,6 +170,12 @@ def simulate_ensemble(
     :func:`attnflow.simulate` (:func:`attnflow.solve.loop.integrate`, fixed steps): every state passes
     the state guard, float32 ensembles get the float32 check of each member; a failed state raises
     :class:`~attnflow.solve.guards.NumericalInstability`. ``progress(done, total)``: steps done of all.
+
+    Adaptive methods (``bosh3``, ``dopri5``, ``dop853``; ``rtol``, ``atol``, ``dt_min``, ``dt_max`` as in
+    :func:`attnflow.simulate`) give every member its own step control (one
+    :class:`~attnflow.solve.controllers.PIState` each), all members' trial steps in one compiled call
+    per round (:mod:`attnflow.kernels.small`): constant weights, plain heads, float64, small clouds.
+    Member ``b`` then steps as its single run does (its states equal to 1e-12).
     """
     options = KernelOptions(backend)
     model = check_model_name(model)
@@ -191,19 +203,30 @@ def simulate_ensemble(
     processes = [as_process(p) for p in procs] if procs is not None else [as_process(weights)] * B
     processes = processes * B if len(processes) == 1 else processes
     every = whole("save_every", save_every)
-    control = ConstantStep(dt).start(t0, t_end)
-    n_steps = control.total
     d, H = X.shape[2], processes[0].H
     if H < 1:
         raise InputError("the weights have zero heads; give at least one head (H >= 1)", hint=Hint("weights"))
     if any(p.d != d or p.H != H for p in processes):
         raise InputError(f"every member's weights must act on d={d} with H={H} heads", hint=Hint("weights"))
     if method in ADAPTIVE:
-        raise InputError(
-            f"simulate_ensemble steps every member with one fixed dt; the adaptive method {method!r} runs in "
-            "simulate (one system at a time)",
-            hint=Hint("method"),
+        return _adaptive_ensemble(
+            X, processes, beta_arr, seed_list, model=model, t0=float(t0), t_end=float(t_end), dt=float(dt),
+            method=method, save_every=every, token_weights=token_weights, head_weights=head_weights,
+            options=options, progress=progress,
+            controller=PIController(
+                1e-6 if rtol is None else rtol, 1e-9 if atol is None else atol, dt, dt_min, dt_max
+            ),
+        )  # fmt: skip
+    if any(v is not None for v in (rtol, atol, dt_min, dt_max)):
+        name = next(
+            n for n, v in (("rtol", rtol), ("atol", atol), ("dt_min", dt_min), ("dt_max", dt_max)) if v is not None
         )
+        raise InputError(
+            f"{name} applies to adaptive methods (bosh3, dopri5, dop853), not to the fixed-step method {method!r}",
+            hint=Hint(name),
+        )
+    control = ConstantStep(dt).start(t0, t_end)
+    n_steps = control.total
     if method in MOVEMENTS:
         raise InputError(
             f"method {method!r} is a minimising movement of one token cloud; ensembles step with an explicit "
@@ -336,3 +359,105 @@ class _EnsembleSaver:
     def on_step(self, state: StepState) -> None:
         if state.save:
             self.record(state.t, state.x)
+
+
+def _adaptive_ensemble(
+    X: torch.Tensor, processes: list[WeightProcess], betas: np.ndarray, seeds: list[int | None], *, model: str,
+    t0: float, t_end: float, dt: float, method: str, save_every: int, token_weights: ArrayLike | None,
+    head_weights: ArrayLike | None, options: KernelOptions, controller: PIController,
+    progress: Callable[[int, int], None] | None,
+) -> Ensemble:  # fmt: skip
+    """Every member with its own PI step control, all members' trial steps in one compiled call per
+    round; each member lands exactly on every save time, proposing its steps as a single run does
+    (:meth:`~attnflow.solve.controllers.PIState.propose`). Members advance on their own clocks, so
+    the rounds are this driver's own: :func:`~attnflow.solve.loop.integrate` steps one clock."""
+    if not (math.isfinite(t_end) and t_end > t0):
+        raise InputError(f"t_end must be a finite number larger than t0={t0}; got {t_end}", hint=Hint("t_end"))
+    B, N, d = X.shape
+    if not all(isinstance(p, Constant) for p in processes) or X.dtype != torch.float64 or X.device.type != "cpu":
+        raise InputError(
+            f"adaptive ensembles ({method!r}) run through the compiled small-cloud step: constant weights, "
+            "float64 tokens on the CPU; use simulate for other runs, or a fixed-step method",
+            hint=Hint("method"),
+        )
+    heads = [cast(Constant, p).heads for p in processes]
+    if not _small.AVAILABLE or not all(_small.supported(h, "cpu", X.dtype) for h in heads):
+        raise InputError(
+            f"adaptive ensembles ({method!r}) need plain heads (no biases, mask or rotary) and numba",
+            hint=Hint("weights"),
+        )
+    for h in heads:
+        check_model(model, h)
+    a = masses(token_weights, N, "token_weights", X)
+    w = masses(head_weights, heads[0].H, "head_weights", X)
+    A = np.stack([h.A.double().numpy() * bt for h, bt in zip(heads, betas)])
+    V = np.stack([h.values.double().numpy() * (bt if h.V is None else 1.0) for h, bt in zip(heads, betas)])
+    pair = ADAPTIVE[method]
+    tab = pair.arrays()
+    spacing = dt * save_every
+    lo, hi = controller.bounds(spacing)
+    members = [controller.start(t_end, min(pair.order, pair.embedded_order), spacing) for _ in range(B)]
+    saves = [t0, *save_grid(t0, t_end, spacing)]
+    x = X.numpy().copy()
+    out = np.empty((len(saves), B, N, d))
+    out[0] = x
+    T = np.full(B, t0)
+    nxt = np.ones(B, dtype=np.int64)  # index of each member's next save time
+    K1 = np.empty_like(x)
+    have = np.zeros(B, dtype=np.bool_)
+    accepted = np.zeros(B, dtype=np.int64)
+    rejected = np.zeros(B, dtype=np.int64)
+    evals = np.zeros(B, dtype=np.int64)
+    h = np.zeros(B)
+    hit = np.zeros(B, dtype=np.bool_)
+    a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
+    start = _time.perf_counter()
+    rounds = 0
+    while True:
+        active = nxt < len(saves)
+        if not active.any():
+            break
+        for m in np.flatnonzero(active).tolist():
+            h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), saves[nxt[m]])
+        Y, err, KL, ok = _small.batched_attempt(x, h, active, A, V, w_np, a_np, model, tab, controller.rtol,
+                                                controller.atol, K1, have)  # fmt: skip
+        evals[active] += pair.stages - have[active]
+        for m in np.flatnonzero(active).tolist():
+            e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
+            if e <= 1.0:
+                members[m].accept(e, float(h[m]))
+                x[m], K1[m], have[m] = Y[m], KL[m], True
+                T[m] = saves[nxt[m]] if hit[m] else T[m] + h[m]
+                if hit[m]:
+                    out[nxt[m], m] = x[m]
+                    nxt[m] += 1
+                accepted[m] += 1
+            else:
+                rejected[m] += 1
+                if not members[m].reject(e, float(h[m]), float(T[m])):
+                    why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
+                    raise NumericalInstability(
+                        f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, "
+                        "lower dt_min, or lower its beta",
+                        step=int(accepted[m]), t=float(T[m]),
+                    )  # fmt: skip
+        rounds += 1
+        if progress is not None and rounds % 64 == 0:
+            progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    f = EnsembleField(
+        model, [p.sampler(sd) for p, sd in zip(processes, seeds)], betas, a, w, X.dtype, X.device, options
+    )
+    saver = _EnsembleSaver(f, a)
+    for j, t_s in enumerate(saves):
+        saver.record(t_s, torch.from_numpy(out[j]))
+    return Ensemble(
+        t=np.array(saves), x=out, betas=betas, seeds=seeds,
+        diagnostics={k: np.stack([r[k] for r in saver.rows]) for k in ENSEMBLE_DIAGNOSTICS},
+        model=model, method=method, dt=float(dt),
+        provenance={
+            "wall_time_s": _time.perf_counter() - start, "rounds": rounds,
+            "adaptive": {"accepted_steps": accepted.tolist(), "rejected_steps": rejected.tolist(),
+                         "field_evaluations": evals.tolist(), "rtol": float(controller.rtol),
+                         "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "compiled": True},
+        },
+    )  # fmt: skip

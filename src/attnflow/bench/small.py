@@ -1,0 +1,201 @@
+"""Small clouds, long times: attnflow's adaptive steps against SciPy's DOP853 on a plain NumPy field.
+
+The problem of the public simulators' metastability studies: model ``mha``, one head, ``A = beta I``,
+``V = I`` (``beta = 9``), ``N`` tokens uniform on ``S^2``, ``t = 0 .. 30``, one save at the end.
+Every solver runs at the same ``rtol``/``atol`` in one process, side by side; the table gives each
+one's field evaluations and wall time, their ratios to SciPy's, and how far its final state lies
+from SciPy's (all solvers reach the same state to far below the tolerance's scale, or the row says
+not). torchdiffeq is timed too when it is installed (it is not a dependency).
+
+A second table: ``B`` seeds of ``N = 32`` to ``t = 1000`` as one adaptive ensemble
+(:func:`attnflow.simulate_ensemble`, every member with its own step control) against a loop of
+single runs, both through the compiled small-cloud step, and against single runs through the torch
+kernel (the path every small run took before the compiled step; timed on a few seeds and scaled).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.core.heads import Heads
+
+SMALL_HEADER = ["N", "solver", "evaluations", "x scipy evals", "wall (s)", "x scipy wall", "max |x - x_scipy|"]
+ENSEMBLE_HEADER = ["how", "runs", "wall (s)", "x ensemble", "evaluations"]
+
+BETA = 9.0
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def _cloud(N: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((N, 3))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _numpy_field(N: int, beta: float) -> Callable[[float, np.ndarray], np.ndarray]:
+    """The field as a researcher writes it in NumPy (what ``solve_ivp`` integrates)."""
+
+    def f(t: float, y: np.ndarray) -> np.ndarray:
+        x = y.reshape(N, 3)
+        s = beta * (x @ x.T)
+        s -= s.max(axis=1, keepdims=True)
+        p = np.exp(s)
+        p /= p.sum(axis=1, keepdims=True)
+        u = p @ x
+        return (u - (u * x).sum(axis=1, keepdims=True) * x).ravel()
+
+    return f
+
+
+def _heads(beta: float) -> Heads:
+    return Heads(K=torch.tensor(beta * np.eye(3)[None]), V=torch.tensor(np.eye(3)[None]))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def compare_small(N: int, t_end: float = 30.0, beta: float = BETA) -> list[dict[str, Any]]:
+    """The rows of one cloud size: scipy DOP853, torchdiffeq dopri5 (if installed), attnflow dop853."""
+    from scipy.integrate import solve_ivp
+
+    from attnflow.solve.simulation import simulate
+
+    x0 = _cloud(N)
+    f = _numpy_field(N, beta)
+    kw: dict[str, Any] = dict(model="mha", t_end=t_end, dt=0.01, method="dop853", rtol=RTOL, atol=ATOL)
+    simulate(x0, _heads(beta), **{**kw, "t_end": 0.05, "save_every": 5})  # compile and warm up
+    t = time.perf_counter()
+    sol = solve_ivp(f, (0.0, t_end), x0.ravel(), method="DOP853", rtol=RTOL, atol=ATOL)
+    t_scipy = time.perf_counter() - t
+    ref = _unit(sol.y[:, -1].reshape(N, 3))
+    rows: list[dict[str, Any]] = [
+        {"N": N, "solver": "scipy DOP853 (numpy field)", "evaluations": int(sol.nfev), "wall_s": t_scipy}
+    ]
+    try:
+        import torchdiffeq  # type: ignore[import-not-found]
+    except ImportError:
+        torchdiffeq = None
+    if torchdiffeq is not None:  # pragma: no cover - optional
+        count = [0]
+        xt = torch.from_numpy(x0.ravel())
+
+        def g(t_: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            count[0] += 1
+            return torch.from_numpy(f(0.0, y.numpy()))
+
+        t = time.perf_counter()
+        ys = torchdiffeq.odeint(g, xt, torch.tensor([0.0, t_end], dtype=torch.float64), rtol=RTOL, atol=ATOL)
+        rows.append(
+            {"N": N, "solver": "torchdiffeq dopri5", "evaluations": count[0], "wall_s": time.perf_counter() - t,
+             "x_end": _unit(ys[-1].numpy().reshape(N, 3))}
+        )  # fmt: skip
+    t = time.perf_counter()
+    tr = simulate(x0, _heads(beta), **kw, save_every=int(round(t_end / 0.01)))
+    rows.append(
+        {"N": N, "solver": "attnflow dop853" + (" (compiled)" if tr.provenance["adaptive"].get("compiled") else ""),
+         "evaluations": int(tr.provenance["adaptive"]["field_evaluations"]), "wall_s": time.perf_counter() - t,
+         "x_end": tr.x[-1]}
+    )  # fmt: skip
+    for r in rows:
+        r["evals_ratio"] = r["evaluations"] / rows[0]["evaluations"]
+        r["wall_ratio"] = r["wall_s"] / t_scipy
+        x_end = r.pop("x_end", ref)
+        r["diff"] = float(np.abs(x_end - ref).max())
+    return rows
+
+
+def compare_ensemble(B: int = 100, N: int = 32, t_end: float = 1000.0, torch_runs: int = 3) -> list[dict[str, Any]]:
+    """``B`` seeds as one adaptive ensemble, as ``B`` compiled single runs, and (timed on
+    ``torch_runs`` seeds, scaled to ``B``) as single runs through the torch kernel."""
+    from attnflow.solve.ensemble import simulate_ensemble
+    from attnflow.solve.simulation import simulate
+
+    X = _unit(np.random.default_rng(1).standard_normal((B, N, 3)))
+    heads = _heads(BETA)
+    kw: dict[str, Any] = dict(model="mha", t_end=t_end, dt=0.1, save_every=int(round(t_end / 0.1)), method="dop853", rtol=1e-8,
+              atol=1e-10)  # fmt: skip
+    simulate_ensemble(X[:2], heads, **{**kw, "t_end": 0.5, "save_every": 5})
+    t = time.perf_counter()
+    ens = simulate_ensemble(X, heads, **kw)
+    t_ens = time.perf_counter() - t
+    t = time.perf_counter()
+    evals = 0
+    for b in range(B):
+        evals += simulate(X[b], heads, **kw).provenance["adaptive"]["field_evaluations"]
+    t_single = time.perf_counter() - t
+    t = time.perf_counter()
+    ev_torch = 0
+    for b in range(torch_runs):
+        ev_torch += simulate(X[b], heads, **kw, backend="flash").provenance["adaptive"]["field_evaluations"]
+    t_torch = (time.perf_counter() - t) * B / torch_runs
+    return [
+        {"how": "one ensemble (compiled, per-member steps)", "runs": B, "wall_s": t_ens,
+         "evaluations": int(sum(ens.provenance["adaptive"]["field_evaluations"]))},
+        {"how": "loop of single runs (compiled)", "runs": B, "wall_s": t_single, "evaluations": int(evals)},
+        {"how": f"loop of single runs (torch kernel; {torch_runs} timed, scaled)", "runs": B, "wall_s": t_torch,
+         "evaluations": int(ev_torch * B / torch_runs)},
+    ]  # fmt: skip
+
+
+def run_small(quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Both tables; ``quick``: N = 8, 32, 128 and 20 seeds to t = 100."""
+    sizes = (8, 32, 128) if quick else (8, 32, 128, 512, 4096)
+    before = torch.get_num_threads()
+    rows: list[dict[str, Any]] = []
+    try:
+        torch.set_num_threads(1)  # the small sizes: one thread, like SciPy's NumPy field
+        for N in sizes:
+            if progress is not None:
+                progress(f"small clouds, N = {N}")
+            if N >= 4096:
+                torch.set_num_threads(before)
+            # N = 4096: t = 0 .. 3 (SciPy's dense NumPy field takes about 0.1 s an evaluation there).
+            rows += compare_small(N, t_end=3.0 if N >= 4096 else 30.0)
+        torch.set_num_threads(1)
+        if progress is not None:
+            progress("small clouds, ensemble of seeds")
+        ens = compare_ensemble(B=20, t_end=100.0) if quick else compare_ensemble()
+    finally:
+        torch.set_num_threads(before)
+    for r in ens:
+        r["x_ensemble"] = r["wall_s"] / ens[0]["wall_s"]
+    return {"small": rows, "ensemble": ens, "beta": BETA, "rtol": RTOL, "atol": ATOL, "threads_large": before}
+
+
+def small_rows(result: dict[str, Any]) -> list[list[str]]:
+    return [
+        [f"{r['N']:,}", r["solver"], f"{r['evaluations']:,}", f"{r['evals_ratio']:.2f}", f"{r['wall_s']:.3g}",
+         f"{r['wall_ratio']:.2f}", f"{r['diff']:.1e}"]
+        for r in result["small"]
+    ]  # fmt: skip
+
+
+def ensemble_rows(result: dict[str, Any]) -> list[list[str]]:
+    return [
+        [r["how"], str(r["runs"]), f"{r['wall_s']:.3g}", f"{r['x_ensemble']:.1f}", f"{r['evaluations']:,}"]
+        for r in result["ensemble"]
+    ]
+
+
+def small_title(result: dict[str, Any]) -> str:
+    return (
+        f"small clouds: mha, A = {result['beta']:g} I, V = I on S^2, t = 0..30 (N = 4096: 0..3), rtol "
+        f"{result['rtol']:g}, atol {result['atol']:g}; one thread below N = 4096"
+    )
+
+
+def small_markdown(result: dict[str, Any]) -> str:
+    def md(header: list[str], rows: list[list[str]]) -> str:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+    return (
+        small_title(result) + "\n\n" + md(SMALL_HEADER, small_rows(result)) + "\n\n"
+        + "seeds of N = 32 (dop853, rtol 1e-8) as one ensemble against single runs\n\n"
+        + md(ENSEMBLE_HEADER, ensemble_rows(result)) + "\n"
+    )  # fmt: skip

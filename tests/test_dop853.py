@@ -1,0 +1,87 @@
+"""DOP853: the tableau is SciPy's to the bit, the method is of order 8 (a corrupted coefficient is
+not), and adaptive runs with it agree with scipy's own DOP853 on the same field."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from attnflow.core.geometry import retract
+from attnflow.schemes.integrators import ADAPTIVE, DOP853, EmbeddedPair
+
+torch.set_num_threads(1)
+
+
+def test_tableau_is_scipys_to_the_bit():
+    from scipy.integrate._ivp import dop853_coefficients as dc
+
+    n = dc.N_STAGES
+    assert DOP853.c[:n] == tuple(dc.C[:n]) and DOP853.c[n] == 1.0
+    for s in range(1, n):
+        assert DOP853.a[s] == tuple(dc.A[s, :s]), s
+    assert DOP853.b[:n] == tuple(dc.B)
+    assert DOP853.e5 == tuple(dc.E5)
+    assert DOP853.e3 == tuple(dc.E3)
+    # Consistency conditions a tableau typo breaks: rows of A sum to c, b sums to 1.
+    assert all(abs(sum(DOP853.a[s]) - DOP853.c[s]) < 1e-14 for s in range(1, n))
+    assert abs(sum(DOP853.b) - 1.0) < 1e-14
+    assert "dop853" in ADAPTIVE
+
+
+def _field(beta: float = 1.5):
+    A = torch.tensor([[beta, 0.3, 0.0], [0.3, 0.5 * beta, 0.1], [0.0, 0.1, 0.8]], dtype=torch.float64)
+    V = torch.tensor([[1.0, 0.2, -0.1], [0.0, 1.0, 0.3], [0.1, 0.0, 0.9]], dtype=torch.float64)
+
+    def f(t: float, x: torch.Tensor) -> torch.Tensor:
+        s = (x @ A) @ x.T
+        p = torch.softmax(s, dim=1)
+        u = p @ (x @ V.T) * (1.0 + 0.3 * np.sin(t))  # time-dependent, smooth
+        return u - (u * x).sum(1, keepdim=True) * x
+
+    return f
+
+
+def _x0() -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    return retract(torch.randn(6, 3, generator=g, dtype=torch.float64))
+
+
+def _solve(pair: EmbeddedPair, n: int, T: float = 2.0) -> torch.Tensor:
+    f, x, h = _field(), _x0(), T / n
+    for k in range(n):
+        x = pair.fixed_step(f, k * h, x, h)
+    return x
+
+
+def measured_order(pair: EmbeddedPair) -> float:
+    ref = _solve(pair, 256)
+    ns = [4, 6, 8, 12]
+    errs = [float((_solve(pair, n) - ref).abs().max()) for n in ns]
+    return float(np.polyfit(np.log(ns), np.log(errs), 1)[0] * -1)
+
+
+def test_order_is_eight():
+    p = measured_order(DOP853)
+    print(f"dop853 measured order {p:.2f} (expected 8)")
+    assert abs(p - 8) < 0.5, p
+
+
+def test_order_negative_control():
+    """One coefficient of the 8th stage off by 1e-6 (a typo in the 7th digit) drops the order."""
+    a = [list(r) for r in DOP853.a]
+    a[7][3] += 1e-6
+    broken = replace(DOP853, name="broken", a=tuple(tuple(r) for r in a))
+    p = measured_order(broken)
+    print(f"corrupted dop853 measured order {p:.2f}")
+    assert abs(p - 8) > 1.0, p
+
+
+def test_error_estimate_shrinks_with_the_step():
+    """The combined estimate behaves like an order-7 local error, O(dt^8); a blind estimate is zero."""
+    f, x = _field(), _x0()
+    hs = [0.4, 0.2, 0.1]
+    es = [float(DOP853.attempt(f, 0.0, x, h)[1].abs().max()) for h in hs]
+    q = -np.polyfit(np.log(hs), np.log(es), 1)[0] * -1
+    assert q > 7.0, (q, es)

@@ -1,0 +1,111 @@
+"""The compiled small-cloud path: its field equals FieldStats' (the one home of the head mix) to
+1e-13 for every model with masses and several heads, and one compiled step of each embedded pair
+equals the torch step (new point and error norm)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnflow.core.geometry import retract
+from attnflow.dynamics.fields import field_stats, prepare
+from attnflow.kernels import small
+from attnflow.schemes.integrators import ADAPTIVE
+from attnflow.solve.controllers import PIState
+
+pytestmark = pytest.mark.skipif(not small.AVAILABLE, reason="numba is not installed")
+
+
+def problem(model: str, N: int = 24, d: int = 4, H: int = 3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    G = rng.standard_normal((H, d, d))
+    A = 1.5 * (G + np.swapaxes(G, 1, 2)) / 2
+    V = A.copy() if model == "gf" else rng.standard_normal((H, d, d))
+    a = rng.uniform(0.2, 1.0, N)
+    a /= a.sum()
+    w = rng.uniform(0.2, 1.0, H)
+    w /= w.sum()
+    return x, A, V, a, w
+
+
+def reference_velocity(x, A, V, a, w, model):
+    xt, heads, at, wt = prepare(torch.from_numpy(x), torch.from_numpy(A), torch.from_numpy(V), a, w)
+    return field_stats(xt, heads, at, wt).velocity(xt, model).numpy()
+
+
+@pytest.mark.parametrize("model", ["mha", "gf", "usa"])
+def test_compiled_field_equals_field_stats(model):
+    x, A, V, a, w = problem(model)
+    got = small.field(x, A, V, w, a, model)
+    want = reference_velocity(x, A, V, a, w, model)
+    assert np.abs(got - want).max() <= 1e-13 * max(1.0, np.abs(want).max())
+
+
+def test_compiled_field_negative_control():
+    """The same comparison sees a wrong head mix: the gf field is not the mha field."""
+    x, A, V, a, w = problem("gf")
+    got = small.field(x, A, V, w, a, "mha")
+    want = reference_velocity(x, A, V, a, w, "gf")
+    assert np.abs(got - want).max() > 1e-3
+
+
+def test_usa_overflow_is_reported():
+    x, A, V, a, w = problem("usa")
+    with pytest.raises(OverflowError):
+        small.field(x, 400.0 * A, V, w, a, "usa")
+
+
+@pytest.mark.parametrize("method", sorted(ADAPTIVE))
+@pytest.mark.parametrize("model", ["mha", "gf"])
+def test_compiled_step_equals_torch_step(method, model):
+    pair = ADAPTIVE[method]
+    x, A, V, a, w = problem(model, N=16, d=3, H=2, seed=1)
+    xt, heads, at, wt = prepare(torch.from_numpy(x), torch.from_numpy(A), torch.from_numpy(V), a, w)
+
+    def f(t, y):
+        return field_stats(y, heads, at, wt).velocity(y, model)
+
+    # A step whose error estimate stands well above the rounding of the stage sums it is made of.
+    rtol, atol, dt = 1e-6, 1e-8, 0.25
+    y_t, e_t, k_t = pair.attempt(f, 0.0, xt, dt)
+    err_t = PIState(k=pair.embedded_order + 1, dt=dt, rtol=rtol, atol=atol).norm(xt, y_t, e_t)
+    y_c, err_c, k1_c, k_c, ok = small.embedded_attempt(x, dt, A, V, w, a, model, pair.arrays(), rtol, atol)
+    assert np.abs(k1_c - f(0.0, xt).numpy()).max() < 1e-13
+    assert ok
+    assert np.abs(y_c - y_t.numpy()).max() < 1e-13
+    assert np.abs(k_c - k_t.numpy()).max() < 1e-12
+    # The estimate is a difference of stage sums (cancellation): equal to 1e-7 relative, far below the
+    # 2x that dropping DOP853's 3rd-order factor makes (test_compiled_step_negative_control).
+    assert err_t > 1e-4 and abs(err_c - err_t) <= 1e-7 * err_t, (err_c, err_t)
+    # FSAL: handing the first stage in gives the same step.
+    y_2, err_2, _, _, _ = small.embedded_attempt(
+        x, dt, A, V, w, a, model, pair.arrays(), rtol, atol, k1=f(0.0, xt).numpy()
+    )
+    assert np.abs(y_2 - y_c).max() < 1e-14 and abs(err_2 - err_c) <= 1e-7 * err_c
+
+
+def test_compiled_step_negative_control():
+    """A perturbed tableau (one b weight off by 1e-3) gives a different point: the comparison can fail."""
+    pair = ADAPTIVE["dop853"]
+    x, A, V, a, w = problem("mha", N=16, d=3, H=2, seed=1)
+    c, Am, b, e, e3, fsal = pair.arrays()
+    b = b.copy()
+    b[5] += 1e-3
+    y_bad, *_ = small.embedded_attempt(x, 0.07, A, V, w, a, "mha", (c, Am, b, e, e3, fsal), 1e-8, 1e-10)
+    y_ok, *_ = small.embedded_attempt(x, 0.07, A, V, w, a, "mha", pair.arrays(), 1e-8, 1e-10)
+    assert np.abs(y_bad - y_ok).max() > 1e-6
+    assert np.allclose(np.linalg.norm(y_bad, axis=1), 1.0)  # still retracted
+    _ = retract
+
+
+def test_dop853_combined_estimate_matters():
+    """Without the 3rd-order factor DOP853's error norm changes by far more than the tolerance above."""
+    pair = ADAPTIVE["dop853"]
+    x, A, V, a, w = problem("mha", N=16, d=3, H=2, seed=1)
+    c, Am, b, e, e3, fsal = pair.arrays()
+    _, err_plain, _, _, _ = small.embedded_attempt(x, 0.25, A, V, w, a, "mha", (c, Am, b, e, e3[:0], fsal), 1e-6, 1e-8)
+    _, err, _, _, _ = small.embedded_attempt(x, 0.25, A, V, w, a, "mha", pair.arrays(), 1e-6, 1e-8)
+    assert abs(err_plain - err) > 1e-3 * err, (err_plain, err)
