@@ -386,12 +386,12 @@ def _adaptive_ensemble(
             f"adaptive ensembles ({method!r}) need plain heads (no biases, mask or rotary) and numba",
             hint=Hint("weights"),
         )
-    for h in heads:
-        check_model(model, h)
+    for hd in heads:
+        check_model(model, hd)
     a = masses(token_weights, N, "token_weights", X)
     w = masses(head_weights, heads[0].H, "head_weights", X)
-    A = np.stack([h.A.double().numpy() * bt for h, bt in zip(heads, betas)])
-    V = np.stack([h.values.double().numpy() * (bt if h.V is None else 1.0) for h, bt in zip(heads, betas)])
+    A = np.stack([hd.A.double().numpy() * bt for hd, bt in zip(heads, betas)])
+    V = np.stack([hd.values.double().numpy() * (bt if hd.V is None else 1.0) for hd, bt in zip(heads, betas)])
     pair = ADAPTIVE[method]
     tab = pair.arrays()
     spacing = dt * save_every
