@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from attnflow._version import __version__
+from attnflow.core.text import terminal_text
 
 #: typer's type label (``<int range>``, ``<list[str]>``) -> the word shown in help (click's style).
 _TYPE_WORDS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": "BOOLEAN"}
@@ -123,10 +124,12 @@ class UserError(Exception):
 
 
 def say(message: str, style: str | None = None, prefix: str = "") -> None:
-    """Print ``message`` to stderr as plain text (escaped: ``[sweep]`` in a message stays ``[sweep]``),
-    after an optional styled ``prefix`` such as ``error:``."""
+    """Print ``message`` to stderr as plain text, after an optional styled ``prefix`` such as ``error:``.
+
+    Escaped twice over: rich markup (``[sweep]`` in a message stays ``[sweep]``) and control characters
+    (an ESC sequence from a folder's text is shown as ``\\x1b[2J``, never sent to the terminal)."""
     head = f"[{style}]{escape(prefix)}[/] " if style and prefix else (escape(prefix) + " " if prefix else "")
-    console.print(head + escape(str(message)), highlight=False, soft_wrap=True)
+    console.print(head + escape(terminal_text(message)), highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -154,6 +157,7 @@ USER_OS_ERRORS = {
     errno.ELOOP,
     errno.EDQUOT,
     errno.ENOENT,
+    errno.EFBIG,
 }
 
 
@@ -161,6 +165,8 @@ def os_error_message(e: OSError) -> str:
     """``e`` as one sentence naming the path and the reason."""
     where = " -> ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None)
     why = e.strerror or str(e)
+    if e.errno == errno.EFBIG:
+        why = "file too large (a file size limit, ulimit -f, or the file system's largest file)"
     return f"cannot use {where}: {why}." if where else f"{why}."
 
 

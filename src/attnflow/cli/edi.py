@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
+from attnflow.core.text import plain_label
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -28,7 +29,7 @@ def plot_budget(budget, path: Path) -> Path:
     ax.plot(budget.t, -c["dissipation"] + c["weights"], "k:", label="weights - dissipation")
     ax.set_ylabel("cumulated")
     ax.legend(fontsize=8)
-    ax.set_title(f"energy-dissipation budget ({budget.method}, dt={budget.dt:g})")
+    ax.set_title(f"energy-dissipation budget ({plain_label(budget.method)}, dt={budget.dt:g})")
     axr.plot(budget.t, c["residual"], color="C3")
     axr.set_ylabel("residual")
     axr.set_xlabel("t")

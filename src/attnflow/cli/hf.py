@@ -73,6 +73,8 @@ def verify(
         raise UserError(f"--tokens must be positive; got {tokens}")
     if text is not None and not text.strip():
         raise UserError("the --text prompt is empty; give at least one word.")
+    if not (tol >= 0 and tol < float("inf")):  # NaN compares false: it would call every layer mismatched
+        raise UserError(f"--tol must be a finite non-negative number; got {tol}.")
     model = load_model(path)
     layers = extract(model, source=path)
     ids = None

@@ -139,34 +139,33 @@ def scan_folder(folder: str | os.PathLike, *, max_entries: int = MAX_ENTRIES) ->
             entries = list(os.scandir(d))
         except OSError as e:
             raise UnsafeInputError(f"{str(d)!r} cannot be listed ({e.strerror or e}).") from None
-        for e in entries:
+        for entry in entries:
             count += 1
             if count > max_entries:
                 raise UnsafeInputError(
                     f"{str(root)!r} holds more than {max_entries:,} files and folders; an attnflow folder holds far "
                     "fewer."
                 )
-            st = e.stat(follow_symlinks=False)
+            st = entry.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafeInputError(
-                    f"{e.path!r} is a symbolic link; attnflow neither reads nor writes through links in a folder "
+                    f"{entry.path!r} is a symbolic link; attnflow neither reads nor writes through links in a folder "
                     "(it may point anywhere)."
                 )
             if stat.S_ISDIR(st.st_mode):
-                stack.append(Path(e.path))
+                stack.append(Path(entry.path))
             elif stat.S_ISREG(st.st_mode):
-                _check_file_size(e.path, st)
+                _check_file_size(entry.path, st)
                 total += st.st_size
             else:
-                raise UnsafeInputError(f"{e.path!r} is not a file or folder (a device, pipe or socket).")
+                raise UnsafeInputError(f"{entry.path!r} is not a file or folder (a device, pipe or socket).")
     return total
 
 
 def _check_file_size(path: str, st: os.stat_result) -> None:
     if st.st_size > MAX_FILE_BYTES:
         raise UnsafeInputError(
-            f"{path!r} is {st.st_size:,} bytes, more than the {MAX_FILE_BYTES:,} a file of an attnflow folder may "
-            "have."
+            f"{path!r} is {st.st_size:,} bytes, more than the {MAX_FILE_BYTES:,} a file of an attnflow folder may have."
         )
     blocks = getattr(st, "st_blocks", None)
     if blocks is not None and st.st_size > 2**24 and blocks * 512 < st.st_size // 8:
@@ -248,7 +247,9 @@ def check_npz(path: str | os.PathLike, *, budget: float | None = None) -> None:
     except (OSError, zipfile.BadZipFile, ValueError):
         return  # the reader names the damage
     if len(infos) > 10_000:
-        raise UnsafeInputError(f"{str(path)!r} holds {len(infos):,} archive members; an attnflow file holds a few dozen.")
+        raise UnsafeInputError(
+            f"{str(path)!r} holds {len(infos):,} archive members; an attnflow file holds a few dozen."
+        )
     total = sum(i.file_size for i in infos)
     if total > budget:
         raise UnsafeInputError(

@@ -307,7 +307,7 @@ def glob_escape(name: str) -> str:
 RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK}
 #: What an attnflow sweep folder holds (:mod:`attnflow.sweep.table`); a folder recognised as one by
 #: its manifest (``"kind": "sweep"``), or for sweeps written before manifests, by holding only these.
-SWEEP_FILES = {"sweep.yaml", "points", "results.parquet", "timeseries.parquet", MANIFEST}
+SWEEP_FILES = {"sweep.yaml", "points", "results.parquet", "timeseries.parquet", "trajectories", MANIFEST}
 
 
 def read_manifest(path: str | os.PathLike) -> dict | None:
@@ -412,6 +412,50 @@ def refusal(path: str | os.PathLike) -> str:
     )
 
 
+#: The mark in the head of every ``report.html`` attnflow writes (how a report is recognised as ours).
+REPORT_MARK = '<meta name="generator" content="attnflow report">'
+#: What each command's output file starts with: the one kind of file that command may replace.
+FILE_KINDS: dict[str, tuple[str, Callable[[bytes], bool]]] = {
+    "report": ("an attnflow report", lambda head: REPORT_MARK.encode() in head),
+    "movie": ("a movie (MP4 or GIF)", lambda head: head[:6] in (b"GIF87a", b"GIF89a") or head[4:8] == b"ftyp"),
+    "figure": ("a figure (PNG or PDF)", lambda head: head[:8] == b"\x89PNG\r\n\x1a\n" or head[:5] == b"%PDF-"),
+}
+
+
+def check_file_out(path: str | os.PathLike, kind: str, *, force: bool, owned: bool = False) -> None:
+    """The one ownership rule for a command that writes a file (``report``, ``movie``, ``plot``).
+
+    A missing ``path`` is fine. An existing one must be a real file (a link is refused: writing
+    would change what it points to) of the command's own kind (:data:`FILE_KINDS`, recognised by
+    its first bytes), and is replaced only with ``force`` or when ``owned`` (the file belongs to
+    an attnflow folder, as ``RUN/report.html`` does). Anything else is refused, even with ``force``.
+    """
+    p = Path(path)
+    refuse_link(p, "output file")
+    refuse_link(p.parent, "output folder")
+    if not p.exists():
+        return
+    what, recognise = FILE_KINDS[kind]
+    if not p.is_file():
+        raise InputError(
+            f"{str(p)!r} is {what_it_is(p)}, not {what}; attnflow will not replace it. Choose another output."
+        )
+    if owned:
+        return
+    try:
+        with os.fdopen(open_nofollow(p, os.O_RDONLY), "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        head = b""
+    if not recognise(head):
+        raise InputError(
+            f"{str(p)!r} is a file that is not {what} written by attnflow; attnflow will not replace it, even with "
+            "--force. Choose another output."
+        )
+    if not (force or owned):
+        raise InputError(f"{str(p)!r} already exists; choose another output, or pass --force to replace it.")
+
+
 # --- Integrity: the manifest written before provenance.json, checked on read --------------------------
 
 
@@ -437,6 +481,15 @@ def write_manifest(folder: Path, kind: str = "run") -> Path:
     text = json.dumps({"format": MANIFEST_FORMAT, "kind": kind, "algorithm": "sha256", "files": files}, indent=0)
     with atomic_write(out) as fh:
         fh.write(text)
+    return out
+
+
+def mark_folder(folder: Path, kind: str) -> Path:
+    """Write the ``manifest.json`` that marks ``folder`` as attnflow's ``kind`` (a sweep folder, whose
+    records change as it runs, carries no digests): the mark :func:`folder_kind` recognises."""
+    out = folder / MANIFEST
+    with atomic_write(out) as fh:
+        fh.write(json.dumps({"format": MANIFEST_FORMAT, "kind": kind, "algorithm": "sha256", "files": {}}, indent=0))
     return out
 
 
