@@ -279,12 +279,15 @@ def show(
     """
     import json
 
+    from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
     from attnflow.runs.runner import folder_status
 
     wanted = _parse_times(times)
     if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}.")
+    if run_dir.is_dir():
+        scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))
     rec = summary_record(run_dir, wanted)

@@ -219,7 +219,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 
 def memory_budget() -> float:
     """Bytes this process may reasonably allocate: half of the smaller of the machine's available
-    memory and the address-space limit (``ulimit -v``)."""
+    memory and what the address-space limit (``ulimit -v``) leaves above what is already mapped."""
     limits: list[float] = []
     try:
         import psutil  # optional
@@ -233,7 +233,11 @@ def memory_budget() -> float:
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
-            limits.append(float(soft))
+            mapped = 0.0
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open("/proc/self/statm") as fh:
+                    mapped = float(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            limits.append(max(float(soft) - mapped, 0.0))
     return 0.5 * min(limits) if limits else float(8 * 2**30)
 
 

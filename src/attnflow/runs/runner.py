@@ -27,6 +27,7 @@ import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.core.caller import AttnflowWarning
+from attnflow.core.errors import UnsafeInputError
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.lock import output_lock, refuse_if_busy
 from attnflow.io.safety import atomic_write, scan_folder
@@ -379,8 +380,12 @@ def folder_status(run_dir: str | Path) -> str:
         return f'{name} is not a complete run folder: its provenance.json says "complete": {shown}, not true.'
     ck = None
     if (p / CHECKPOINT).is_file():
-        with contextlib.suppress(ValueError, OSError):
+        try:
             ck = load_checkpoint(p / CHECKPOINT)
+        except UnsafeInputError as e:  # a zip bomb or a link: say so, not "no usable checkpoint"
+            return f"{name} is not a usable run folder: {e}"
+        except (ValueError, OSError):
+            ck = None
     reason = stopped or (ck.stopped if ck is not None else None)
     if reason:
         return (
