@@ -155,7 +155,7 @@ def test_the_checks_catch_a_broken_page(browser, tmp_path):
 PAYLOADS = (
     "<script>window.__attnflow_pwned = 1</script>",
     '<img src=x onerror="window.__attnflow_pwned = 2">',
-    "<svg onload=\"window.__attnflow_pwned = 3\"></svg>",
+    '<svg onload="window.__attnflow_pwned = 3"></svg>',
 )
 
 
