@@ -150,6 +150,7 @@ def dataset_to_trajectory(
     for k, v in ds.attrs.items():
         if str(k).startswith("steps_"):
             key = check_name(str(k)[len("steps_") :], f"the attribute {str(k)[:40]!r}", where)
+            v = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
             steps_info[key] = check_text(v, f"the attribute {str(k)[:40]!r}", where)
     if "A" in ds:
         A, V = np.asarray(ds["A"].values), np.asarray(ds["V"].values) if "V" in ds else None
