@@ -646,3 +646,30 @@ def test_a_file_size_limit_is_one_sentence(tmp_path):
     text = (tmp_path / "out.txt").read_text()
     assert os.waitstatus_to_exitcode(status) == 2, text
     assert "Traceback" not in text and "too large" in text, text
+
+
+def test_an_hf_run_folder_has_a_manifest_and_its_reader_is_chosen_by_name(tmp_path):
+    """``hf run`` folders had no manifest (every load warned "written by an older attnflow") and named
+    their heads reader as code; now they carry a manifest and a registered reader name."""
+    import warnings
+
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from attnflow.hf.tiny import save_tiny
+    from attnflow.io.readers import HEADS_READERS
+    from attnflow.io.store import DataWarning
+
+    model = save_tiny("gpt2", tmp_path / "gpt2", tokenizer=True)
+    out = tmp_path / "hfrun"
+    res = CliRunner().invoke(app, ["hf", "run", str(model), "--ids", "1,2,3", "--out", str(out), "--no-figures"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / MANIFEST).read_text())["kind"] == "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        traj = load(out)
+    meta = json.loads((out / "dataset.zarr" / ".zmetadata").read_text())["metadata"][".zattrs"]
+    assert meta["heads_reader"] in HEADS_READERS and traj.A.shape[0] == len(traj.t)
+    set_attrs(out, heads_reader="attnflow.hf.folder:save_hf_run")  # a real function of attnflow, still refused
+    with pytest.raises(UnsafeInputError, match="heads reader"):
+        load(out)

@@ -25,7 +25,7 @@ import yaml
 
 from attnflow.config import ConfigError, parse_config
 from attnflow.io.lock import output_lock
-from attnflow.io.safety import atomic_write, refuse_link, scan_folder
+from attnflow.io.safety import atomic_write, refuse_link
 from attnflow.io.store import folder_kind, mark_folder, what_it_is
 from attnflow.runs import run_config
 from attnflow.solve.preflight import Estimate, preflight, sweep_estimate
@@ -203,7 +203,7 @@ def run_sweep(
             "Give a new folder (or the folder of the same sweep, to continue it)."
         )
     if kind == "sweep":
-        scan_folder(out)  # a link planted in the folder is refused before anything is written
+        _refuse_links(out)
     done = finished_ids(out) if out.is_dir() else set()
     n_workers = workers or (1 if scheduler is not None or client is not None else max(1, min(os.cpu_count() or 1, 8)))
     est = preflight(
@@ -223,6 +223,19 @@ def run_sweep(
     finally:
         if owned is not None:
             owned.close()
+
+
+def _refuse_links(out: Path) -> None:
+    """Refuse a link planted where the sweep writes: in ``out`` itself and in ``out/points`` (the run
+    folders under ``trajectories/`` are written atomically, never through a link, see
+    :func:`attnflow.io.store.atomic_folder`)."""
+    for folder in (out, out / POINTS):
+        if folder.is_dir() and not folder.is_symlink():
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    refuse_link(entry.path, "sweep file")
+        else:
+            refuse_link(folder, "points folder")
 
 
 def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress) -> SweepReport:
