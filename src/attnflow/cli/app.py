@@ -22,7 +22,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from attnflow._version import __version__
-from attnflow.core.text import terminal_text
 
 #: typer's type label (``<int range>``, ``<list[str]>``) -> the word shown in help (click's style).
 _TYPE_WORDS = {"int": "INTEGER", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": "BOOLEAN"}
@@ -128,6 +127,8 @@ def say(message: str, style: str | None = None, prefix: str = "") -> None:
 
     Escaped twice over: rich markup (``[sweep]`` in a message stays ``[sweep]``) and control characters
     (an ESC sequence from a folder's text is shown as ``\\x1b[2J``, never sent to the terminal)."""
+    from attnflow.core.text import terminal_text  # here: the package attnflow.core imports torch
+
     head = f"[{style}]{escape(prefix)}[/] " if style and prefix else (escape(prefix) + " " if prefix else "")
     console.print(head + escape(terminal_text(message)), highlight=False, soft_wrap=True)
 

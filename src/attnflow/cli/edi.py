@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
-from attnflow.core.text import plain_label
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -20,6 +19,8 @@ def plot_budget(budget, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from attnflow.core.text import plain_label
 
     c = budget.cumulative
     fig, (ax, axr) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=(3, 1.4))

@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, confirm_heavy, guarded, progress_bar, say, warn
-from attnflow.core.text import terminal_text
 
 
 @app.command()
@@ -208,6 +207,8 @@ def _fmt(v) -> str:
 
 
 def _print_summary(rec: dict) -> None:
+    from attnflow.core.text import terminal_text
+
     out = Console()
     table = Table(title=f"run {escape(terminal_text(rec['path']))}", show_header=True)
     table.add_column("quantity")
