@@ -168,7 +168,8 @@ def _check_file_size(path: str, st: os.stat_result) -> None:
             f"{path!r} is {st.st_size:,} bytes, more than the {MAX_FILE_BYTES:,} a file of an attnflow folder may have."
         )
     blocks = getattr(st, "st_blocks", None)
-    if blocks is not None and st.st_size > 2**24 and blocks * 512 < st.st_size // 8:
+    # Far below what even a compressing file system stores for attnflow's (already compressed) data.
+    if blocks is not None and st.st_size > 2**28 and blocks * 512 < st.st_size // 64:
         raise UnsafeInputError(
             f"{path!r} is a sparse file ({st.st_size:,} bytes, {blocks * 512:,} on disk); attnflow never writes "
             "one, so it is not read."
