@@ -656,10 +656,15 @@ def test_hidden_temporary_folders_are_cleaned_by_a_successful_resume(tmp_path, c
     leftover = tmp_path / ".r.tmp-deadbeef"
     leftover.mkdir()
     (leftover / "junk").write_text("x")
+    (leftover / ".attnflow-writing").touch()  # what a killed atomic write leaves: provably ours (issue 27)
+    users = tmp_path / ".r.tmp-0000cafe"  # the same pattern without the mark: the user's, kept
+    users.mkdir()
+    (users / "notes").write_text("mine")
     assert folder_kind(out) == "unfinished"
     r = _cli("run", "--resume", str(out), "--no-figures")
     assert r.returncode == 0, r.stderr
     assert is_complete(out) and not leftover.exists()
+    assert (users / "notes").read_text() == "mine"
 
 
 def test_truncated_run_config_is_not_called_a_different_run(tmp_path, cfg_file):

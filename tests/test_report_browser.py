@@ -150,3 +150,36 @@ def test_the_checks_catch_a_broken_page(browser, tmp_path):
     assert errors and "undefinedFunction" in errors[0]["message"]
     blank = _scene_pixels(browser, browser.find_element(By.ID, "c"))
     assert len(_chromatic(blank)) == 0 and len(np.unique(blank.reshape(-1, 3), axis=0)) <= 2
+
+
+PAYLOADS = (
+    "<script>window.__attnflow_pwned = 1</script>",
+    '<img src=x onerror="window.__attnflow_pwned = 2">',
+    '<svg onload="window.__attnflow_pwned = 3"></svg>',
+)
+
+
+def test_no_script_planted_in_a_run_runs_in_the_browser(browser, traj3, tmp_path):
+    """Issue 27: a run whose every string field carries script (the EDI paragraph printed the method
+    raw) opens in Chromium without running any of it; the same payload unescaped does run."""
+    import dataclasses
+
+    payload = "".join(PAYLOADS)
+    bad = dataclasses.replace(
+        traj3,
+        method=f"euler{payload}",
+        config={**traj3.config, "name": payload, "notes": {payload: payload}},
+        provenance={**traj3.provenance, "git_commit": payload, payload: payload},
+        steps_info={**traj3.steps_info, "method": payload},
+    )
+    page = write_report(bad, tmp_path / "poisoned.html", max_frames=4)
+    browser.get(page.resolve().as_uri())
+    assert _wait(lambda: browser.execute_script("return !!document.getElementById('attnflow-report')._fullLayout"))
+    time.sleep(1.0)
+    assert browser.execute_script("return window.__attnflow_pwned === undefined")
+    assert "window.__attnflow_pwned" in browser.find_element(By.TAG_NAME, "body").text  # shown as text
+    # Negative control: the payload written raw into a page does run in this browser.
+    raw = tmp_path / "raw.html"
+    raw.write_text(f"<!DOCTYPE html><html><body><p>{PAYLOADS[1]}</p></body></html>")
+    browser.get(raw.as_uri())
+    assert _wait(lambda: browser.execute_script("return window.__attnflow_pwned === 2"), timeout=10)

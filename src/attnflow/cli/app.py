@@ -135,10 +135,14 @@ class UserError(InputError):
 
 
 def say(message: str, style: str | None = None, prefix: str = "") -> None:
-    """Print ``message`` to stderr as plain text (escaped: ``[sweep]`` in a message stays ``[sweep]``),
-    after an optional styled ``prefix`` such as ``error:``."""
+    """Print ``message`` to stderr as plain text, after an optional styled ``prefix`` such as ``error:``.
+
+    Escaped twice over: rich markup (``[sweep]`` in a message stays ``[sweep]``) and control characters
+    (an ESC sequence from a folder's text is shown as ``\\x1b[2J``, never sent to the terminal)."""
+    from attnflow.core.text import terminal_text  # here: the package attnflow.core imports torch
+
     head = f"[{style}]{escape(prefix)}[/] " if style and prefix else (escape(prefix) + " " if prefix else "")
-    console.print(head + escape(str(message)), highlight=False, soft_wrap=True)
+    console.print(head + escape(terminal_text(message)), highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -166,6 +170,7 @@ USER_OS_ERRORS = {
     errno.ELOOP,
     errno.EDQUOT,
     errno.ENOENT,
+    errno.EFBIG,
 }
 
 
@@ -173,6 +178,8 @@ def os_error_message(e: OSError) -> str:
     """``e`` as one sentence naming the path and the reason."""
     where = " -> ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None)
     why = e.strerror or str(e)
+    if e.errno == errno.EFBIG:
+        why = "file too large (a file size limit, ulimit -f, or the file system's largest file)"
     return f"cannot use {where}: {why}." if where else f"{why}."
 
 

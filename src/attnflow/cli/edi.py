@@ -20,6 +20,8 @@ def plot_budget(budget, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from attnflow.core.text import plain_label
+
     c = budget.cumulative
     fig, (ax, axr) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=(3, 1.4))
     ax.plot(budget.t, c["energy_change"], label=r"$F(\mu_t,t)-F(\mu_0,0)$")
@@ -28,7 +30,7 @@ def plot_budget(budget, path: Path) -> Path:
     ax.plot(budget.t, -c["dissipation"] + c["weights"], "k:", label="weights - dissipation")
     ax.set_ylabel("cumulated")
     ax.legend(fontsize=8)
-    ax.set_title(f"energy-dissipation budget ({budget.method}, dt={budget.dt:g})")
+    ax.set_title(f"energy-dissipation budget ({plain_label(budget.method)}, dt={budget.dt:g})")
     axr.plot(budget.t, c["residual"], color="C3")
     axr.set_ylabel("residual")
     axr.set_xlabel("t")

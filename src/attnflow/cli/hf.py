@@ -73,6 +73,8 @@ def verify(
         raise UserError(f"--tokens must be positive; got {tokens}")
     if text is not None and not text.strip():
         raise UserError("the --text prompt is empty; give at least one word.")
+    if not (tol >= 0 and tol < float("inf")):  # NaN compares false: it would call every layer mismatched
+        raise UserError(f"--tol must be a finite non-negative number; got {tol}.")
     model = load_model(path)
     layers = extract(model, source=path)
     ids = None
@@ -190,6 +192,7 @@ def print_hf_summary(run_dir: Path) -> None:
     """The comparison and head tables of an hf run folder (``attnflow show`` prints them too)."""
     from rich.markup import escape
 
+    from attnflow.core.text import terminal_text
     from attnflow.hf.flow import load_comparison
     from attnflow.hf.views import depth_table, head_table, path_line
 
@@ -197,20 +200,25 @@ def print_hf_summary(run_dir: Path) -> None:
     tokens = ds.attrs.get("tokens")
     title = f"{ds.attrs.get('hf_architecture', '?')}: model vs attention-only flow, {ds.sizes['token']} tokens"
     for header, rows in (depth_table(ds), head_table(ds)):
-        table = Table(title=escape(title))
+        table = Table(title=escape(terminal_text(title)))  # text of a folder: control characters shown escaped
         for col in header:
-            table.add_column(escape(col), justify="right")
+            table.add_column(escape(terminal_text(col)), justify="right")
         for r in rows:
-            table.add_row(*[escape(c) for c in r])
+            table.add_row(*[escape(terminal_text(c)) for c in r])
         Console().print(table)
         title = "which heads drive the collapse (at the model's positions)"
     line = path_line(ds)
     if line:
-        Console().print(escape(line))
+        Console().print(escape(terminal_text(line)))
     if tokens:
         import json
 
-        Console().print("tokens: " + escape(" ".join(json.loads(tokens))))
+        try:
+            words = json.loads(tokens)
+        except (TypeError, ValueError):
+            words = None
+        if isinstance(words, list):
+            Console().print("tokens: " + escape(terminal_text(" ".join(str(w) for w in words))))
     Console().print(
         "cos: mean over tokens of <x_i, x_i(model)>; 1-layer: one layer of flow from the model's positions at the "
         "depth before; no move / random: baselines (positions kept; random heads of the same shapes and norms). "

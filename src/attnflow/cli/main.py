@@ -140,7 +140,6 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     from attnflow.io.trajectory import load
     from attnflow.sweep.table import time_to_cluster
 
-    attrs = dict(xr.open_zarr(path / DATASET).attrs)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DataWarning)
@@ -153,10 +152,18 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
             f"{str(path)!r} holds no token trajectory (its dataset lacks {e}); it is an experiment's summary: "
             "see its results.json."
         ) from None
+    # Read only after load() has checked the folder (links, sizes, strings); attributes of the wrong
+    # type (a tampered folder) are treated as not recorded, never trusted.
+    attrs = dict(xr.open_zarr(path / DATASET).attrs)
     cfg = traj.config or {}
     if "weights" not in cfg and isinstance(attrs.get("config"), str):
-        cfg = json.loads(attrs["config"])
-    section = lambda name: cfg.get(name) or {}
+        try:
+            parsed = json.loads(attrs["config"])
+        except ValueError:
+            parsed = None
+        cfg = parsed if isinstance(parsed, dict) else cfg
+    section = lambda name: (cfg.get(name) if isinstance(cfg, dict) and isinstance(cfg.get(name), dict) else None) or {}
+    scalar = lambda v: v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else None
     t = traj.t
     wanted = [float(t[0]), float(t[-1])] if times is None else times
     idx = list(dict.fromkeys(int(np.argmin(np.abs(t - w))) for w in wanted))  # nearest saved times, once each
@@ -174,9 +181,9 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
         "t_end": float(t[-1]),
         "saved_times": len(t),
         "seed": traj.seed,
-        "weights": attrs.get("weights_process", section("weights").get("process")),
-        "beta": attrs.get("beta", section("heads").get("beta")),
-        "cluster_eps": attrs.get("cluster_eps", section("diagnostics").get("cluster_eps")),
+        "weights": scalar(attrs.get("weights_process", section("weights").get("process"))),
+        "beta": scalar(attrs.get("beta", section("heads").get("beta"))),
+        "cluster_eps": scalar(attrs.get("cluster_eps", section("diagnostics").get("cluster_eps"))),
         "requested_times": None if times is None else wanted,
         "times": [float(t[k]) for k in idx],
         "diagnostics": {name: [clean(float(d[name][k])) for k in idx] for name in d},
@@ -218,14 +225,18 @@ def _fmt(v) -> str:
 
 
 def _print_summary(rec: dict) -> None:
+    from attnflow.core.text import terminal_text
+
     out = Console()
-    table = Table(title=f"run {escape(rec['path'])}", show_header=True)
+    table = Table(title=f"run {escape(terminal_text(rec['path']))}", show_header=True)
     table.add_column("quantity")
     for t in rec["times"]:
         table.add_column(f"t = {t:.4g}", justify="right")
     for name in SHOWN:
         if name in rec["diagnostics"]:
-            table.add_row(name, *[_fmt(v) for v in rec["diagnostics"][name]])
+            table.add_row(
+                escape(terminal_text(name)), *[escape(terminal_text(_fmt(v))) for v in rec["diagnostics"][name]]
+            )
     out.print(table)
     ttc, final = rec["time_to_clustering"], rec["final_clusters"]
     if final is None:
@@ -259,7 +270,7 @@ def _print_summary(rec: dict) -> None:
     ]
     info = Table(show_header=False, box=None)
     for k, v in rows:
-        info.add_row(escape(str(k)), escape(_fmt(v)))
+        info.add_row(escape(terminal_text(k)), escape(terminal_text(_fmt(v))))
     out.print(info)
 
 
@@ -288,12 +299,15 @@ def show(
     """
     import json
 
+    from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
     from attnflow.runs.runner import folder_status
 
     wanted = _parse_times(times)
     if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}.")
+    if run_dir.is_dir():
+        scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))
     rec = summary_record(run_dir, wanted)
@@ -312,6 +326,7 @@ def show(
 def plot(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the figures (default RUN/figures)."),
+    force: bool = typer.Option(False, "--force", help="Replace figures already in the --out folder."),
 ) -> None:
     """Draw sphere snapshots (PCA view for d > 3) and energy/slope/cluster curves.
 
@@ -319,12 +334,17 @@ def plot(
 
       attnflow plot runs/ou --out figs/
     """
-    from attnflow.io.store import FIGURES
+    from attnflow.io.safety import refuse_link
+    from attnflow.io.store import FIGURES, check_file_out
     from attnflow.io.trajectory import load
-    from attnflow.viz.plotting import plot_run
+    from attnflow.viz.plotting import FIGURE_FILES, plot_run
 
     traj = load(run_dir)
-    paths = plot_run(traj, out or run_dir / FIGURES)
+    where = out or run_dir / FIGURES
+    refuse_link(where, "figures folder")
+    for name in FIGURE_FILES:  # one file kind: figures; only ours are replaced (RUN/figures belongs to the run)
+        check_file_out(where / name, "figure", force=force, owned=out is None)
+    paths = plot_run(traj, where)
     if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its figures too
         from attnflow.hf.views import plot_hf
 

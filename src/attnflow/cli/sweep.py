@@ -76,6 +76,7 @@ def sweep(
             batch=batch,
             retry_failed=retry_failed,
             on_progress=progress,
+            on_points=lambda k, n: bar.update(task, total=n, completed=k, left="validating"),
             confirm=lambda est: confirm_heavy(est, f"sweep {sweep_file.name!r}", yes),
         )
     say(

@@ -11,11 +11,14 @@ from attnflow.cli.app import UserError, app, guarded, say
 
 
 def _complete_run(run_dir: Path) -> None:
+    from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
     from attnflow.runs.runner import folder_status
 
     if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}; make one with 'attnflow run --preset ou --out {run_dir}'.")
+    if run_dir.is_dir():
+        scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
         raise UserError(folder_status(run_dir))
 
@@ -32,6 +35,7 @@ def report(
         min=1,
         help="Most tokens drawn in the 3-D view (a fixed random subset; clusters use all).",
     ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing report given with --out."),
 ) -> None:
     """Write an interactive, self-contained HTML report (opens offline in any browser).
 
@@ -46,7 +50,7 @@ def report(
     from attnflow.viz.report import write_report
 
     _complete_run(run_dir)
-    path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens)
+    path = write_report(run_dir, out, max_frames=max_frames, max_tokens=max_tokens, force=force)
     if (run_dir / "hf_comparison.zarr").is_dir():  # a folder of 'attnflow hf run': its comparison too
         from attnflow.hf.views import add_to_report
 
@@ -95,13 +99,13 @@ def movie(
       attnflow movie runs/ou --out ou.gif --resolution 480x360 --fps 15
     """
     from attnflow.cli.app import progress_bar
+    from attnflow.io.store import check_file_out
     from attnflow.viz.movie import MovieSettings, parse_resolution, render_movie
 
     _complete_run(run_dir)
     if out.suffix.lower() not in (".mp4", ".gif"):
         raise UserError(f"--out must end in .mp4 or .gif; got {str(out)!r}.")
-    if out.exists() and not force:
-        raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+    check_file_out(out, "movie", force=force)
     settings = MovieSettings(
         frames=frames,
         fps=fps,

@@ -128,7 +128,7 @@ class LayersWeights(_Strict):
     """``layers`` blocks over ``[0, t_end]``, each an independent draw of the head preset."""
 
     process: Literal["layers"] = "layers"
-    layers: PositiveInt = 6
+    layers: int = Field(6, ge=1, le=10_000)  # bounded: each layer is a draw of every head (i27)
 
 
 WeightsConfig = Annotated[

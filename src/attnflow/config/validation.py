@@ -18,15 +18,18 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.config.errors import ConfigError
+from attnflow.core.errors import UnsafeInputError
+from attnflow.core.files import read_npy, read_npz
 
 
 def _read(p: Path) -> dict[str, np.ndarray]:
     try:
         if p.suffix == ".npy":
-            return {"A": np.load(p, allow_pickle=False)}
+            return {"A": read_npy(p)}  # headers and sizes checked before anything is allocated
         if p.suffix == ".npz":
-            with np.load(p, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
+            return read_npz(p)
+    except UnsafeInputError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise ConfigError(f"heads.path: could not read weight file {str(p)!r} ({' '.join(str(e).split())}).") from None
     raise ConfigError(f"heads.path: weight file {str(p)!r} must end in .npy (A) or .npz (A and optional V).")

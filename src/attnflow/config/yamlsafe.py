@@ -3,7 +3,7 @@
 :func:`load_yaml` is ``yaml.safe_load`` with limits, so that no input can hang or exhaust the
 machine: at most :data:`MAX_BYTES` of text, :data:`MAX_DEPTH` levels of nesting and
 :data:`MAX_NODES` values once aliases are expanded (an "alias bomb" of nine nested anchors
-expands to a billion strings from a few hundred bytes). Duplicate keys in a mapping are refused
+expands to a billion strings from a few hundred bytes), and no alias cycle (``a: &a [*a]``). Duplicate keys in a mapping are refused
 instead of silently keeping the last one. :func:`excerpt` shortens any value for an error message.
 """
 
@@ -67,8 +67,13 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def _expanded_size(root: Node) -> int:
-    """Number of values in ``root`` with aliases expanded (memoised per node, stops past the limit)."""
+    """Number of values in ``root`` with aliases expanded (memoised per node, stops past the limit).
+
+    A node that contains itself through an alias (``a: &a [*a]``, 12 bytes that expand forever) is
+    refused with :class:`YAMLLimitError`: the nodes on the current path are tracked, so a cycle is
+    seen the moment it closes, before anything grows."""
     memo: dict[int, int] = {}
+    on_path: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, ready = stack.pop()
@@ -80,9 +85,19 @@ def _expanded_size(root: Node) -> int:
         elif isinstance(node, MappingNode):
             children = [n for pair in node.value for n in pair]
         if not ready:
+            on_path.add(id(node))
             stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in memo)
+            for c in children:
+                if id(c) in on_path:
+                    line = c.start_mark.line + 1 if c.start_mark is not None else "?"
+                    raise YAMLLimitError(
+                        f"an alias refers to a value that contains it (a cycle, at line {line}); it would expand "
+                        "forever. Write the values out"
+                    )
+                if id(c) not in memo:
+                    stack.append((c, False))
             continue
+        on_path.discard(id(node))
         total = 1
         for c in children:
             total += memo.get(id(c), 1)

@@ -10,6 +10,7 @@ from scipy.stats import vonmises_fisher
 
 from attnflow.core.caller import AttnflowWarning, caller_stacklevel
 from attnflow.core.errors import InputError
+from attnflow.core.files import read_npy
 
 
 class TokenWarning(AttnflowWarning):
@@ -122,7 +123,7 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
         raise InputError(f"token file {str(p)!r} does not exist")
     try:
         if p.suffix == ".npy":
-            x = np.load(p, allow_pickle=False)
+            x = read_npy(p)  # the header checked first: never a 2 TiB allocation, never pickles
         elif p.suffix == ".csv":
             x = np.loadtxt(p, delimiter=",", ndmin=2)
         else:

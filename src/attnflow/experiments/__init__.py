@@ -30,6 +30,7 @@ from attnflow.experiments.random_sets import RandomSets, run_random_sets
 from attnflow.experiments.relaxation import experiment_oscillating, experiment_ou
 from attnflow.experiments.report import write_reproduce_report
 from attnflow.experiments.stability import experiment_stability_input, experiment_stability_weights
+from attnflow.io.store import mark_folder
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
     "ou": experiment_ou,
@@ -137,6 +138,7 @@ def reproduce(
         combined["passed"] = all(r.passed for r in results)
         (out / "results.json").write_text(json.dumps(to_jsonable(combined), indent=2))
         write_reproduce_report(results, out, quick=quick, seed=seed, created=created)
+        mark_folder(out, "reproduce")  # every folder attnflow writes carries its manifest (issue 27)
     else:
         write_reproduce_report(results, out, quick=quick, seed=seed, created=created, single=True)
     return results

@@ -25,8 +25,10 @@ from typing import Any
 
 import torch
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import InputError, UnsafeInputError
 from attnflow.core.heads import Heads
+from attnflow.io.safety import inside, memory_budget
+from attnflow.io.store import read_small_text
 from attnflow.weights.processes import Layers
 
 #: model_type -> family; the families whose layout :func:`load_heads` knows.
@@ -153,7 +155,7 @@ def resolve_folder(path: str | os.PathLike) -> Path:
     modules = p / "modules.json"
     if modules.is_file():
         try:
-            entries = json.loads(modules.read_text())
+            entries = json.loads(read_small_text(modules))
             sub = [e.get("path", "") for e in entries if str(e.get("type", "")).endswith("models.Transformer")]
         except (ValueError, AttributeError, TypeError) as e:
             raise HFImportError(f"{str(modules)!r} is not a valid sentence-transformers modules.json ({e})") from e
@@ -162,7 +164,8 @@ def resolve_folder(path: str | os.PathLike) -> Path:
                 f"{str(modules)!r} names no sentence_transformers.models.Transformer module: the folder holds no "
                 "transformer to import"
             )
-        return p / sub[0] if sub[0] else p
+        # The module's path is data: it must name a sub-folder of this folder, never a model elsewhere.
+        return inside(p, sub[0], repr(str(modules))) if sub[0] else p
     if not (p / "config.json").is_file() and (p / "0_Transformer" / "config.json").is_file():
         return p / "0_Transformer"
     if not (p / "config.json").is_file():
@@ -173,14 +176,59 @@ def resolve_folder(path: str | os.PathLike) -> Path:
     return p
 
 
+#: Bounds on a model's declared sizes, checked before the model is built (a config.json of a few
+#: bytes may declare 100,000 layers): layers, hidden width, heads, and the parameter count.
+MAX_LAYERS = 1024
+MAX_HIDDEN = 65_536
+MAX_HEADS = 1024
+
+
+def check_config_sizes(raw: object, where: str) -> None:
+    """Refuse a ``config.json`` whose declared sizes are absurd or would not fit in memory, before
+    transformers builds the model (:class:`~attnflow.core.errors.UnsafeInputError`)."""
+    if not isinstance(raw, dict):
+        raise UnsafeInputError(f"{where} is not a JSON object of model settings.")
+
+    def size(*keys: str) -> int | None:
+        for k in keys:
+            v = raw.get(k)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise UnsafeInputError(f"{where}: {k} is {str(v)[:40]!r}, not a non-negative integer.")
+                return v
+        return None
+
+    layers = size("num_hidden_layers", "n_layer", "num_layers")
+    hidden = size("hidden_size", "n_embd", "d_model")
+    heads = size("num_attention_heads", "n_head")
+    for name, v, most in (
+        ("layers", layers, MAX_LAYERS),
+        ("hidden size", hidden, MAX_HIDDEN),
+        ("heads", heads, MAX_HEADS),
+    ):
+        if v is not None and v > most:
+            raise UnsafeInputError(
+                f"{where} declares {v:,} {name}, more than the {most:,} attnflow imports; the config is damaged or "
+                "hostile."
+            )
+    if layers and hidden:
+        need = 4.0 * 12 * layers * hidden**2  # float32 attention and MLP weights of a transformer block
+        if need > memory_budget():
+            raise UnsafeInputError(
+                f"{where} declares {layers:,} layers of width {hidden:,} (about {need / 2**30:.1f} GiB of weights), "
+                "more than this process can use."
+            )
+
+
 def _read_config(folder: Path):
     from transformers import AutoConfig
 
     cfg = folder / "config.json"
     try:
-        json.loads(cfg.read_text())
+        raw = json.loads(read_small_text(cfg))
     except (OSError, ValueError) as e:
         raise HFImportError(f"{str(cfg)!r} is not valid JSON ({e}); the model's config is corrupt or truncated") from e
+    check_config_sizes(raw, repr(str(cfg)))
     try:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as e:

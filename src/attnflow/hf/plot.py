@@ -6,6 +6,8 @@ from pathlib import Path
 
 import matplotlib
 
+from attnflow.core.text import plain_label
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
@@ -89,7 +91,7 @@ def plot_comparison(cmp: Comparison, path: str | Path, count: int = 4) -> Path:
         ax.legend(fontsize=7)
     m = cmp.meta
     fig.suptitle(
-        f"{m.get('architecture', '?')}: L={m.get('layers')}, H={m.get('heads')}, d={m.get('hidden')}, "
+        f"{plain_label(m.get('architecture', '?'))}: L={m.get('layers')}, H={m.get('heads')}, d={m.get('hidden')}, "
         f"N={cmp.real.shape[1]} tokens - model (top) vs attention-only flow (middle)",
         fontsize=10,
     )

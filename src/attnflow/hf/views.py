@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
 from pathlib import Path
@@ -12,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from attnflow.core.text import html_text
 from attnflow.hf.flow import COMPARISON, Comparison, load_comparison
 from attnflow.hf.plot import plot_comparison, plot_heads
+from attnflow.io.safety import atomic_write, refuse_link
 
 
 def is_hf_run(path: str | os.PathLike) -> bool:
@@ -118,6 +119,7 @@ def path_line(ds: xr.Dataset) -> str | None:
 def plot_hf(run_dir: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
     """Draw ``hf_comparison.png`` and ``hf_heads.png`` of an hf run folder into ``out``."""
     out = Path(out)
+    refuse_link(out, "figures folder")
     out.mkdir(parents=True, exist_ok=True)
     ds = load_comparison(run_dir)
     cmp = comparison_from_dataset(ds)
@@ -127,8 +129,8 @@ def plot_hf(run_dir: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
 
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table border='1' cellpadding='3' style='border-collapse:collapse'><tr>{head}</tr>{body}</table>"
 
 
@@ -139,7 +141,7 @@ def report_section(run_dir: str | os.PathLike) -> str:
     tokens = cmp.tokens or [str(i) for i in cmp.ids.tolist()]
     parts = [
         "<h2>The real model and its attention-only flow</h2>",
-        f"<p>Prompt ({len(tokens)} tokens): <code>{html.escape(' '.join(tokens))}</code></p>",
+        f"<p>Prompt ({len(tokens)} tokens): <code>{html_text(' '.join(tokens))}</code></p>",
         "<p>Depth l: the sphere point the norm feeding layer l sees. Cosines are means over tokens of "
         "&lt;x_i, x_i(model)&gt;; 'no move' keeps the positions of depth 0 (cumulative) or of depth l-1 "
         "(1-layer); 'random' uses random heads of the same shapes and norms.</p>",
@@ -149,7 +151,7 @@ def report_section(run_dir: str | os.PathLike) -> str:
     ]
     line = path_line(ds)
     if line:
-        parts.append(f"<p>{html.escape(line)}</p>")
+        parts.append(f"<p>{html_text(line)}</p>")
     figures = Path(run_dir) / "figures"
     for name in ("hf_comparison.png", "hf_heads.png"):
         p = figures / name
@@ -162,10 +164,10 @@ def report_section(run_dir: str | os.PathLike) -> str:
 def add_to_report(run_dir: str | os.PathLike, report: str | os.PathLike) -> Path:
     """Insert :func:`report_section` into an already written report page (before ``</body>``)."""
     p = Path(report)
+    refuse_link(p, "report")
     page = p.read_text(encoding="utf-8")
     section = report_section(run_dir)
     page = page.replace("</body>", section + "\n</body>", 1) if "</body>" in page else page + section
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, p)
+    with atomic_write(p) as fh:  # never through a link
+        fh.write(page)
     return p

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.io.safety import check_npz, open_nofollow, refuse_link
+
 FORMAT = "attnflow-checkpoint/1"
 CHECKPOINT = "checkpoint.npz"
 
@@ -91,6 +93,7 @@ def _json_default(v: Any) -> Any:
 def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
     """Write ``ckpt`` to ``path`` atomically (temporary file, fsync, rename)."""
     target = Path(path)
+    refuse_link(target, "checkpoint")
     target.parent.mkdir(parents=True, exist_ok=True)
     plain, sampler_arrays = _split_state(ckpt.sampler_state)
     meta = {
@@ -120,7 +123,7 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
     np.savez(buf, **arrays)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, "wb") as fh:
+        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as fh:
             fh.write(buf.getbuffer())
             fh.flush()
             os.fsync(fh.fileno())
@@ -140,10 +143,12 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise ValueError(f"checkpoint {str(p)!r} is not a file (a folder or a device), so it is not a checkpoint")
     if not p.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(p)!r}")
+    refuse_link(p, "checkpoint")
     if not zipfile.is_zipfile(p):
         raise ValueError(
             f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint (it is not a .npz archive; truncated?)"
         )
+    check_npz(p)  # a zip bomb is refused before anything is inflated
     try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}

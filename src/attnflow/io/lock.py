@@ -18,13 +18,15 @@ import datetime as _dt
 import json
 import os
 import platform
+import stat
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import InputError, UnsafeInputError
+from attnflow.io.safety import open_nofollow
 
 try:  # POSIX only
     import fcntl
@@ -55,7 +57,8 @@ def lock_path(path: str | os.PathLike) -> Path:
 def holder(path: str | os.PathLike) -> dict:
     """The record (``pid``, ``command``, ``host``, ``started``) in the lock file of ``path``, or ``{}``."""
     try:
-        data = json.loads(lock_path(path).read_text(encoding="utf-8") or "{}")
+        with os.fdopen(open_nofollow(lock_path(path), os.O_RDONLY), "rb") as fh:
+            data = json.loads(fh.read(65536).decode("utf-8") or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -67,8 +70,8 @@ def busy(path: str | os.PathLike) -> dict | None:
     if fcntl is None or str(lp) in _held:
         return None
     try:
-        fd = os.open(lp, os.O_RDONLY)
-    except OSError:
+        fd = open_nofollow(lp, os.O_RDONLY)
+    except (OSError, ValueError):
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -105,9 +108,17 @@ def _describe(info: dict) -> str:
 
 
 def _acquire(lp: Path) -> int:
-    """Open and flock ``lp`` without waiting; the returned descriptor holds the lock."""
+    """Open and flock ``lp`` without waiting; the returned descriptor holds the lock. A link planted
+    at ``lp`` is refused (``O_NOFOLLOW``): opening it would truncate the file it points to."""
     while True:
-        fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(lp, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # a pipe, or a hard link to another file
+            os.close(fd)
+            raise UnsafeInputError(
+                f"{str(lp)!r} is not attnflow's lock file (a pipe, device or a second name of another file); "
+                "remove it and try again."
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -161,7 +172,7 @@ def output_lock(path: str | os.PathLike, *, what: str = "output") -> Iterator[Pa
             time.sleep(0.025)
         _remove_empty(created)
         raise OutputBusy(_busy_message(path, info, what), info) from None
-    except OSError:
+    except (OSError, ValueError):
         _remove_empty(created)
         raise
     try:

@@ -24,8 +24,10 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -41,8 +43,19 @@ import xarray as xr
 import yaml
 
 from attnflow._version import __version__
-from attnflow.core.errors import InputError
+from attnflow.core.errors import InputError, UnsafeInputError
 from attnflow.io.metadata import INTEGER_DIAGNOSTICS, RUN_VARIABLES, describe, jsonable_attr
+from attnflow.io.safety import (
+    MAX_TEXT,
+    atomic_write,
+    check_name,
+    check_text,
+    inside,
+    memory_budget,
+    open_nofollow,
+    refuse_link,
+    scan_folder,
+)
 
 if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
     from attnflow.io.trajectory import Trajectory
@@ -54,10 +67,35 @@ FIGURES = "figures"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "attnflow-manifest/1"
 CHECKPOINT_NAME = "checkpoint.npz"  # io.checkpoint.CHECKPOINT (not imported: that module is heavier)
+#: Marks a folder attnflow is still assembling (removed before the rename that publishes it): a
+#: leftover holding it is provably ours.
+WRITING_MARK = ".attnflow-writing"
+#: Largest JSON or YAML file of a folder read whole (provenance, manifest, config, Zarr metadata).
+MAX_SMALL_FILE = 16 * 2**20
+#: Most chunk files a dataset may declare (a run's variables hold a handful each).
+MAX_CHUNKS = 1_000_000
 
 
 class DamagedRun(InputError):
     """A run folder whose files do not match what was written (missing, altered or unreadable)."""
+
+
+def read_small_text(path: Path, limit: int = MAX_SMALL_FILE) -> str:
+    """The text of a small file of a folder (JSON, YAML): never through a link, at most ``limit`` bytes."""
+    refuse_link(path, "file")
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UnsafeInputError(f"{str(path)!r} is not a file.")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeInputError(f"{str(path)!r} is larger than the {limit:,} bytes such a file of a folder may have.")
+    return data.decode("utf-8")
+
+
+def read_json(path: Path, limit: int = MAX_SMALL_FILE) -> Any:
+    """A small JSON file of a folder (see :func:`read_small_text`); ``ValueError`` when not JSON."""
+    return json.loads(read_small_text(path, limit))
 
 
 class DataWarning(UserWarning):
@@ -192,6 +230,7 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     after the block succeeded, then deleted.
     """
     final = Path(path)
+    refuse_link(final, "output folder")
     if final.exists() or final.is_symlink():
         if not overwrite:
             raise FileExistsError(
@@ -202,8 +241,13 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    (tmp / WRITING_MARK).touch()
     try:
         yield tmp
+        if not (tmp / MANIFEST).exists():  # every folder attnflow writes has one (its ownership mark)
+            write_manifest(tmp)
+        (tmp / WRITING_MARK).unlink()
+        refuse_link(final, "output folder")
         if final.exists():
             if not replaceable(final):  # it changed while we wrote: leave it alone
                 raise FileExistsError(refusal(final))
@@ -222,22 +266,36 @@ def clean_leftovers(path: str | os.PathLike) -> list[Path]:
     """Remove the hidden ``.NAME.tmp-*`` / ``.NAME.force-*`` folders a killed writer left beside ``path``.
 
     Call it only while holding the output lock of ``path`` (no other writer can own them then).
-    A ``.NAME.old-*`` folder (a kill between the two renames of a replacement) is put back when
-    ``path`` itself is missing, else removed. Returns what was removed.
+    Only what is provably ours is touched (:func:`is_our_leftover`): a real folder (no link) whose
+    name is exactly ``.NAME.tmp-XXXXXXXX`` (8 hex digits) and which holds attnflow's writing mark or
+    is itself an attnflow run folder (or empty). A ``.NAME.old-*`` folder (a kill between the two
+    renames of a replacement) is put back when ``path`` itself is missing, else removed. A file or
+    folder of the user's with a similar name stays. Returns what was removed.
     """
     final = Path(path)
     removed: list[Path] = []
     if not final.parent.is_dir():
         return removed
-    olds = sorted(final.parent.glob(f".{glob_escape(final.name)}.old-*"), key=lambda q: q.stat().st_mtime)
-    if olds and not final.exists():
+    ours = [q for q in final.parent.glob(f".{glob_escape(final.name)}.*-*") if is_our_leftover(q, final.name)]
+    olds = sorted((q for q in ours if ".old-" in q.name), key=lambda q: q.lstat().st_mtime)
+    if olds and not final.exists() and not final.is_symlink() and folder_kind(olds[-1]) in ("run", "unfinished"):
         os.rename(olds.pop(), final)
-    for pattern in ("tmp-*", "force-*", "old-*"):
-        for q in final.parent.glob(f".{glob_escape(final.name)}.{pattern}"):
-            if q in olds or pattern != "old-*":
-                shutil.rmtree(q, ignore_errors=True) if q.is_dir() else q.unlink(missing_ok=True)
-                removed.append(q)
+        ours = [q for q in ours if q.exists()]
+    for q in ours:
+        shutil.rmtree(q, ignore_errors=True)
+        removed.append(q)
     return removed
+
+
+def is_our_leftover(q: Path, name: str) -> bool:
+    """Whether ``q`` is a leftover of attnflow's writing ``name`` (see :func:`clean_leftovers`)."""
+    if not re.fullmatch(rf"\.{re.escape(name)}\.(tmp|force|old)-[0-9a-f]{{8}}", q.name):
+        return False
+    if q.is_symlink() or not q.is_dir():
+        return False
+    if (q / WRITING_MARK).is_file() and not (q / WRITING_MARK).is_symlink():
+        return True
+    return folder_kind(q) in ("run", "unfinished", "empty")
 
 
 def glob_escape(name: str) -> str:
@@ -247,14 +305,29 @@ def glob_escape(name: str) -> str:
 
 # --- What a path is: what may be replaced, and why not -------------------------------------------------
 
-RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html"}
+RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK}
+#: What an attnflow sweep folder holds (:mod:`attnflow.sweep.table`); a folder recognised as one by
+#: its manifest (``"kind": "sweep"``), or for sweeps written before manifests, by holding only these.
+SWEEP_FILES = {"sweep.yaml", "points", "results.parquet", "timeseries.parquet", "trajectories", MANIFEST}
+
+
+def read_manifest(path: str | os.PathLike) -> dict | None:
+    """``manifest.json`` of a folder as a mapping with a known ``format``, or ``None``."""
+    p = Path(path) / MANIFEST
+    try:
+        data = read_json(p)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        return None
+    return data
 
 
 def read_provenance(path: str | os.PathLike) -> dict | None:
     """``provenance.json`` of a folder as a mapping, or ``None`` when absent or not a JSON object."""
     p = Path(path) / PROVENANCE
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = read_json(p)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -262,12 +335,15 @@ def read_provenance(path: str | os.PathLike) -> dict | None:
 
 def folder_kind(path: str | os.PathLike) -> str:
     """What ``path`` is: ``missing``, ``file``, ``special`` (device, fifo, socket), ``empty``,
-    ``run`` (finished), ``unfinished`` (an attnflow run in progress or stopped), ``sweep``, ``foreign``."""
+    ``run`` (finished), ``unfinished`` (an attnflow run in progress or stopped), ``sweep`` (by its
+    manifest), ``link`` (a symbolic link: never written through), ``foreign``."""
     p = Path(path)
+    if p.is_symlink():
+        return "link"
     try:
         st = p.stat()
     except (FileNotFoundError, NotADirectoryError):
-        return "file" if p.is_symlink() else "missing"
+        return "missing"
     except OSError:
         return "special"
     if stat.S_ISREG(st.st_mode):
@@ -280,12 +356,15 @@ def folder_kind(path: str | os.PathLike) -> str:
         return "special"
     if not names:
         return "empty"
+    manifest = read_manifest(p)
+    if manifest is not None and manifest.get("kind") == "sweep":
+        return "sweep"
     prov = read_provenance(p)
     if prov is not None and "attnflow_version" in prov:
         return "run" if prov.get("complete") is True else "unfinished"
     if CONFIG in names and names <= RUN_FILES | {n for n in names if n.startswith(f".{CHECKPOINT_NAME}.tmp-")}:
         return "unfinished"
-    if {"spec.yaml", "points"} <= names:
+    if {"sweep.yaml", "points"} <= names <= SWEEP_FILES and (p / "points").is_dir() and not (p / "points").is_symlink():
         return "sweep"
     return "foreign"
 
@@ -306,6 +385,8 @@ def what_it_is(path: str | os.PathLike) -> str:
     kind = folder_kind(p)
     if kind == "file":
         return "a file"
+    if kind == "link":
+        return "a symbolic link (attnflow never writes through one)"
     if kind == "special":
         return "not a folder (a device, pipe or unreadable path)"
     if kind == "sweep":
@@ -332,6 +413,50 @@ def refusal(path: str | os.PathLike) -> str:
     )
 
 
+#: The mark in the head of every ``report.html`` attnflow writes (how a report is recognised as ours).
+REPORT_MARK = '<meta name="generator" content="attnflow report">'
+#: What each command's output file starts with: the one kind of file that command may replace.
+FILE_KINDS: dict[str, tuple[str, Callable[[bytes], bool]]] = {
+    "report": ("an attnflow report", lambda head: REPORT_MARK.encode() in head),
+    "movie": ("a movie (MP4 or GIF)", lambda head: head[:6] in (b"GIF87a", b"GIF89a") or head[4:8] == b"ftyp"),
+    "figure": ("a figure (PNG or PDF)", lambda head: head[:8] == b"\x89PNG\r\n\x1a\n" or head[:5] == b"%PDF-"),
+}
+
+
+def check_file_out(path: str | os.PathLike, kind: str, *, force: bool, owned: bool = False) -> None:
+    """The one ownership rule for a command that writes a file (``report``, ``movie``, ``plot``).
+
+    A missing ``path`` is fine. An existing one must be a real file (a link is refused: writing
+    would change what it points to) of the command's own kind (:data:`FILE_KINDS`, recognised by
+    its first bytes), and is replaced only with ``force`` or when ``owned`` (the file belongs to
+    an attnflow folder, as ``RUN/report.html`` does). Anything else is refused, even with ``force``.
+    """
+    p = Path(path)
+    refuse_link(p, "output file")
+    refuse_link(p.parent, "output folder")
+    if not p.exists():
+        return
+    what, recognise = FILE_KINDS[kind]
+    if not p.is_file():
+        raise InputError(
+            f"{str(p)!r} is {what_it_is(p)}, not {what}; attnflow will not replace it. Choose another output."
+        )
+    if owned:
+        return
+    try:
+        with os.fdopen(open_nofollow(p, os.O_RDONLY), "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        head = b""
+    if not recognise(head):
+        raise InputError(
+            f"{str(p)!r} is a file that is not {what} written by attnflow; attnflow will not replace it, even with "
+            "--force. Choose another output."
+        )
+    if not (force or owned):
+        raise InputError(f"{str(p)!r} already exists; choose another output, or pass --force to replace it.")
+
+
 # --- Integrity: the manifest written before provenance.json, checked on read --------------------------
 
 
@@ -341,33 +466,94 @@ def file_digest(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def write_manifest(folder: Path) -> Path:
+def write_manifest(folder: Path, kind: str = "run") -> Path:
     """Record the SHA-256 of every data file under ``folder`` in ``manifest.json``: the dataset and the
-    config (figures are drawings of the data that ``attnflow plot`` redraws, so they are left out)."""
+    config (figures are drawings of the data that ``attnflow plot`` redraws, so they are left out).
+    ``kind`` (``run``, ``sweep``) is what the folder is: the mark by which attnflow recognises its
+    own folders before replacing anything (see :func:`folder_kind`)."""
     files = {}
     for q in sorted(folder.rglob("*")):
         rel = q.relative_to(folder).as_posix()
-        if q.is_file() and rel not in (MANIFEST, PROVENANCE) and not rel.startswith(f"{FIGURES}/"):
+        if q.is_symlink():
+            continue
+        if q.is_file() and rel not in (MANIFEST, PROVENANCE, WRITING_MARK) and not rel.startswith(f"{FIGURES}/"):
             files[rel] = file_digest(q)
     out = folder / MANIFEST
-    out.write_text(json.dumps({"format": MANIFEST_FORMAT, "algorithm": "sha256", "files": files}, indent=0))
+    text = json.dumps({"format": MANIFEST_FORMAT, "kind": kind, "algorithm": "sha256", "files": files}, indent=0)
+    with atomic_write(out) as fh:
+        fh.write(text)
     return out
+
+
+def mark_folder(folder: Path, kind: str) -> Path:
+    """Write the ``manifest.json`` that marks ``folder`` as attnflow's ``kind`` (a sweep folder, whose
+    records change as it runs, carries no digests): the mark :func:`folder_kind` recognises."""
+    out = folder / MANIFEST
+    with atomic_write(out) as fh:
+        fh.write(json.dumps({"format": MANIFEST_FORMAT, "kind": kind, "algorithm": "sha256", "files": {}}, indent=0))
+    return out
+
+
+def _zarr_metadata(store: Path) -> dict:
+    """The consolidated Zarr (format 2) metadata of ``store`` (bounded read, no links)."""
+    meta_path = store / ".zmetadata"
+    try:
+        meta = read_json(meta_path)["metadata"]
+        if not isinstance(meta, dict):
+            raise TypeError
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DamagedRun(f"{str(meta_path)!r} is missing or damaged (the dataset's metadata).") from None
+    return meta
+
+
+def _arrays(store: Path) -> Iterator[tuple[str, list[int], list[int], int, str]]:
+    """``(name, shape, chunks, itemsize, separator)`` of every array the metadata of ``store`` declares,
+    each checked to be small non-negative integers (a damaged or hostile declaration is refused)."""
+    for key, value in _zarr_metadata(store).items():
+        if not key.endswith("/.zarray") or not isinstance(value, dict):
+            continue
+        name = key[: -len("/.zarray")]
+        inside(store, name, f"{str(store / '.zmetadata')!r}")
+        shape, chunks = value.get("shape") or [], value.get("chunks") or []
+        ok = isinstance(shape, list) and isinstance(chunks, list) and len(shape) == len(chunks) <= 32
+        ok = ok and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**62 for n in shape)
+        ok = ok and all(isinstance(c, int) and not isinstance(c, bool) and 0 < c < 2**62 for c in chunks)
+        sep = value.get("dimension_separator") or "."
+        if not ok or sep not in (".", "/"):
+            raise DamagedRun(f"{str(store / name)!r} declares an impossible shape or chunking ({_short(shape)}).")
+        try:
+            itemsize = int(np.dtype(check_text(str(value.get("dtype", "")), "dtype", name, max_len=32)).itemsize)
+        except TypeError:
+            itemsize = 8
+        yield name, shape, chunks, max(1, itemsize), sep
+
+
+def check_declared_sizes(store: str | os.PathLike, budget: float | None = None) -> None:
+    """Refuse a Zarr dataset whose declared arrays would not fit in memory, or declare more than
+    :data:`MAX_CHUNKS` chunks, before anything is decompressed (a few kB of metadata may declare
+    ``1e12`` rows)."""
+    store = Path(store)
+    budget = memory_budget() if budget is None else budget
+    total, n_chunks = 0, 0
+    for name, shape, chunks, itemsize, _ in _arrays(store):
+        total += itemsize * math.prod(shape)
+        n_chunks += math.prod(-(-n // c) for n, c in zip(shape, chunks))
+        if n_chunks > MAX_CHUNKS:
+            raise UnsafeInputError(
+                f"{str(store)!r} declares more than {MAX_CHUNKS:,} chunks (at {name!r}); an attnflow dataset has few."
+            )
+    if total > budget:
+        raise UnsafeInputError(
+            f"{str(store)!r} declares arrays of {total:,} bytes, more than the {int(budget):,} this process can use; "
+            "it is not read."
+        )
 
 
 def _expected_chunks(store: Path) -> list[str]:
     """Every chunk file the consolidated Zarr (format 2) metadata of ``store`` implies."""
-    meta_path = store / ".zmetadata"
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))["metadata"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise DamagedRun(f"{str(meta_path)!r} is missing or damaged (the dataset's metadata).") from None
+    check_declared_sizes(store, budget=float("inf"))
     out = []
-    for key, value in meta.items():
-        if not key.endswith("/.zarray") or not isinstance(value, dict):
-            continue
-        name = key[: -len("/.zarray")]
-        shape, chunks = value.get("shape") or [], value.get("chunks") or []
-        sep = value.get("dimension_separator") or "."
+    for name, shape, chunks, _, sep in _arrays(store):
         counts = [-(-int(n) // max(1, int(c))) for n, c in zip(shape, chunks)]
         if any(n == 0 for n in counts):
             continue
@@ -394,9 +580,10 @@ def verify_run(path: str | os.PathLike) -> dict:
     before attnflow 0.1 kept one: nothing to verify digests against) or the attnflow version differs.
     """
     p = Path(path)
+    scan_folder(p)
     prov_path = p / PROVENANCE
     try:
-        text = prov_path.read_text(encoding="utf-8")
+        text = read_small_text(prov_path)
     except FileNotFoundError:
         raise DamagedRun(f"{str(p)!r} has no provenance.json: it is not a finished attnflow run.") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -411,17 +598,26 @@ def verify_run(path: str | os.PathLike) -> dict:
         raise DamagedRun(
             f'{str(prov_path)!r} does not mark a finished run ("complete" is {_short(prov.get("complete"))}, not true).'
         )
+    for key in ("attnflow_version", "git_commit", "torch_version", "python_version"):
+        if prov.get(key) is not None:
+            check_name(prov[key], f"{key!r}", repr(str(prov_path)))
+    for key, value in prov.items():
+        if isinstance(value, str):
+            check_text(value, f"{str(key)[:40]!r}", repr(str(prov_path)), max_len=100 * MAX_TEXT)
     manifest_path = p / MANIFEST
     if manifest_path.is_file():
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = read_json(manifest_path)
             files = manifest["files"]
-            if not isinstance(files, dict):
+            if not isinstance(files, dict) or len(files) > MAX_CHUNKS:
                 raise TypeError
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise DamagedRun(f"{str(manifest_path)!r} is damaged (not a manifest of digests).") from None
+        where = repr(str(manifest_path))
         for rel, digest in files.items():
-            q = p / rel
+            q = inside(p, rel, where)
+            if not isinstance(digest, str) or len(digest) != 64:
+                raise DamagedRun(f"{where} is damaged: the digest of {rel!r} is not a SHA-256.")
             if not q.is_file():
                 raise DamagedRun(f"{str(q)!r} is missing: the run folder is damaged (manifest.json lists it).")
             if file_digest(q) != digest:
@@ -438,7 +634,7 @@ def verify_run(path: str | os.PathLike) -> dict:
     if not store.is_dir():
         raise DamagedRun(f"{str(store)!r} is missing: the run folder has no dataset.")
     for rel in _expected_chunks(store):
-        if not (store / rel).is_file():
+        if not inside(store, rel, repr(str(store / ".zmetadata"))).is_file():
             raise DamagedRun(f"{str(store / rel)!r} is missing: a chunk of the dataset was deleted.")
     version = prov.get("attnflow_version")
     if version != __version__:
@@ -474,7 +670,7 @@ def save_run(
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if extra is not None:
             extra(tmp)
-        write_manifest(tmp)
+        write_manifest(tmp, "run")
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
     return Path(path)

@@ -2,8 +2,9 @@
 
 A trajectory knows how to write its data (:mod:`attnflow.io.store`). Figures belong to the figure
 layer (:mod:`attnflow.viz`), which sits above this one: ``traj.save(path, figures=True)`` calls the
-writer named in :data:`FIGURE_WRITER` (a ``"module:function"`` reference, resolved only when
-figures are asked for, as a plugin entry point is), so the data layer never imports the figures.
+fixed writer :data:`FIGURE_WRITER`, imported only when figures are asked for, so the data layer
+never imports the figures. Nothing read from a folder names code: a dataset that stores its heads
+compactly chooses a reader from the closed registry :data:`attnflow.io.readers.HEADS_READERS`.
 """
 
 from __future__ import annotations
@@ -26,34 +27,34 @@ from attnflow.analysis.edi import STEP_SERIES
 from attnflow.config.errors import ConfigError
 from attnflow.config.spec import RunSpec
 from attnflow.config.yamlsafe import load_yaml
+from attnflow.core.errors import InputError, UnsafeInputError
 from attnflow.core.heads import Heads
+from attnflow.io.readers import heads_reader
+from attnflow.io.safety import check_name, check_text, scan_folder
 from attnflow.io.store import (
     CONFIG,
     DATASET,
     FIGURES,
     PROVENANCE,
     DamagedRun,
+    check_declared_sizes,
     is_complete,
+    read_json,
+    read_small_text,
     save_run,
     trajectory_to_dataset,
     verify_run,
 )
 
-#: ``"module:function"`` of the ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls
-#: to draw ``figures/`` (the run figures of :func:`attnflow.viz.plotting.plot_run` by default).
+#: The ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls to draw ``figures/``
+#: (:func:`attnflow.viz.plotting.plot_run`). A constant of the code, never read from data.
 FIGURE_WRITER = "attnflow.viz.plotting:plot_run"
 
 
-def resolve_reference(reference: str) -> Callable[..., Any]:
-    """The function a ``"module:function"`` reference names, imported when it is first needed (the
-    way plugin entry points are): the figure writer, or an ``hf`` dataset's ``heads_reader``."""
-    module, _, name = reference.partition(":")
+def figure_writer() -> Callable[[Any, Path], Any]:
+    """The figure writer ``traj.save(figures=True)`` calls (:data:`FIGURE_WRITER`, a fixed function)."""
+    module, _, name = FIGURE_WRITER.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-def figure_writer(reference: str = FIGURE_WRITER) -> Callable[[Any, Path], Any]:
-    """The figure writer ``traj.save(figures=True)`` calls (see :data:`FIGURE_WRITER`)."""
-    return resolve_reference(reference)
 
 
 @dataclass
@@ -132,19 +133,37 @@ class Trajectory:
         )
 
 
-def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None) -> Trajectory:
+def dataset_to_trajectory(
+    ds: xr.Dataset, config: dict | None = None, provenance: dict | None = None, *, where: str = "the dataset"
+) -> Trajectory:
     """The :class:`Trajectory` a dataset of :func:`~attnflow.io.store.trajectory_to_dataset` holds.
 
     Also reads datasets of older versions (no attributes, ``clusters`` as floats, ``step_time`` a
     data variable); without ``config`` it takes the one recorded in ``ds.attrs`` (if any).
     """
-    seed = int(ds.attrs.get("seed", -1))
+    seed = ds.attrs.get("seed", -1)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise UnsafeInputError(f"{where}: the attribute 'seed' is a {type(seed).__name__}, not an integer.")
+    seed = int(seed)
     if config is None and isinstance(ds.attrs.get("config"), str):
-        config = json.loads(ds.attrs["config"])
+        config = json.loads(check_text(ds.attrs["config"], "the attribute 'config'", where, max_len=1_000_000))
+        if not isinstance(config, dict):
+            raise UnsafeInputError(f"{where}: the attribute 'config' is not a mapping of config fields.")
+    model = check_name(ds.attrs["model"], "the attribute 'model'", where)
+    method = check_name(ds.attrs["method"], "the attribute 'method'", where)
+    dt = ds.attrs["dt"]
+    if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)):
+        raise UnsafeInputError(f"{where}: the attribute 'dt' is a {type(dt).__name__}, not a number.")
+    steps_info = {}
+    for k, v in ds.attrs.items():
+        if str(k).startswith("steps_"):
+            key = check_name(str(k)[len("steps_") :], f"the attribute {str(k)[:40]!r}", where)
+            v = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            steps_info[key] = check_text(v, f"the attribute {str(k)[:40]!r}", where)
     if "A" in ds:
         A, V = np.asarray(ds["A"].values), np.asarray(ds["V"].values) if "V" in ds else None
-    else:  # heads stored compactly (hf runs: factors once per layer); the "module:function" rebuilds them
-        A, V = resolve_reference(str(ds.attrs["heads_reader"]))(ds)
+    else:  # heads stored compactly (hf runs: factors once per layer): a registered reader rebuilds them
+        A, V = heads_reader(ds.attrs["heads_reader"], where)(ds)
     return Trajectory(
         t=np.asarray(ds["time"].values, dtype=np.float64),
         x=np.asarray(ds["x"].values),
@@ -153,14 +172,14 @@ def dataset_to_trajectory(ds: xr.Dataset, config: dict | None = None, provenance
         diagnostics={k: np.asarray(ds[k].values, dtype=np.float64) for k in DIAGNOSTICS if k in ds},
         token_weights=np.asarray(ds["token_weights"].values),
         head_weights=np.asarray(ds["head_weights"].values),
-        model=str(ds.attrs["model"]),
-        method=str(ds.attrs["method"]),
-        dt=float(ds.attrs["dt"]),
+        model=model,
+        method=method,
+        dt=float(dt),
         seed=None if seed < 0 else seed,
         config=config,
         provenance=provenance or {},
         steps={k: np.asarray(ds[k].values) for k in _step_names(ds)},
-        steps_info={k[len("steps_") :]: str(v) for k, v in ds.attrs.items() if k.startswith("steps_")},
+        steps_info=steps_info,
     )
 
 
@@ -174,38 +193,48 @@ def _step_names(ds: xr.Dataset) -> list[str]:
 def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
     """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`.
 
-    With ``verify`` (the default) the folder is first checked against its manifest
+    The folder is data, never code (see docs/robustness.md): it is first walked without following
+    links (a link anywhere, a sparse or oversized file is refused), the declared array sizes are
+    checked against the memory this process has, and every string used is validated. With
+    ``verify`` (the default) the folder is also checked against its manifest
     (:func:`attnflow.io.store.verify_run`); a damaged folder raises
-    :class:`~attnflow.io.store.DamagedRun` naming the file.
+    :class:`~attnflow.io.store.DamagedRun` naming the file, an unsafe one
+    :class:`~attnflow.core.errors.UnsafeInputError`.
     """
     p = Path(path)
+    if p.is_symlink() and not p.is_dir():
+        raise UnsafeInputError(f"{str(p)!r} is a symbolic link to no folder; give the run folder itself.")
     if not p.is_dir():
-        raise FileNotFoundError(f"no run folder at {str(p)!r}")
+        raise InputError(f"no run folder at {str(p)!r}")
+    scan_folder(p)
     if not is_complete(p):
-        raise ValueError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
-    provenance = verify_run(p) if verify else json.loads((p / PROVENANCE).read_text())
+        raise InputError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
+    provenance = verify_run(p) if verify else read_json(p / PROVENANCE)
     config = None
     if (p / CONFIG).is_file():
         try:
-            config = load_yaml((p / CONFIG).read_text(encoding="utf-8"))
+            config = load_yaml(read_small_text(p / CONFIG))
         except (yaml.YAMLError, UnicodeDecodeError, ConfigError):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not valid YAML.") from None
         if config is not None and not isinstance(config, dict):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
+    check_declared_sizes(p / DATASET)
     try:
         ds = xr.open_zarr(p / DATASET).load()
     except Exception as e:  # zarr and numcodecs raise many types on damaged stores
         raise DamagedRun(
             f"{str(p / DATASET)!r} cannot be decoded: the dataset is damaged ({type(e).__name__}: {_short(e)})."
         ) from None
-    # Heads are stored densely (A) or, for hf runs, as factors that a named reader rebuilds.
+    # Heads are stored densely (A) or, for hf runs, as factors that a registered reader rebuilds.
     heads = ("A",) if "heads_reader" not in ds.attrs else ()
     missing = [k for k in ("x", *heads, "token_weights", "head_weights", "time") if k not in ds.variables]
     missing += [f"attribute {k!r}" for k in ("model", "method", "dt") if k not in ds.attrs]
     if missing:
         raise DamagedRun(f"{str(p / DATASET)!r} is damaged or not an attnflow dataset: it lacks {', '.join(missing)}.")
     try:
-        return dataset_to_trajectory(ds, config=config, provenance=provenance)
+        return dataset_to_trajectory(ds, config=config, provenance=provenance, where=repr(str(p / DATASET)))
+    except UnsafeInputError:
+        raise
     except (KeyError, TypeError, ValueError) as e:
         raise DamagedRun(f"{str(p / DATASET)!r} is damaged: {_short(e)}.") from None
 

@@ -27,8 +27,10 @@ import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.core.caller import AttnflowWarning
+from attnflow.core.errors import UnsafeInputError
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.lock import output_lock, refuse_if_busy
+from attnflow.io.safety import atomic_write, scan_folder
 from attnflow.io.store import (
     CONFIG,
     DATASET,
@@ -183,7 +185,8 @@ def _refuse_garbage(traj: Trajectory, cfg: RunConfig, out: Path) -> None:
 def _keep_last_good_state(e: NumericalInstability, cfg: RunConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not (out / CONFIG).is_file():
-        (out / CONFIG).write_text(_config_text(cfg))
+        with atomic_write(out / CONFIG) as fh:
+            fh.write(_config_text(cfg))
     if e.checkpoint is not None:
         save_checkpoint(out / CHECKPOINT, e.checkpoint)
     elif e.trajectory is None:
@@ -194,7 +197,8 @@ def _keep_last_good_state(e: NumericalInstability, cfg: RunConfig, out: Path) ->
     record = provenance_record(partial)
     stopped = e.checkpoint.stopped if e.checkpoint is not None else getattr(e, "stopped", str(e))
     record.update({"complete": False, "stopped": stopped})
-    (out / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
+    with atomic_write(out / PROVENANCE) as fh:  # never through a link planted in the folder
+        fh.write(json.dumps(record, indent=2, default=str))
 
 
 def check_out(out: str | Path, force: bool = False) -> None:
@@ -275,7 +279,8 @@ def run_to_folder(
 
         def begin() -> None:
             work.mkdir(parents=True)
-            (work / CONFIG).write_text(_config_text(cfg))
+            with atomic_write(work / CONFIG) as fh:
+                fh.write(_config_text(cfg))
 
         try:
             return _simulate_into(
@@ -326,6 +331,7 @@ def resume_folder(
     if kind != "unfinished":
         raise ResumeError(f"cannot resume {name}: it is {what_it_is(run_dir)}, not a run started by 'attnflow run'.")
     with output_lock(run_dir, what="run folder"):
+        scan_folder(run_dir)  # a link anywhere in the folder is refused before anything is read or written
         if not (run_dir / CONFIG).is_file():
             raise ResumeError(f"cannot resume {name}: it has no config.yaml, so it was not started by 'attnflow run'.")
         stopped = (read_provenance(run_dir) or {}).get("stopped")
@@ -386,8 +392,12 @@ def folder_status(run_dir: str | Path) -> str:
         return f'{name} is not a complete run folder: its provenance.json says "complete": {shown}, not true.'
     ck = None
     if (p / CHECKPOINT).is_file():
-        with contextlib.suppress(ValueError, OSError):
+        try:
             ck = load_checkpoint(p / CHECKPOINT)
+        except UnsafeInputError as e:  # a zip bomb or a link: say so, not "no usable checkpoint"
+            return f"{name} is not a usable run folder: {e}"
+        except (ValueError, OSError):
+            ck = None
     reason = stopped or (ck.stopped if ck is not None else None)
     if reason:
         return (

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.config import ConfigError
+from attnflow.core.text import plain_label
 from attnflow.sweep.table import SPEC, load_sweep_results
 
 TIME = ("t", "time")
@@ -157,12 +158,12 @@ def plot_phase_diagram(pd: PhaseDiagram, path: str | os.PathLike, *, log_x: bool
         ax.set_xscale("log")
     if log_y:
         ax.set_yscale("log")
-    fig.colorbar(mesh, ax=ax, label=f"{pd.color} (mean over seeds)")
-    ax.set_xlabel("time t" if pd.x == "t" else pd.x)
-    ax.set_ylabel("time t" if pd.y == "t" else pd.y)
+    fig.colorbar(mesh, ax=ax, label=f"{plain_label(pd.color)} (mean over seeds)")
+    ax.set_xlabel("time t" if pd.x == "t" else plain_label(pd.x))
+    ax.set_ylabel("time t" if pd.y == "t" else plain_label(pd.y))
     n = int(pd.counts.max()) if pd.counts.size else 0
-    extra = ", ".join(f"{k}={v}" for k, v in pd.fixed.items())
-    ax.set_title(f"{pd.color}: {n} seed(s) per cell" + (f" ({extra})" if extra else ""), fontsize=10)
+    extra = plain_label(", ".join(f"{k}={v}" for k, v in pd.fixed.items()))
+    ax.set_title(f"{plain_label(pd.color)}: {n} seed(s) per cell" + (f" ({extra})" if extra else ""), fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,8 @@ import yaml
 
 from attnflow.config import ConfigError, parse_config
 from attnflow.io.lock import output_lock
-from attnflow.io.store import folder_kind, what_it_is
+from attnflow.io.safety import atomic_write, refuse_link
+from attnflow.io.store import folder_kind, mark_folder, what_it_is
 from attnflow.runs import run_config
 from attnflow.solve.preflight import Estimate, preflight, sweep_estimate
 from attnflow.sweep.spec import SweepPoint, SweepSpec, load_sweep, sweep_points
@@ -167,6 +168,7 @@ def run_sweep(
     on_progress: Callable[[int, int, int], None] | None = None,
     root: Path | None = None,
     confirm: Callable[[Estimate], None] | None = None,
+    on_points: Callable[[int, int], None] | None = None,
 ) -> SweepReport:
     """Run every unfinished point of ``sweep`` on Dask and write the tables under ``out``.
 
@@ -174,7 +176,8 @@ def run_sweep(
     (default: an embedded ``LocalCluster`` with ``workers`` processes); ``client``: an existing
     ``distributed.Client`` instead. ``batch`` overrides the sweep's points per task.
     ``retry_failed`` re-runs points recorded as failed. ``on_progress(ok, failed, total)`` is
-    called as points finish. Finished points are skipped, so calling it again resumes.
+    called as points finish, ``on_points(k, n)`` as the points are built and validated (before any
+    runs; a sweep has at most :data:`attnflow.sweep.spec.MAX_POINTS`). Finished points are skipped, so calling it again resumes.
     Before anything is written, the pre-flight estimate of the unfinished points
     (:func:`attnflow.solve.preflight.sweep_estimate`) refuses a sweep whose points cannot fit in
     memory and is handed to ``confirm`` (which may raise to stop a heavy sweep).
@@ -188,12 +191,19 @@ def run_sweep(
         spec = sweep
     else:
         spec, root = load_sweep(sweep)
-    points = sweep_points(spec, root)
+    points = sweep_points(spec, root, progress=on_points)
     shown = str(out)
     out = Path(out).resolve()
     kind = folder_kind(out)
-    if kind not in ("missing", "empty", "sweep", "foreign"):
-        raise ConfigError(f"--out {shown!r} is {what_it_is(out)}; give a new folder (or a sweep folder) for the sweep.")
+    if kind not in ("missing", "empty", "sweep"):
+        # One ownership rule: a sweep continues only in its own folder (recognised by its manifest);
+        # a folder of the user's files (a sweep.yaml, a results.parquet of their own) is never written.
+        raise ConfigError(
+            f"--out {shown!r} is {what_it_is(out)}, not an attnflow sweep folder; attnflow will not write into it. "
+            "Give a new folder (or the folder of the same sweep, to continue it)."
+        )
+    if kind == "sweep":
+        _refuse_links(out)
     done = finished_ids(out) if out.is_dir() else set()
     n_workers = workers or (1 if scheduler is not None or client is not None else max(1, min(os.cpu_count() or 1, 8)))
     est = preflight(
@@ -215,10 +225,26 @@ def run_sweep(
             owned.close()
 
 
+def _refuse_links(out: Path) -> None:
+    """Refuse a link planted where the sweep writes: in ``out`` itself and in ``out/points`` (the run
+    folders under ``trajectories/`` are written atomically, never through a link, see
+    :func:`attnflow.io.store.atomic_folder`)."""
+    for folder in (out, out / POINTS):
+        if folder.is_dir() and not folder.is_symlink():
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    refuse_link(entry.path, "sweep file")
+        else:
+            refuse_link(folder, "points folder")
+
+
 def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress) -> SweepReport:
     """:func:`run_sweep` once the output lock of ``out`` is held."""
     (out / POINTS).mkdir(parents=True, exist_ok=True)
-    (out / SPEC).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    refuse_link(out / POINTS, "points folder")
+    mark_folder(out, "sweep")
+    with atomic_write(out / SPEC) as fh:
+        fh.write(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
 
     start = time.perf_counter()
     by_id = {p.id: p for p in points}

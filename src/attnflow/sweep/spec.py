@@ -26,7 +26,9 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -99,7 +101,20 @@ class SweepSpec(_Strict):
                 raise ValueError("seeds is an empty list; give a count (e.g. 3) or a list of seeds")
             if len(set(self.seeds)) != len(self.seeds):
                 raise ValueError(f"seeds has repeated values: {self.seeds}")
+        if self.n_points > MAX_POINTS:
+            # Counted before any point is built: a 14 kB sweep file may describe a million points.
+            raise ValueError(
+                f"the sweep has {self.n_points:,} points (grid x seeds), more than the {MAX_POINTS:,} one sweep may "
+                "have; split it into several sweeps"
+            )
         return self
+
+    @property
+    def n_points(self) -> int:
+        """``product x zip x seeds``: the number of points, computed without building them."""
+        n = math.prod(len(v) for v in self.grid.product.values())
+        n *= len(next(iter(self.grid.zip.values()))) if self.grid.zip else 1
+        return n * (len(self.seeds) if isinstance(self.seeds, list) else int(self.seeds))
 
     @property
     def seed_list(self) -> list[int]:
@@ -109,6 +124,10 @@ class SweepSpec(_Strict):
     def parameters(self) -> list[str]:
         """The swept dotted keys, in grid order (product first, then zip)."""
         return list(self.grid.product) + list(self.grid.zip)
+
+
+#: Most points one sweep may have (grid x seeds); checked from the counts before any point is built.
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -174,8 +193,11 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={json.dumps(value)}"
 
 
-def sweep_points(spec: SweepSpec, root: Path | None = None) -> list[SweepPoint]:
-    """Every point of the sweep (``product x zip x seeds``), each config validated."""
+def sweep_points(
+    spec: SweepSpec, root: Path | None = None, progress: Callable[[int, int], None] | None = None
+) -> list[SweepPoint]:
+    """Every point of the sweep (``product x zip x seeds``, at most :data:`MAX_POINTS`), each config
+    validated; ``progress(k, n)`` is called as points are built (validation of many points takes time)."""
     base = base_config(spec, root)
     if spec.set:
         base = _apply(base, spec.set, "field 'set'")
@@ -191,6 +213,8 @@ def sweep_points(spec: SweepSpec, root: Path | None = None) -> list[SweepPoint]:
             for seed in spec.seed_list:
                 full = cfg.model_copy(update={"seed": seed}).model_dump(mode="json")
                 points.append(SweepPoint(len(points), params, seed, full))
+                if progress is not None and len(points) % 100 == 0:
+                    progress(len(points), spec.n_points)
     ids = [p.id for p in points]
     if len(set(ids)) != len(ids):
         raise ConfigError(

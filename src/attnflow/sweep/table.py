@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from attnflow.io.metadata import column_attrs
+from attnflow.io.safety import atomic_write
+from attnflow.io.store import read_small_text
 
 POINTS = "points"
 TRAJECTORIES = "trajectories"
@@ -43,19 +44,46 @@ def point_path(out: Path, pid: str) -> Path:
 def write_record(out: Path, record: dict[str, Any]) -> Path:
     """Write one point's record atomically (temp file + rename) under ``out/points``."""
     final = point_path(out, record["point"])
-    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.write_text(json.dumps(record, default=str))
-    os.replace(tmp, final)
+    with atomic_write(final) as fh:  # never through a link planted in the folder
+        fh.write(json.dumps(record, default=str))
     return final
 
 
 def read_record(out: Path, pid: str) -> dict[str, Any] | None:
-    """The record of point ``pid``, or ``None`` when it has not finished (or is unreadable)."""
+    """The record of point ``pid``, or ``None`` when it has not finished, is unreadable or is not a
+    record of that point (a tampered record is run again, never trusted)."""
     p = point_path(out, pid)
+    if p.is_symlink():
+        return None
     try:
-        return json.loads(p.read_text())
+        rec = json.loads(read_small_text(p))
     except (OSError, ValueError):
         return None
+    if not isinstance(rec, dict) or rec.get("point") != pid or rec.get("status") not in ("ok", "failed"):
+        return None
+    return rec if _well_formed(rec) else None
+
+
+def _well_formed(rec: dict[str, Any]) -> bool:
+    """Whether a record has the fields and types :func:`summarise` and :func:`assemble` read."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not (rec.get("error") is None or isinstance(rec["error"], str)):
+        return False
+    if not (rec.get("trajectory") is None or isinstance(rec["trajectory"], str)):
+        return False
+    if "wall_s" in rec and not (number(rec["wall_s"]) or rec["wall_s"] is None):
+        return False
+    if rec["status"] != "ok":
+        return True
+    t, diags, cfg = rec.get("t"), rec.get("diagnostics"), rec.get("config")
+    if not (isinstance(t, list) and t and all(number(v) for v in t) and isinstance(diags, dict)):
+        return False
+    if not ({"slope", "clusters"} <= diags.keys() and isinstance(cfg, dict)):
+        return False
+    if not all(isinstance(v, list) and len(v) == len(t) and all(number(x) for x in v) for v in diags.values()):
+        return False
+    n = (cfg.get("tokens") or {}).get("n") if isinstance(cfg.get("tokens"), dict) else None
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0
 
 
 def finished_ids(out: Path) -> set[str]:
@@ -149,9 +177,8 @@ def assemble(out: Path, points: list, window: float = 0.5) -> tuple[Any, Any]:
 
 
 def _write_parquet(frame, path: Path) -> None:
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as fh:
+        frame.to_parquet(fh, index=False)
 
 
 def load_sweep_results(out: str | os.PathLike, timeseries: bool = False):

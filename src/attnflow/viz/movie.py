@@ -9,7 +9,9 @@ ffmpeg's palette filters so that cluster colours survive the 256-colour limit.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba_array
 
+from attnflow.core.errors import InputError
+from attnflow.core.text import plain_label
 from attnflow.io.lock import output_lock
+from attnflow.io.safety import memory_budget, refuse_link
 from attnflow.io.trajectory import (
     Trajectory,
     load,
@@ -40,6 +45,12 @@ from attnflow.viz.views import (
 )
 
 FORMATS = (".mp4", ".gif")
+#: Bounds of a movie (checked before any work): frames (about an hour at 30 fps), trails, pixels a
+#: frame (8K), frames a second.
+MAX_FRAMES = 100_000
+MAX_TRAILS = 1_000
+MAX_PIXELS = 7680 * 4320
+MAX_FPS = 240
 
 
 @dataclass(frozen=True)
@@ -62,17 +73,35 @@ class MovieSettings:
     min_seconds: float = 0.0
 
     def check(self) -> None:
+        """Refuse settings that are meaningless (NaN angles, odd sizes) or unbounded (more than
+        :data:`MAX_FRAMES` frames, :data:`MAX_TRAILS` trails, :data:`MAX_PIXELS` pixels a frame), with
+        one :class:`~attnflow.core.errors.InputError` naming the option."""
         w, h = self.resolution
         if w < 64 or h < 64 or w % 2 or h % 2:
-            raise ValueError(f"resolution must be even and at least 64x64 pixels; got {w}x{h}")
-        if self.fps < 1:
-            raise ValueError(f"fps must be a positive integer; got {self.fps}")
-        if self.frames is not None and self.frames < 1:
-            raise ValueError(f"frames must be a positive integer; got {self.frames}")
-        if self.min_seconds < 0:
-            raise ValueError(f"min_seconds must be >= 0; got {self.min_seconds}")
-        if self.trails < 0:
-            raise ValueError(f"trails must be >= 0; got {self.trails}")
+            raise InputError(f"resolution must be even and at least 64x64 pixels; got {w}x{h}")
+        if w * h > MAX_PIXELS:
+            raise InputError(
+                f"resolution {w}x{h} has {w * h:,} pixels a frame, more than the {MAX_PIXELS:,} of 8K (7680x4320); "
+                "choose a smaller one."
+            )
+        if not 1 <= self.fps <= MAX_FPS:
+            raise InputError(f"fps must be an integer from 1 to {MAX_FPS}; got {self.fps}")
+        if self.frames is not None and not 1 <= self.frames <= MAX_FRAMES:
+            raise InputError(
+                f"frames must be an integer from 1 to {MAX_FRAMES:,} (about an hour at 30 fps); got {self.frames}"
+            )
+        if not (math.isfinite(self.min_seconds) and 0 <= self.min_seconds <= MAX_FRAMES / self.fps):
+            raise InputError(
+                f"min_seconds must be from 0 to {MAX_FRAMES / self.fps:g} (at {self.fps} fps); got {self.min_seconds}"
+            )
+        if not 0 <= self.trails <= MAX_TRAILS:
+            raise InputError(f"trails must be from 0 to {MAX_TRAILS}; got {self.trails}")
+        for name in ("rotate", "elevation", "azimuth", "point_size"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or abs(v) > 1e6:
+                raise InputError(f"{name} must be a finite number of modest size; got {v}")
+        if not self.point_size > 0:
+            raise InputError(f"point_size must be positive; got {self.point_size}")
 
 
 def parse_resolution(text: str) -> tuple[int, int]:
@@ -80,7 +109,7 @@ def parse_resolution(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"resolution must look like WIDTHxHEIGHT, e.g. 1280x720; got {text!r}") from None
+        raise InputError(f"resolution must look like WIDTHxHEIGHT, e.g. 1280x720; got {text!r}") from None
     return w, h
 
 
@@ -133,17 +162,28 @@ def render_movie(
     """
     s = settings or MovieSettings(**options)
     if settings is not None and options:
-        raise ValueError("give either settings=MovieSettings(...) or keyword options, not both")
+        raise InputError("give either settings=MovieSettings(...) or keyword options, not both")
     s.check()
     path = Path(out)
     if path.suffix.lower() not in FORMATS:
-        raise ValueError(f"the movie file must end in .mp4 or .gif; got {str(path)!r}")
+        raise InputError(f"the movie file must end in .mp4 or .gif; got {str(path)!r}")
     if isinstance(run, Trajectory):
         traj = run
     else:
         traj = load(run)
 
     n_frames = s.frames or max(len(traj.t), int(np.ceil(s.min_seconds * s.fps)))
+    if n_frames > MAX_FRAMES:
+        raise InputError(
+            f"the run has {len(traj.t):,} saved times, more frames than the {MAX_FRAMES:,} a movie may have; give "
+            "frames (--frames) to draw fewer."
+        )
+    need = 8.0 * n_frames * traj.N * 3  # the interpolated positions of every frame, float64
+    if need > memory_budget():
+        raise InputError(
+            f"a movie of {n_frames:,} frames of {traj.N:,} tokens needs {need / 2**30:.1f} GiB for its positions, more "
+            "than this process can use; give fewer frames (--frames)."
+        )
     times = np.linspace(traj.t[0], traj.t[-1], n_frames)
     view = view3d(traj.x)
     xyz = interpolate_tokens(view.xyz, traj.t, times, on_sphere=view.on_sphere)
@@ -187,14 +227,16 @@ def render_movie(
     ]  # a_ = 0 is the oldest
     title = fig.text(0.5, 0.955, "", ha="center", va="center", fontsize=12, family="monospace")
 
+    refuse_link(path, "movie file")
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path.parent, "folder of the movie")
     lock = contextlib.ExitStack()  # one writer: a second render of the same file is refused
     try:
         lock.enter_context(output_lock(path, what="movie file"))
     except BaseException:
         plt.close(fig)
         raise
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    tmp = path.with_name(f".{path.stem}.tmp-{uuid.uuid4().hex[:8]}{path.suffix}")
     writer = _writer(tmp, (w, h), s.fps)
     writer.send(None)  # start ffmpeg
     try:
@@ -229,7 +271,7 @@ def render_movie(
                 else:
                     trail_dots[age].set_offsets(empty)
             title.set_text(
-                f"{traj.model}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   clusters = {len(mass):4d}"
+                f"{plain_label(traj.model)}  N={traj.N} d={traj.d} H={traj.H}   t = {times[f]:7.3f}   clusters = {len(mass):4d}"
             )
             fig.canvas.draw()
             writer.send(canvas.buffer_rgba())
@@ -244,5 +286,6 @@ def render_movie(
     finally:
         plt.close(fig)
     with lock:
+        refuse_link(path, "movie file")
         os.replace(tmp, path)
     return path

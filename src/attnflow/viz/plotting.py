@@ -19,6 +19,8 @@ import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.lines import Line2D
 
+from attnflow.core.text import plain_label
+from attnflow.io.safety import atomic_write, refuse_link
 from attnflow.io.trajectory import Trajectory
 from attnflow.viz.views import (
     camera,
@@ -55,9 +57,13 @@ def vector_path(path: Path) -> Path:
 def _save(fig, path: Path, dpi: int = 130) -> Path:
     """Write ``path`` (PNG) and the same figure as PDF beside it (:func:`vector_path`)."""
     path = Path(path)
-    fig.savefig(path, dpi=dpi)
-    fig.savefig(vector_path(path))
-    plt.close(fig)
+    try:
+        for target in (path, vector_path(path)):  # never drawn through a link (it would overwrite its target)
+            refuse_link(target.parent, "figures folder")
+            with atomic_write(target, "wb") as fh:
+                fig.savefig(fh, dpi=dpi, format=target.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -150,7 +156,7 @@ def snapshots_figure(traj: Trajectory, count: int = 4):
         ax.set_title(f"$t$ = {traj.t[k]:.3g},  $K$ = {len(mass)} cluster{'s' if len(mass) != 1 else ''}", fontsize=9)
     where = f"on $S^{{{traj.d - 1}}}$ (far side faded)" if traj.d <= 3 else f"in a PCA view of $S^{{{traj.d - 1}}}$"
     fig.suptitle(
-        f"tokens {where}: model {traj.model}, $N$ = {traj.N}, $d$ = {traj.d}, $H$ = {traj.H}; "
+        f"tokens {where}: model {plain_label(traj.model)}, $N$ = {traj.N}, $d$ = {traj.d}, $H$ = {traj.H}; "
         f"colour: final cluster, area $\\propto\\sqrt{{\\mathrm{{mass}}}}$",
         fontsize=9,
     )
@@ -252,17 +258,22 @@ def diagnostics_figure(traj: Trajectory):
         ax.legend(fontsize=8)
         ax.title.set_fontsize(9)
     fig.suptitle(
-        f"diagnostics: model {traj.model}, $N$ = {traj.N}, $d$ = {traj.d}, $H$ = {traj.H}, "
-        f"{traj.method}, $\\Delta t$ = {traj.dt:g}",
+        f"diagnostics: model {plain_label(traj.model)}, $N$ = {traj.N}, $d$ = {traj.d}, $H$ = {traj.H}, "
+        f"{plain_label(traj.method)}, $\\Delta t$ = {traj.dt:g}",
         fontsize=10,
     )
     fig.tight_layout()
     return fig
 
 
+#: The files :func:`plot_run` writes into its folder.
+FIGURE_FILES = ("snapshots.png", "snapshots.pdf", "diagnostics.png", "diagnostics.pdf")
+
+
 def plot_run(traj: Trajectory, outdir: str | Path) -> list[Path]:
     """Write ``snapshots.png``/``.pdf`` and ``diagnostics.png``/``.pdf`` into ``outdir``."""
     out = Path(outdir)
+    refuse_link(out, "figures folder")
     out.mkdir(parents=True, exist_ok=True)
     pngs = [plot_snapshots(traj, out / "snapshots.png"), plot_diagnostics(traj, out / "diagnostics.png")]
     return [p for png in pngs for p in (png, vector_path(png))]

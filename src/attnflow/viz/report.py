@@ -11,7 +11,6 @@ Below: the run's config and provenance.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from pathlib import Path
@@ -25,7 +24,10 @@ from plotly.subplots import make_subplots
 from attnflow._version import __version__
 from attnflow.analysis.edi import edi_budget
 from attnflow.analysis.stationary import ended_at
+from attnflow.core.text import html_text
 from attnflow.io.lock import output_lock
+from attnflow.io.safety import atomic_write
+from attnflow.io.store import REPORT_MARK, check_file_out
 from attnflow.io.trajectory import Trajectory, load
 from attnflow.viz.views import (
     PALETTE,
@@ -398,13 +400,13 @@ def _extent(series: list[np.ndarray], name: str) -> tuple[float, float, str]:
 def _title(traj: Trajectory, k: int, labels: np.ndarray, shown: int | None = None) -> str:
     drawn = f", {shown:,} of {traj.N:,} tokens drawn" if shown is not None and shown < traj.N else ""
     return (
-        f"attnflow run: model {traj.model}, N = {traj.N}, d = {traj.d}, H = {traj.H}, {traj.method}, "
-        f"dt = {traj.dt:g}<br><sub>t = {traj.t[k]:.4g}, clusters = {int(labels.max()) + 1}{drawn}</sub>"
+        f"attnflow run: model {html_text(traj.model)}, N = {traj.N}, d = {traj.d}, H = {traj.H}, "
+        f"{html_text(traj.method)}, dt = {traj.dt:g}<br><sub>t = {traj.t[k]:.4g}, clusters = {int(labels.max()) + 1}{drawn}</sub>"
     )
 
 
 def _table(record: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in record.items())
+    rows = "".join(f"<tr><th>{html_text(k)}</th><td>{html_text(_fmt(v))}</td></tr>" for k, v in record.items())
     return f"<table>{rows}</table>"
 
 
@@ -416,6 +418,7 @@ _PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+{mark}
 <title>{title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 1em 2em; color: #222; }}
@@ -461,8 +464,10 @@ def report_html(
     if traj.model == "gf" and traj.steps:
         b = edi_budget(traj)
         rel = f" ({b.relative_residual:.2e} of the dissipation)" if b.total_dissipation > 0 else ""
-        summary += f" Energy-dissipation budget ({b.method}, dt = {b.dt:g}): residual {b.total_residual:.3e}{rel}."
-    summary += f" Ended at: {html.escape(ended_at(traj)[1])}."  # the final state classified (issue 29)
+        summary += (
+            f" Energy-dissipation budget ({html_text(b.method)}, dt = {b.dt:g}): residual {b.total_residual:.3e}{rel}."
+        )
+    summary += f" Ended at: {html_text(ended_at(traj)[1])}."  # the final state classified (issue 29)
     if traj.N > max_tokens:
         summary += (
             f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"
@@ -477,18 +482,19 @@ def report_html(
             f" ({', '.join(f'{100 * v:.1f}%' for v in var)})."
         )
     config = (
-        f"<pre>{html.escape(yaml.safe_dump(traj.config, sort_keys=False))}</pre>"
+        f"<pre>{html_text(yaml.safe_dump(traj.config, sort_keys=False))}</pre>"
         if traj.config
         else "<p>(no config: the run was made from Python)</p>"
     )
     page_title = title or f"attnflow report: {(traj.config or {}).get('name', traj.model)}"
     return _PAGE.format(
-        title=html.escape(page_title),
+        title=html_text(page_title),
         summary=summary,
         figure=figure,
         config=config,
         provenance=_table(traj.provenance),
         version=__version__,
+        mark=REPORT_MARK,
     )
 
 
@@ -499,10 +505,14 @@ def write_report(
     max_frames: int = 200,
     title: str | None = None,
     max_tokens: int = MAX_TOKENS,
+    force: bool = False,
 ) -> Path:
     """Write the interactive report of a run (a :class:`Trajectory` or a run folder) and return its path.
 
-    ``out`` defaults to ``RUN/report.html`` for a run folder (required for a trajectory).
+    ``out`` defaults to ``RUN/report.html`` for a run folder (required for a trajectory), which is
+    replaced freely (it belongs to the run folder). Another existing ``out`` is replaced only with
+    ``force`` and only when it is an attnflow report (:func:`attnflow.io.store.check_file_out`);
+    a link is never written through.
     ``max_frames`` bounds the number of saved times on the slider (evenly spread) and ``max_tokens``
     the tokens drawn, which bound the file size: about ``max_frames * min(N, max_tokens) * 14``
     bytes on top of plotly.js (~4.5 MB).
@@ -513,17 +523,16 @@ def write_report(
         if out is None:
             raise ValueError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
         traj = run
+        owned = False
     else:
         traj = load(run)
+        owned = out is None or Path(out).resolve() == (Path(run) / REPORT).resolve()
         out = Path(run) / REPORT if out is None else out
     path = Path(out)
-    html = report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens)
+    check_file_out(path, "report", force=force, owned=owned)
+    page = report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens)
     with output_lock(path, what="report"):  # one writer: a second report of the same file is refused
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            tmp.write_text(html, encoding="utf-8")
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        check_file_out(path, "report", force=force, owned=owned)
+        with atomic_write(path) as fh:
+            fh.write(page)
     return path

@@ -90,12 +90,17 @@ def cluster_labels(x: np.ndarray, eps: float = 1e-3) -> np.ndarray:
 
 
 def cluster_eps_of(traj: Trajectory, default: float = 1e-3) -> float:
-    """The ``cluster_eps`` the run's diagnostics used (its spec, else its config), else ``default``."""
+    """The ``cluster_eps`` the run's diagnostics used (its spec, else its config), else ``default`` (also
+    when the recorded value is not a positive finite number: a folder's config is data, checked before use)."""
     spec = traj.spec
     if spec is not None:
         return float(spec.cluster_eps)
-    cfg = traj.config or {}
-    return float((cfg.get("diagnostics") or {}).get("cluster_eps", default))
+    cfg = traj.config if isinstance(traj.config, dict) else {}
+    diag = cfg.get("diagnostics")
+    eps = diag.get("cluster_eps", default) if isinstance(diag, dict) else default
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+        return default
+    return float(eps)
 
 
 def distinct_colours(n: int) -> list[str]:
