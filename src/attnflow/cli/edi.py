@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
+from attnflow.cli.threads import run_pairs, threaded
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -41,6 +42,7 @@ def plot_budget(budget, path: Path) -> Path:
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def edi(
     run_dir: Path = typer.Argument(..., help="A run folder of model 'gf' written by 'attnflow run'."),
     rows: int = typer.Option(10, "--rows", help="Rows of the table (evenly spaced times)."),

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, confirm_heavy, guarded, progress_bar, say, warn
+from attnflow.cli.threads import run_pairs, threaded
 
 
 @app.command()
@@ -290,6 +291,7 @@ def show(
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def plot(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the figures (default RUN/figures)."),
