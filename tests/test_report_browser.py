@@ -8,16 +8,14 @@ installed; CI installs it (``.ci/run``) and sets ATTNFLOW_REQUIRE_BROWSER=1, whi
 from __future__ import annotations
 
 import io
-import shutil
 import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from _browser import require_binary
 from attnflow.viz.report import write_report
-
-from _browser import require_binary  # noqa: E402  (tests/_browser.py)
 
 selenium = pytest.importorskip("selenium", reason="selenium is part of the dev extra: pip install -e '.[dev]'")
 from selenium import webdriver  # noqa: E402

@@ -143,7 +143,9 @@ def bench(
         wide.print(_table(fast_profile_title(prof), FAST_PROFILE_HEADER, fast_profile_rows(prof), left=("part",)))
         result["fast_profile"] = prof
         text += ("\n" if text else "") + fast_profile_markdown(prof)
-    if only_metastability or (not only_thread_policy and not profile and (metastability if metastability is not None else not quick)):
+    if only_metastability or (
+        not only_thread_policy and not profile and (metastability if metastability is not None else not quick)
+    ):
         meta = run_metastability(progress=lambda s: say(f"metastability: {s} ..."))
         result["metastability"] = meta
         wide.print(_table(meta_title(meta), META_HEADER, meta_rows(meta), left=("method",)))
