@@ -86,6 +86,7 @@ def edi(
     out_console.print(table)
     out_console.print(
         f"method {b.method} (order {b.order}), dt = {b.dt:g}, weights: {b.weights_rule}, quadrature: {b.quadrature}\n"
+        f"residual order {b.residual_order}: {b.residual_order_reason}\n"
         f"total dissipation {b.total_dissipation:.8g}   residual {b.total_residual:.3e}   "
         f"relative residual {b.relative_residual:.3e}   max relative residual over time {b.max_relative_residual:.3e}",
         highlight=False,

@@ -94,6 +94,20 @@ class Trajectory:
             f"seed={self.seed})"
         )
 
+    def _repr_html_(self) -> str:
+        """The notebook view: sizes, times, model, and the first and last value of each diagnostic."""
+        from attnflow.core.html import html_table
+
+        t = self.t
+        rows: list[tuple[str, object]] = [
+            ("model, method", f"{self.model}, {self.method} (dt = {self.dt:g})"),
+            ("tokens N, dimension d, heads H", f"{self.N}, {self.d}, {self.H}"),
+            ("saved times", f"{len(t)}: t = {t[0]:g} .. {t[-1]:g}" if len(t) else "none"),
+            ("seed", self.seed),
+        ]
+        rows += [(name, np.asarray(v)) for name, v in self.diagnostics.items()]
+        return html_table("Trajectory", rows)
+
     @property
     def N(self) -> int:
         return int(self.x.shape[1])

@@ -33,6 +33,32 @@ class PhaseDiagram:
     counts: np.ndarray
     fixed: dict
 
+    def __repr__(self) -> str:
+        return (
+            f"PhaseDiagram(x={self.x!r}, y={self.y!r}, color={self.color!r}, grid={len(self.ys)}x{len(self.xs)}, "
+            f"fixed={self.fixed!r})"
+        )
+
+    def _repr_html_(self) -> str:
+        """The grid itself: rows y, columns x, cells the mean of ``color`` (n seeds)."""
+        import html
+
+        head = "".join(f"<th>{html.escape(f'{v:g}')}</th>" for v in self.xs)
+        body = ""
+        for i, yv in enumerate(self.ys):
+            cells = "".join(
+                f"<td>{'-' if self.counts[i, j] == 0 else html.escape(f'{self.values[i, j]:.4g}')}</td>"
+                for j in range(len(self.xs))
+            )
+            body += f"<tr><th>{html.escape(f'{yv:g}')}</th>{cells}</tr>"
+        title = f"PhaseDiagram: mean {self.color} over seeds; rows {self.y}, columns {self.x}"
+        if self.fixed:
+            title += f" ({', '.join(f'{k} = {v}' for k, v in self.fixed.items())})"
+        return (
+            f"<div><b>{html.escape(title)}</b><table><tr><th>{html.escape(self.y)} \\ {html.escape(self.x)}</th>"
+            f"{head}</tr>{body}</table></div>"
+        )
+
 
 def _swept(out: Path) -> list[str]:
     import yaml

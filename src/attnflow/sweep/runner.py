@@ -53,6 +53,19 @@ class SweepReport:
     results: Path
     wall_s: float
 
+    def _repr_html_(self) -> str:
+        from attnflow.core.html import html_table
+
+        return html_table(
+            "SweepReport",
+            [
+                ("points", f"{self.total}: {self.skipped} already finished, {self.ran} run now"),
+                ("ok, failed", f"{self.ok}, {self.failed}"),
+                ("results table", self.results),
+                ("wall time (s)", self.wall_s),
+            ],
+        )
+
 
 def require_sweep_extra() -> None:
     """Fail with an install hint when the optional Dask/Parquet dependencies are missing."""
