@@ -12,6 +12,7 @@ from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
 from attnflow.cli.threads import run_pairs, threaded
+from attnflow.core.figures import FIGURE_DPI
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -35,7 +36,7 @@ def plot_budget(budget, path: Path) -> Path:
     axr.set_xlabel("t")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 
