@@ -6,12 +6,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.colors import LogNorm
 
-from attnflow.sweep.phase import PhaseDiagram, _edges, categorical_axis, phase_figure  # noqa: E402
+from attnflow.sweep.phase import PhaseDiagram, _edges, categorical_axis, phase_figure
 
 
 def diagram(xs, ys, values) -> PhaseDiagram:

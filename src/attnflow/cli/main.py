@@ -167,7 +167,8 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
         "cluster_eps": attrs.get("cluster_eps", section("diagnostics").get("cluster_eps")),
         "requested_times": None if times is None else wanted,
         "times": [float(t[k]) for k in idx],
-        "diagnostics": {name: [clean(float(d[name][k])) for k in idx] for name in d},
+        # counts stay integers (clusters), as in the dataset and traj.diagnostics
+        "diagnostics": {name: [clean(d[name][k].item()) for k in idx] for name in d},
         "time_to_clustering": None,
         "final_clusters": None,
         "edi": None,

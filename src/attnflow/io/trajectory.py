@@ -81,6 +81,15 @@ class Trajectory:
     steps: dict[str, np.ndarray] = field(default_factory=dict)
     steps_info: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Counts (clusters) are whole numbers, as on disk: integers here too, unless a value is missing.
+        from attnflow.io.metadata import INTEGER_DIAGNOSTICS
+
+        for name in INTEGER_DIAGNOSTICS:
+            values = self.diagnostics.get(name)
+            if values is not None and np.all(np.isfinite(values)):
+                self.diagnostics[name] = np.rint(np.asarray(values)).astype(np.int64)
+
     def __repr__(self) -> str:
         """A one-line summary (the arrays are in the fields: ``traj.x``, ``traj.diagnostics``, ...)."""
         t = self.t
