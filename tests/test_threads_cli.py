@@ -13,7 +13,7 @@ from attnflow.cli import app
 from attnflow.cli.threads import run_pairs, threaded
 from attnflow.core.threads import SMALL_WORK_PAIRS, ThreadPolicy
 
-COMPUTING = [["plot"], ["report"], ["movie"], ["edi"], ["bench"], ["hf", "run"], ["hf", "verify"], ["hf", "gf"]]
+COMPUTING = [["sweep"], ["plot"], ["report"], ["movie"], ["edi"], ["bench"], ["hf", "run"], ["hf", "verify"], ["hf", "gf"]]
 
 
 @pytest.mark.parametrize("cmd", COMPUTING, ids=" ".join)
@@ -73,3 +73,14 @@ def test_small_work_threshold_puts_the_presets_on_one_thread() -> None:
     # the preset ou (N = 256, H = 8) is small work; a 2048-token, 8-head run is not
     assert ThreadPolicy().for_work(256**2 * 8) == 1
     assert 256**2 * 8 < SMALL_WORK_PAIRS <= 4096**2 * 8
+
+
+def test_sweep_workers_take_the_thread_count(monkeypatch) -> None:
+    from attnflow.sweep import runner
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    base = {"id": "p0", "index": 0, "params": {}, "seed": 0, "config": {"no_such_key": 1}}
+    assert runner.run_point({**base, "threads": 3})["error"]  # the bad config is recorded, not raised
+    runner.run_point(base)
+    assert calls == [3, 1]  # --threads 3 per worker; the default one thread per worker
