@@ -13,7 +13,17 @@ from attnflow.cli import app
 from attnflow.cli.threads import run_pairs, threaded
 from attnflow.core.threads import SMALL_WORK_PAIRS, ThreadPolicy
 
-COMPUTING = [["sweep"], ["plot"], ["report"], ["movie"], ["edi"], ["bench"], ["hf", "run"], ["hf", "verify"], ["hf", "gf"]]
+COMPUTING = [
+    ["sweep"],
+    ["plot"],
+    ["report"],
+    ["movie"],
+    ["edi"],
+    ["bench"],
+    ["hf", "run"],
+    ["hf", "verify"],
+    ["hf", "gf"],
+]
 
 
 @pytest.mark.parametrize("cmd", COMPUTING, ids=" ".join)
@@ -84,3 +94,28 @@ def test_sweep_workers_take_the_thread_count(monkeypatch) -> None:
     assert runner.run_point({**base, "threads": 3})["error"]  # the bad config is recorded, not raised
     runner.run_point(base)
     assert calls == [3, 1]  # --threads 3 per worker; the default one thread per worker
+
+
+def test_bench_thread_table_rows_ratios_and_verdict(monkeypatch) -> None:
+    """The bench table's plumbing with stand-in work: each run sees the thread count of its column,
+    the spinner is running only in the second row of each case, and the verdict reads the ratio."""
+    import time as _time
+
+    from attnflow.bench import threads as bt
+
+    seen: list[tuple[int, int]] = []
+
+    def work(k: int) -> None:
+        seen.append((k, torch.get_num_threads()))
+        _time.sleep(0.01 * k)  # a stand-in whose time grows with the threads: the policy (1) wins
+
+    monkeypatch.setattr(bt, "_cases", lambda quick: [("preset ou (t_end 1)", 256, 8, work)])
+    rows = bt.run_thread_benchmarks(quick=True)
+    assert [r["beside"] for r in rows] == ["nothing", "a spinning process"]
+    assert all(k == n for k, n in seen)  # torch's count is the column's
+    assert rows[0]["policy_threads"] == 1 and rows[0]["default_threads"] >= 1
+    md = bt.thread_markdown(rows)
+    assert md.count("\n| preset ou") == 2 and "PASS: preset ou beside a spinning process" in md
+    # negative control: a policy time twice the one-thread time fails the 1.5 target
+    bad = [dict(r, policy_s=2 * r["one_s"]) for r in rows]
+    assert bt.thread_verdict(bad).startswith("FAIL")

@@ -41,40 +41,51 @@ def _spinner() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def _cases(quick: bool) -> list[tuple[str, int, int, Callable[[], Any]]]:
-    """``(label, N, H, run)`` for the preset ``ou`` run (shortened with ``quick``) and a large dense run."""
+def _cases(quick: bool) -> list[tuple[str, int, int, Callable[[int], Any]]]:
+    """``(label, N, H, run)`` for the preset ``ou`` run (shortened with ``quick``) and a large dense run;
+    ``run(threads)`` simulates on ``threads`` threads."""
+    import inspect
+
     from attnflow.config import preset_config
+    from attnflow.config.build import build
     from attnflow.core import tokens
     from attnflow.core.heads import identity_heads
-    from attnflow.runs.runner import run_config
     from attnflow.solve.simulation import simulate
+
+    # simulate applies the thread policy itself once it takes ``threads=``: then each column passes its count
+    takes_threads = "threads" in inspect.signature(simulate).parameters
+    fixed = lambda k: {"threads": k} if takes_threads else {}
 
     cfg = preset_config("ou")
     if quick:
         integ = cfg.integration.model_copy(update={"t_end": 1.0})
         cfg = cfg.model_copy(update={"integration": integ})
+    x_ou, process, kwargs = build(cfg)
     n_ou, h_ou = cfg.tokens.n, cfg.heads.count
     big_n, big_h = 2048, 8
     x0 = tokens.uniform(big_n, 3, seed=0)
     A = identity_heads(big_h, 3, beta=4.0)
     steps = 1 if quick else 4
 
-    def large() -> Any:
-        return simulate(x0, A, model="gf", t_end=0.02 * steps, dt=0.02, method="rk4", backend="flash")
+    def preset(k: int) -> Any:
+        return simulate(x_ou, process, **{**kwargs, **fixed(k)})
+
+    def large(k: int) -> Any:
+        return simulate(x0, A, model="gf", t_end=0.02 * steps, dt=0.02, method="rk4", backend="flash", **fixed(k))
 
     t_end = cfg.integration.t_end
     return [
-        (f"preset ou (t_end {t_end:g})", n_ou, h_ou, lambda: run_config(cfg)),
+        (f"preset ou (t_end {t_end:g})", n_ou, h_ou, preset),
         (f"dense gf, {steps} rk4 step(s)", big_n, big_h, large),
     ]
 
 
-def _time(run: Callable[[], Any], threads: int) -> float:
+def _time(run: Callable[[int], Any], threads: int) -> float:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         start = time.perf_counter()
-        run()
+        run(threads)
         return time.perf_counter() - start
     finally:
         torch.set_num_threads(before)
