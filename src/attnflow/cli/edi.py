@@ -12,7 +12,6 @@ from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
 from attnflow.cli.threads import run_pairs, threaded
-from attnflow.core.figures import FIGURE_DPI
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -36,6 +35,8 @@ def plot_budget(budget, path: Path) -> Path:
     axr.set_xlabel("t")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
+    from attnflow.core.figures import FIGURE_DPI  # here: the CLI's start-up must not load torch
+
     fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path

@@ -18,8 +18,6 @@ from typing import Any, Optional
 
 import typer
 
-from attnflow.core.threads import ThreadPolicy
-
 __all__ = ["threaded", "run_pairs", "THREADS_HELP"]
 
 THREADS_HELP = (
@@ -78,6 +76,9 @@ def threaded(pairs: Callable[[dict[str, Any]], float] = lambda kw: 0.0) -> Calla
 
         @functools.wraps(fn)
         def wrapper(*args: Any, threads: int | None = None, **kwargs: Any) -> Any:
+            # imported here: `attnflow --help` must not load torch (attnflow.core imports it)
+            from attnflow.core.threads import ThreadPolicy
+
             bound = sig.bind_partial(*args, **kwargs)
             policy = ThreadPolicy(threads)
             with policy.applied(pairs(dict(bound.arguments)) if threads is None else 0.0):
