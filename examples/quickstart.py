@@ -11,14 +11,13 @@ import sys
 import numpy as np
 
 import attnflow
-from attnflow import tokens
-from attnflow.core.heads import identity_heads
-from attnflow.weights.processes import OrnsteinUhlenbeck
+from attnflow import heads, tokens
+from attnflow.weights import OrnsteinUhlenbeck
 
 out = sys.argv[1] if len(sys.argv) > 1 else "runs/quickstart"
 
 x0 = tokens.uniform(64, 3, seed=0)  # mu_0: 64 tokens, uniform on the sphere
-process = OrnsteinUhlenbeck(identity_heads(4, 3, beta=4.0), rate=1.0, sigma=1.0)  # Theta_t
+process = OrnsteinUhlenbeck(heads.identity_heads(4, 3, beta=4.0), rate=1.0, sigma=1.0)  # Theta_t
 traj = attnflow.simulate(x0, process, model="gf", t_end=2.0, dt=0.05, method="heun", save_every=2, seed=0)
 
 d = traj.diagnostics

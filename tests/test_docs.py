@@ -230,16 +230,16 @@ def test_config_reference_matches_the_schema():
         gen.render(Undescribed)
 
 
-def _chromium() -> str | None:
-    import shutil
+def _chromium() -> str:
+    from _browser import require_binary  # tests/_browser.py: skip without Chromium, fail under CI
 
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    return require_binary("chromium", "chromium-browser")
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium (make browser)")
 def test_math_is_typeset_in_a_browser_with_the_network_off(site, tmp_path):
     """Headless Chromium with every network request sent to a dead proxy: each math element of the
     model page is typeset by KaTeX, none is an error. Control: without the site's KaTeX, nothing is."""
+    _chromium()
 
     def typeset(page: Path) -> tuple[int, int, int]:
         res = subprocess.run(

@@ -206,6 +206,9 @@ def test_reproduce_full_is_deprecated_but_accepted(tmp_path):
     assert yaml.safe_load((out / "config.yaml").read_text())["quick"] is False
 
 
+# slow: the heaviest default test (836 s of the 1506 s that test_reproduce, test_adaptive, test_cli, test_examples,
+# test_fastsum, test_loop, test_movie and test_report took together at load 15); CI runs it (.ci/run).
+@pytest.mark.slow
 def test_reproduce_all_quick(tmp_path):
     """The quick suite: every prediction reports a control; the well-posed ones hold with their control rejected."""
     readme = tmp_path / "README.md"

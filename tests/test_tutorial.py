@@ -70,7 +70,7 @@ def test_the_checker_rejects_a_wrong_claim():
 def test_first_run_matches_the_text(tmp_path):
     text = section("2.")
     (cmd,) = code_blocks(text, "bash")
-    assert cmd.strip() == "attnflow run examples/ou.yaml --out runs/ou"
+    assert cmd.strip() == "attnflow run examples/ou.yaml --out runs/first"
     out = tmp_path / "ou"
     res = subprocess.run(
         [sys.executable, "-m", "attnflow", "run", str(ROOT / "examples" / "ou.yaml"), "--out", str(out)],

@@ -74,12 +74,18 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["meanfield_convergence", "MeanFieldConvergence", "mmd_sphere"], "attnflow.pde.meanfield"),
 }
 
-#: Public submodules reachable as attributes (``af.weights``, ``af.tokens``, ``af.hf``).
-_SUBMODULES: dict[str, str] = {"tokens": "attnflow.core.tokens", "weights": "attnflow.weights", "hf": "attnflow.hf"}
+#: Public submodules reachable as attributes (``af.weights``, ``af.tokens``, ``af.heads``, ``af.hf``).
+_SUBMODULES: dict[str, str] = {
+    "tokens": "attnflow.core.tokens",
+    "heads": "attnflow.core.heads",
+    "weights": "attnflow.weights",
+    "hf": "attnflow.hf",
+}
 
 __all__ = [
     "__version__",
     "tokens",
+    "heads",
     "weights",
     "hf",
     "velocity",
@@ -180,7 +186,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     from attnflow.analysis.edi import EDIBudget, edi_budget
     from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
     from attnflow.analysis.stationary import StationaryPoint, classify_stationary
-    from attnflow.core import tokens
+    from attnflow.core import heads, tokens
     from attnflow.core.heads import Heads
     from attnflow.dynamics.fields import (
         energy,

@@ -200,6 +200,50 @@ class EDIBudget:
     weights_rule: str
     quadrature: str
 
+    def __repr__(self) -> str:
+        """One line: the scheme, the size of the run and the totals (the arrays stay in the fields)."""
+        return (
+            f"EDIBudget(method={self.method!r}, order={self.order}, residual_order={self.residual_order}, "
+            f"dt={self.dt:g}, steps={len(self.residual)}, t={self.t[0]:g}..{self.t[-1]:g}, "
+            f"weights_rule={self.weights_rule!r}, total_dissipation={self.total_dissipation:.6g}, "
+            f"relative_residual={self.relative_residual:.3e})"
+        )
+
+    def _repr_html_(self) -> str:
+        from attnflow.core.html import html_table
+
+        return html_table(
+            "EDIBudget",
+            [
+                ("method", f"{self.method} (order {self.order}), dt = {self.dt:g}, {len(self.residual)} steps"),
+                ("residual order", f"{self.residual_order}: {self.residual_order_reason}"),
+                ("weights rule, quadrature", f"{self.weights_rule}, {self.quadrature}"),
+                ("t", self.t),
+                ("total dissipation", self.total_dissipation),
+                ("total residual", self.total_residual),
+                ("relative residual", self.relative_residual),
+                ("max relative residual over time", self.max_relative_residual),
+            ],
+        )
+
+    @property
+    def residual_order(self) -> int:
+        """The order in ``dt`` the residual shrinks at: the scheme's order, except with weights that
+        have no time derivative (OU, layers, samples), whose exact increments split each step into
+        "weights move, then tokens move" (first order; an OU path is only Hoelder-1/2 in t)."""
+        return 1 if self.weights_rule == "increment" else self.order
+
+    @property
+    def residual_order_reason(self) -> str:
+        """Why :attr:`residual_order` is what it is, in one sentence."""
+        if self.weights_rule == "increment":
+            return (
+                "first order whatever the scheme: these weights (e.g. Ornstein-Uhlenbeck) have no time derivative, "
+                "so each step adds their exact increment (weights move, then tokens move), and an OU path is rough "
+                "(Hoelder-1/2 in t)"
+            )
+        return f"the scheme's order ({self.method}): the budget's integrands use its own stages and weights"
+
     @staticmethod
     def _cum(a: np.ndarray) -> np.ndarray:
         return np.concatenate([[0.0], np.cumsum(a)])

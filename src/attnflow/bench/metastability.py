@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.geometry import project_tangent
 from attnflow.core.tokens import uniform
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS
@@ -256,6 +257,6 @@ def plateau_figure(path: str, trace: dict | None = None) -> dict:
     ax2.set_ylabel("accepted step dt")
     ax2.set_xlabel("t")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return trace

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
+from attnflow.cli.threads import threaded
 
 
 def _table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]], left: Sequence[str]) -> Table:
@@ -26,8 +27,13 @@ def _table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]], lef
 
 @app.command()
 @guarded
+@threaded(lambda kw: float("inf"))
 def bench(
-    quick: bool = typer.Option(False, "--quick", help="Small sizes only (about a minute)."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="Small sizes only (about 10 minutes on a loaded 2-core machine: 6 min measured before the thread table).",
+    ),
     json_file: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     markdown_file: Optional[Path] = typer.Option(None, "--markdown", help="Also write the table as Markdown."),
     loop: bool = typer.Option(
@@ -58,6 +64,16 @@ def bench(
         "one ensemble against single runs.",
     ),
     only_small: bool = typer.Option(False, "--only-small", help="Run the small-cloud benchmark alone."),
+    thread_policy: bool = typer.Option(
+        True,
+        "--thread-policy/--no-thread-policy",
+        help="Also time the thread policy against one thread and torch's default, beside a spinning process.",
+    ),
+    only_thread_policy: bool = typer.Option(
+        False,
+        "--only-thread-policy",
+        help="Run the thread-policy table alone (4 minutes measured with --quick on a loaded 2-core machine).",
+    ),
 ) -> None:
     """Time one field evaluation and a 100-step run: numpy reference vs dense vs fast summation; and
     adaptive steps vs fixed-step rk4 on a metastable clustering run (field evaluations and wall time).
@@ -93,7 +109,9 @@ def bench(
             say(f"wrote {json_file}")
         return
     if only_small:
-        small, loop, metastability, only_metastability = True, False, False, False
+        small, loop, metastability, only_metastability, thread_policy = True, False, False, False, False
+    if only_thread_policy:
+        small = False
     from attnflow.bench.harness import HEADER, markdown, run_benchmarks, table_rows
     from attnflow.bench.loop import LOOP_HEADER, loop_markdown, loop_table_rows, run_loop_benchmarks
     from attnflow.bench.metastability import META_HEADER, meta_markdown, meta_rows, meta_title, run_metastability
@@ -102,8 +120,20 @@ def bench(
     result: dict = {"startup_s": startup}
     text = ""
     measure = lambda s: say(f"measuring {s} ...")
+    if only_thread_policy or (thread_policy and not profile and not only_metastability):
+        from attnflow.bench.threads import THREADS_HEADER, run_thread_benchmarks, thread_markdown, thread_rows
+
+        trows = run_thread_benchmarks(quick=quick, progress=measure)
+        title = "threads: torch's default vs the thread policy vs one thread, beside nothing / a spinning process"
+        wide.print(_table(title, THREADS_HEADER, thread_rows(trows), left=("case", "beside")))
+        tmd = thread_markdown(trows)
+        say(tmd.strip().splitlines()[-1])
+        result["threads"] = trows
+        text += tmd
     loop_rows = (
-        run_loop_benchmarks(quick=quick, progress=measure) if (loop or profile) and not only_metastability else []
+        run_loop_benchmarks(quick=quick, progress=measure)
+        if (loop or profile) and not only_metastability and not only_thread_policy
+        else []
     )
     if loop_rows:
         title = "simulate: cost per step against its field evaluations (explicit Euler)"
@@ -111,12 +141,12 @@ def bench(
         wide.print(_table(title, LOOP_HEADER, loop_table_rows(loop_rows), left=left))
         result["loop"] = loop_rows
         text += loop_markdown(loop_rows)
-    if not only_metastability and not profile and not only_small:
+    if not only_metastability and not profile and not only_small and not only_thread_policy:
         result.update(run_benchmarks(quick=quick, progress=measure))
         title = f"attnflow bench (exp throughput {result['machine']['exp_per_s']:.3g} /s, beta {result['beta']})"
         wide.print(_table(title, HEADER, table_rows(result), left=("backend", "dtype")))
         text = markdown(result) + ("\n" + text if text else "")
-    if not only_metastability and not only_small:
+    if not only_metastability and not only_small and not only_thread_policy:
         from attnflow.bench.fastsum import (
             FAST_PROFILE_HEADER,
             fast_profile_markdown,
@@ -130,7 +160,9 @@ def bench(
         wide.print(_table(fast_profile_title(prof), FAST_PROFILE_HEADER, fast_profile_rows(prof), left=("part",)))
         result["fast_profile"] = prof
         text += ("\n" if text else "") + fast_profile_markdown(prof)
-    if only_metastability or (not profile and (metastability if metastability is not None else not quick)):
+    if only_metastability or (
+        not only_thread_policy and not profile and (metastability if metastability is not None else not quick)
+    ):
         meta = run_metastability(progress=lambda s: say(f"metastability: {s} ..."))
         result["metastability"] = meta
         wide.print(_table(meta_title(meta), META_HEADER, meta_rows(meta), left=("method",)))

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, guarded, say
+from attnflow.cli.threads import run_pairs, threaded
 
 
 def plot_budget(budget, path: Path) -> Path:
@@ -36,13 +37,16 @@ def plot_budget(budget, path: Path) -> Path:
     axr.set_xlabel("t")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    from attnflow.core.figures import FIGURE_DPI  # here: the CLI's start-up must not load torch
+
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def edi(
     run_dir: Path = typer.Argument(..., help="A run folder of model 'gf' written by 'attnflow run'."),
     rows: int = typer.Option(10, "--rows", help="Rows of the table (evenly spaced times)."),
@@ -86,6 +90,7 @@ def edi(
     out_console.print(table)
     out_console.print(
         f"method {b.method} (order {b.order}), dt = {b.dt:g}, weights: {b.weights_rule}, quadrature: {b.quadrature}\n"
+        f"residual order {b.residual_order}: {b.residual_order_reason}\n"
         f"total dissipation {b.total_dissipation:.8g}   residual {b.total_residual:.3e}   "
         f"relative residual {b.relative_residual:.3e}   max relative residual over time {b.max_relative_residual:.3e}",
         highlight=False,

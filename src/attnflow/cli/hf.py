@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import HF_RUN_FLAGS, App, UserError, app, console, guarded, progress_bar, say
+from attnflow.cli.threads import threaded
 
 hf = App(
     help=(
@@ -45,6 +46,7 @@ def _parse_ids(ids: str) -> list[int]:
 
 @hf.command()
 @guarded
+@threaded()
 def verify(
     path: str = typer.Argument(
         ..., help="Folder of a model saved with save_pretrained (or a name in the local HF cache)."
@@ -131,6 +133,7 @@ def example(
 
 @hf.command("run")
 @guarded(flags=HF_RUN_FLAGS)
+@threaded()
 def run_(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained."),
     out: Path = typer.Option(..., "--out", "-o", help="Run folder to write (must not exist unless --force)."),
@@ -229,6 +232,7 @@ def print_hf_summary(run_dir: Path) -> None:
 
 @hf.command("gf")
 @guarded
+@threaded()
 def gf(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained."),
     radius: float = typer.Option(

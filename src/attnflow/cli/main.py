@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnflow.cli.app import UserError, app, confirm_heavy, guarded, progress_bar, say, warn
+from attnflow.cli.threads import run_pairs, threaded
 
 
 @app.command()
@@ -186,7 +187,8 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
         "cluster_eps": scalar(attrs.get("cluster_eps", section("diagnostics").get("cluster_eps"))),
         "requested_times": None if times is None else wanted,
         "times": [float(t[k]) for k in idx],
-        "diagnostics": {name: [clean(float(d[name][k])) for k in idx] for name in d},
+        # counts stay integers (clusters), as in the dataset and traj.diagnostics
+        "diagnostics": {name: [clean(d[name][k].item()) for k in idx] for name in d},
         "time_to_clustering": None,
         "final_clusters": None,
         "edi": None,
@@ -323,6 +325,7 @@ def show(
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def plot(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the figures (default RUN/figures)."),

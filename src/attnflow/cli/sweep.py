@@ -46,6 +46,13 @@ def sweep(
         "-y",
         help="Start even when the pre-flight estimate is large (more than an hour or half the memory).",
     ),
+    threads: Optional[int] = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        max=1024,
+        help="CPU threads per worker (default 1: the local cluster has a worker per core).",
+    ),
 ) -> None:
     """Run every point of a parameter sweep on Dask; write DIR/results.parquet (one row per point).
 
@@ -78,6 +85,7 @@ def sweep(
             on_progress=progress,
             on_points=lambda k, n: bar.update(task, total=n, completed=k, left="validating"),
             confirm=lambda est: confirm_heavy(est, f"sweep {sweep_file.name!r}", yes),
+            threads=threads,
         )
     say(
         f"sweep {sweep_file}: {report.total} points, {report.skipped} already finished, {report.ran} run now; "

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from attnflow.cli.app import UserError, app, guarded, say
+from attnflow.cli.threads import run_pairs, threaded
 
 
 def _complete_run(run_dir: Path) -> None:
@@ -25,6 +26,7 @@ def _complete_run(run_dir: Path) -> None:
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default RUN/report.html)."),
@@ -60,6 +62,7 @@ def report(
 
 @app.command()
 @guarded
+@threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def movie(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),
     out: Path = typer.Option(..., "--out", "-o", help="Movie file: .mp4 (H.264) or .gif."),

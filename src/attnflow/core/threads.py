@@ -18,9 +18,24 @@ from attnflow.core.errors import InputError
 
 __all__ = ["ThreadPolicy", "SMALL_WORK_PAIRS", "available_cores"]
 
-#: Below this many token pairs x heads per field evaluation, one thread is faster than several on a
-#: 2-core machine with other load (measured; see docs/performance.md). Work above it uses the cores.
-SMALL_WORK_PAIRS = 4_000_000
+#: Below this many token pairs x heads per field evaluation work runs on one thread; above it, on
+#: the cores. Measured on the project's 2-core machine (2026-12-01, one dense ``gf`` field evaluation
+#: in float64, H = 8, d = 3, time with 2 threads / time with 1; docs/performance.md):
+#:
+#: ========== =============== ======================== ==============================
+#: pairs x H  N (H = 8)       idle machine             a CPU-bound process beside it
+#: ========== =============== ======================== ==============================
+#: 5.2e5      256 (preset ou) 0.56-0.65                1.20-1.77
+#: 4.2e6      724             0.57-0.60                1.17-1.94
+#: 1.7e7      1448            (not idle: 1.34)         1.43
+#: 3.4e7      2048            0.51                     0.85-1.24
+#: 6.7e7      2896            (not idle: 0.90)         0.88
+#: ========== =============== ======================== ==============================
+#:
+#: One thread on an idle machine costs at most the core count (2x here); two threads beside other
+#: work cost up to 15x at N = 256 in the same series (the issue's 6.2 s vs 1.1 s for 50 rk4 steps).
+#: From about 3.4e7 pairs two threads no longer lose beside a busy core, so that is the threshold.
+SMALL_WORK_PAIRS = 2**25
 
 
 def available_cores() -> int:

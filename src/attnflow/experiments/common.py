@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attnflow._version import __version__
 from attnflow.core.errors import InputError
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.io.store import atomic_folder, git_commit, write_dataset
 
 #: The smallest margin a verdict may have (:attr:`Prediction.margin`): a prediction that meets its criterion
@@ -241,7 +242,7 @@ def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: b
         figdir = tmp / "figures"
         figdir.mkdir()
         for stem, fig in result.figures.items():
-            fig.savefig(figdir / f"{stem}.png", dpi=120)
+            fig.savefig(figdir / f"{stem}.png", dpi=FIGURE_DPI)
             fig.savefig(figdir / f"{stem}.pdf")
             plt.close(fig)
         if result.dataset is not None:

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.hf.flow import HIST_EDGES, Comparison
 from attnflow.hf.measures import mean_cosine, measure_path
 from attnflow.viz.plotting import pca_basis, snapshot_indices
@@ -96,7 +97,7 @@ def plot_comparison(cmp: Comparison, path: str | Path, count: int = 4) -> Path:
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return Path(path)
 
@@ -141,6 +142,6 @@ def plot_heads(cmp: Comparison, path: str | Path) -> Path | None:
         fig.colorbar(im, ax=ax, fraction=0.04)
     fig.suptitle("attention maps p_hij at the model's positions (rows: query i, columns: key j)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return Path(path)

@@ -56,7 +56,7 @@ RUN_VARIABLES: dict[str, tuple[str, str, str]] = {
     "A": ("interaction matrix A_h(t)", "1", "A_h = Q_h^T K_h of head h at time t (temperature folded in)"),
     "V": ("value matrix V_h(t)", "1", "value matrix V_h of head h at time t (absent when V_h = A_h throughout)"),
     "token_weights": ("token mass a_i", "1", "mass a_i of token i (sum_i a_i = 1)"),
-    "head_weights": ("head mass w_h", "1", "mass w_h of head h (sum_h w_h = 1)"),
+    "head_weights": ("head weight w_h", "1", "weight w_h of head h in the multi-head sum (sum_h w_h = 1)"),
     **{k: (_DIAGNOSTIC_NAMES.get(k, k), "1", v) for k, v in DIAGNOSTICS.items()},
     **{k: (_STEP_NAMES.get(k, k), "1", v) for k, v in STEP_SERIES.items()},
 }

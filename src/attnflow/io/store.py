@@ -60,6 +60,8 @@ from attnflow.io.safety import (
 if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
     from attnflow.io.trajectory import Trajectory
 
+#: The global ``Conventions`` attribute of every dataset attnflow writes (CF metadata conventions).
+CF_CONVENTIONS = "CF-1.10"
 DATASET = "dataset.zarr"
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
@@ -105,7 +107,10 @@ class DataWarning(UserWarning):
 def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> None:
     """Write ``ds`` as Zarr format 2 with consolidated metadata: a plain ``xarray.open_zarr(path)``
     opens it without the warnings that zarr 3 gives for consolidated format-3 stores. Every chunk is
-    written, even one that holds only the fill value, so a missing chunk always means damage."""
+    written, even one that holds only the fill value, so a missing chunk always means damage. Every
+    dataset carries the global ``Conventions`` attribute (:data:`CF_CONVENTIONS`)."""
+    if "Conventions" not in ds.attrs:
+        ds = ds.assign_attrs(Conventions=CF_CONVENTIONS)
     ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True, write_empty_chunks=True)
 
 
@@ -161,6 +166,7 @@ def trajectory_to_dataset(traj: Trajectory, provenance: dict[str, Any] | None = 
             values = np.rint(values).astype(np.int64)
         data[name] = (("time",), values)
     attrs: dict[str, Any] = {
+        "Conventions": CF_CONVENTIONS,
         "title": f"attnflow run: model {traj.model}, N = {traj.N}, d = {traj.d}, H = {traj.H}",
         "source": f"attnflow {__version__}",
         **run_parameters(traj),

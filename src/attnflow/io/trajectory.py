@@ -83,6 +83,15 @@ class Trajectory:
     steps: dict[str, np.ndarray] = field(default_factory=dict)
     steps_info: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Counts (clusters) are whole numbers, as on disk: integers here too, unless a value is missing.
+        from attnflow.io.metadata import INTEGER_DIAGNOSTICS
+
+        for name in INTEGER_DIAGNOSTICS:
+            values = self.diagnostics.get(name)
+            if values is not None and np.all(np.isfinite(values)):
+                self.diagnostics[name] = np.rint(np.asarray(values)).astype(np.int64)
+
     def __repr__(self) -> str:
         """A one-line summary (the arrays are in the fields: ``traj.x``, ``traj.diagnostics``, ...)."""
         t = self.t
@@ -95,6 +104,20 @@ class Trajectory:
             f"{span}, saved_times={len(t)}, dt={self.dt:g}{'' if steps is None else f', steps={steps}'}, "
             f"seed={self.seed})"
         )
+
+    def _repr_html_(self) -> str:
+        """The notebook view: sizes, times, model, and the first and last value of each diagnostic."""
+        from attnflow.core.html import html_table
+
+        t = self.t
+        rows: list[tuple[str, object]] = [
+            ("model, method", f"{self.model}, {self.method} (dt = {self.dt:g})"),
+            ("tokens N, dimension d, heads H", f"{self.N}, {self.d}, {self.H}"),
+            ("saved times", f"{len(t)}: t = {t[0]:g} .. {t[-1]:g}" if len(t) else "none"),
+            ("seed", self.seed),
+        ]
+        rows += [(name, np.asarray(v)) for name, v in self.diagnostics.items()]
+        return html_table("Trajectory", rows)
 
     @property
     def spec(self) -> RunSpec | None:

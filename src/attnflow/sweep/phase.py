@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.config import ConfigError
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.text import plain_label
 from attnflow.sweep.table import SPEC, load_sweep_results
 
@@ -33,6 +34,32 @@ class PhaseDiagram:
     values: np.ndarray
     counts: np.ndarray
     fixed: dict
+
+    def __repr__(self) -> str:
+        return (
+            f"PhaseDiagram(x={self.x!r}, y={self.y!r}, color={self.color!r}, grid={len(self.ys)}x{len(self.xs)}, "
+            f"fixed={self.fixed!r})"
+        )
+
+    def _repr_html_(self) -> str:
+        """The grid itself: rows y, columns x, cells the mean of ``color`` (n seeds)."""
+        import html
+
+        head = "".join(f"<th>{html.escape(f'{v:g}')}</th>" for v in self.xs)
+        body = ""
+        for i, yv in enumerate(self.ys):
+            cells = "".join(
+                f"<td>{'-' if self.counts[i, j] == 0 else html.escape(f'{self.values[i, j]:.4g}')}</td>"
+                for j in range(len(self.xs))
+            )
+            body += f"<tr><th>{html.escape(f'{yv:g}')}</th>{cells}</tr>"
+        title = f"PhaseDiagram: mean {self.color} over seeds; rows {self.y}, columns {self.x}"
+        if self.fixed:
+            title += f" ({', '.join(f'{k} = {v}' for k, v in self.fixed.items())})"
+        return (
+            f"<div><b>{html.escape(title)}</b><table><tr><th>{html.escape(self.y)} \\ {html.escape(self.x)}</th>"
+            f"{head}</tr>{body}</table></div>"
+        )
 
 
 def _swept(out: Path) -> list[str]:
@@ -140,33 +167,88 @@ def _edges(c: np.ndarray, log: bool) -> np.ndarray:
     return np.exp(e) if log else e
 
 
+#: An axis of at most this many integer values (``heads.count`` in {1, 8}) is drawn as categories.
+CATEGORICAL_MAX = 12
+#: Colour values spanning at least this ratio (max / min, all positive) get a logarithmic scale.
+LOG_COLOR_RATIO = 100.0
+
+
+def _is_integer_valued(v: np.ndarray) -> bool:
+    v = np.asarray(v, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return bool(v.size) and bool(np.all(v == np.round(v)))
+
+
+def categorical_axis(values: np.ndarray, log: bool) -> bool:
+    """Whether an axis is drawn as evenly spaced categories: a few whole numbers, not on a log scale
+    (midpoint cells around 1 and 8 would run from -2.5 to 11.5)."""
+    return not log and len(values) <= CATEGORICAL_MAX and _is_integer_valued(values)
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:g}"
+
+
 def plot_phase_diagram(pd: PhaseDiagram, path: str | os.PathLike, *, log_x: bool = False, log_y: bool = False) -> Path:
-    """Draw ``pd`` as a heatmap (matplotlib ``pcolormesh``) and save it to ``path``."""
+    """Draw ``pd`` as a heatmap (:func:`phase_figure`) and save it to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = phase_figure(pd, log_x=log_x, log_y=log_y)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=FIGURE_DPI)
+    plt.close(fig)
+    return path
+
+
+def phase_figure(pd: PhaseDiagram, *, log_x: bool = False, log_y: bool = False):
+    """The heatmap of ``pd`` (matplotlib ``pcolormesh``) as a ``Figure``, not saved.
+
+    Axes of a few whole numbers are categories (one evenly sized cell each, ticks at the grid
+    values); other axes tick at the grid values too when there are at most
+    :data:`CATEGORICAL_MAX`. Colours are on a log scale when the values span
+    :data:`LOG_COLOR_RATIO` or more, and the colour bar ticks whole numbers when every value is one.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+    from matplotlib.ticker import MaxNLocator
 
     for name, vals, log in (("x", pd.xs, log_x), ("y", pd.ys, log_y)):
         if not np.issubdtype(np.asarray(vals).dtype, np.number):
             raise ConfigError(f"the {name} axis values {list(vals)} are not numbers; a heatmap needs numeric axes.")
         if log and np.any(np.asarray(vals) <= 0):
             raise ConfigError(f"--log-{name} needs positive values; got {list(vals)}.")
+    cat_x, cat_y = categorical_axis(pd.xs, log_x), categorical_axis(pd.ys, log_y)
+    ex = np.arange(len(pd.xs) + 1) - 0.5 if cat_x else _edges(pd.xs, log_x)
+    ey = np.arange(len(pd.ys) + 1) - 0.5 if cat_y else _edges(pd.ys, log_y)
+    finite = pd.values[np.isfinite(pd.values)]
+    norm = None
+    if finite.size and finite.min() > 0 and finite.max() / finite.min() >= LOG_COLOR_RATIO:
+        norm = LogNorm(vmin=finite.min(), vmax=finite.max())
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    mesh = ax.pcolormesh(_edges(pd.xs, log_x), _edges(pd.ys, log_y), pd.values, shading="flat", cmap="viridis")
+    mesh = ax.pcolormesh(ex, ey, pd.values, shading="flat", cmap="viridis", norm=norm)
     if log_x:
         ax.set_xscale("log")
     if log_y:
         ax.set_yscale("log")
-    fig.colorbar(mesh, ax=ax, label=f"{plain_label(pd.color)} (mean over seeds)")
+    for axis, vals, cat in ((ax.xaxis, pd.xs, cat_x), (ax.yaxis, pd.ys, cat_y)):
+        if cat:
+            axis.set_ticks(np.arange(len(vals)), [_tick_label(v) for v in vals])
+        elif len(vals) <= CATEGORICAL_MAX:
+            axis.set_ticks(np.asarray(vals, dtype=np.float64), [_tick_label(v) for v in vals])
+            axis.set_ticks([], minor=True)
+    label = f"{plain_label(pd.color)} (mean over seeds" + (", log scale)" if norm is not None else ")")
+    bar = fig.colorbar(mesh, ax=ax, label=label)
+    if norm is None and _is_integer_valued(finite):
+        bar.locator = MaxNLocator(integer=True)
+        bar.update_ticks()
     ax.set_xlabel("time t" if pd.x == "t" else plain_label(pd.x))
     ax.set_ylabel("time t" if pd.y == "t" else plain_label(pd.y))
     n = int(pd.counts.max()) if pd.counts.size else 0
     extra = plain_label(", ".join(f"{k}={v}" for k, v in pd.fixed.items()))
     ax.set_title(f"{plain_label(pd.color)}: {n} seed(s) per cell" + (f" ({extra})" if extra else ""), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

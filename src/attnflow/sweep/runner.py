@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from attnflow.config import ConfigError, parse_config
+from attnflow.core.threads import ThreadPolicy
 from attnflow.io.lock import output_lock
 from attnflow.io.safety import atomic_write, refuse_link
 from attnflow.io.store import folder_kind, mark_folder, what_it_is
@@ -54,6 +55,19 @@ class SweepReport:
     results: Path
     wall_s: float
 
+    def _repr_html_(self) -> str:
+        from attnflow.core.html import html_table
+
+        return html_table(
+            "SweepReport",
+            [
+                ("points", f"{self.total}: {self.skipped} already finished, {self.ran} run now"),
+                ("ok, failed", f"{self.ok}, {self.failed}"),
+                ("results table", self.results),
+                ("wall time (s)", self.wall_s),
+            ],
+        )
+
 
 def require_sweep_extra() -> None:
     """Fail with an install hint when the optional Dask/Parquet dependencies are missing."""
@@ -74,8 +88,9 @@ def run_point(point: dict[str, Any], out: str | None = None, keep_trajectory: bo
     """
     import torch
 
-    # One worker process per core: intra-op threads would only oversubscribe the machine.
-    torch.set_num_threads(1)
+    # One worker process per core: intra-op threads would only oversubscribe the machine (the
+    # default; run_sweep(threads=k) gives each worker k).
+    torch.set_num_threads(int(point.get("threads") or 1))
     record: dict[str, Any] = {
         "point": point["id"],
         "index": point["index"],
@@ -122,8 +137,8 @@ def run_batch(points: list[dict[str, Any]], out: str | None = None, keep_traject
     return records
 
 
-def _payload(p: SweepPoint) -> dict[str, Any]:
-    return {"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config}
+def _payload(p: SweepPoint, threads: int | None = None) -> dict[str, Any]:
+    return {"id": p.id, "index": p.index, "params": p.params, "seed": p.seed, "config": p.config, "threads": threads}
 
 
 def batch_size(spec_batch: int | str, n_pending: int, n_workers: int) -> int:
@@ -169,6 +184,7 @@ def run_sweep(
     root: Path | None = None,
     confirm: Callable[[Estimate], None] | None = None,
     on_points: Callable[[int, int], None] | None = None,
+    threads: int | None = None,
 ) -> SweepReport:
     """Run every unfinished point of ``sweep`` on Dask and write the tables under ``out``.
 
@@ -178,6 +194,7 @@ def run_sweep(
     ``retry_failed`` re-runs points recorded as failed. ``on_progress(ok, failed, total)`` is
     called as points finish, ``on_points(k, n)`` as the points are built and validated (before any
     runs; a sweep has at most :data:`attnflow.sweep.spec.MAX_POINTS`). Finished points are skipped, so calling it again resumes.
+    ``threads``: torch threads per worker (default 1: the local cluster has a worker per core).
     Before anything is written, the pre-flight estimate of the unfinished points
     (:func:`attnflow.solve.preflight.sweep_estimate`) refuses a sweep whose points cannot fit in
     memory and is handed to ``confirm`` (which may raise to stop a heavy sweep).
@@ -187,6 +204,7 @@ def run_sweep(
             "--workers sizes the embedded local cluster; with --scheduler the workers of that cluster run the sweep."
         )
     require_sweep_extra()
+    ThreadPolicy(threads)  # validates it before anything starts
     if isinstance(sweep, SweepSpec):
         spec = sweep
     else:
@@ -219,7 +237,7 @@ def run_sweep(
         owned = client
     try:
         with output_lock(out, what="sweep folder"):
-            return _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress)
+            return _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress, threads)
     finally:
         if owned is not None:
             owned.close()
@@ -238,7 +256,9 @@ def _refuse_links(out: Path) -> None:
             refuse_link(folder, "points folder")
 
 
-def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress) -> SweepReport:
+def _run_locked(
+    spec, points, out, scheduler, workers, batch, retry_failed, client, on_progress, threads=None
+) -> SweepReport:
     """:func:`run_sweep` once the output lock of ``out`` is held."""
     (out / POINTS).mkdir(parents=True, exist_ok=True)
     refuse_link(out / POINTS, "points folder")
@@ -272,7 +292,7 @@ def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, clie
     report_progress()
     try:
         if pending:
-            _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress)
+            _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress, threads)
     finally:
         # Also after an interrupt: the tables then show what finished, the rest as pending.
         assemble(out, points, spec.summary.window)
@@ -288,7 +308,7 @@ def _run_locked(spec, points, out, scheduler, workers, batch, retry_failed, clie
     )
 
 
-def _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress) -> None:
+def _run_pending(spec, pending, out, status, scheduler, workers, batch, client, report_progress, threads=None) -> None:
     from distributed import wait
 
     own = client is None
@@ -302,7 +322,7 @@ def _run_pending(spec, pending, out, status, scheduler, workers, batch, client, 
         futures = {
             client.submit(
                 run_batch,
-                [_payload(p) for p in b],
+                [_payload(p, threads) for p in b],
                 str(out),
                 spec.keep_trajectories,
                 key=f"attnflow-sweep-{b[0].id}-{len(b)}",

@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.lines import Line2D
 
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.text import plain_label
 from attnflow.io.safety import atomic_write, refuse_link
 from attnflow.io.trajectory import Trajectory
@@ -54,7 +55,7 @@ def vector_path(path: Path) -> Path:
     return Path(path).with_suffix(".pdf")
 
 
-def _save(fig, path: Path, dpi: int = 130) -> Path:
+def _save(fig, path: Path, dpi: int = FIGURE_DPI) -> Path:
     """Write ``path`` (PNG) and the same figure as PDF beside it (:func:`vector_path`)."""
     path = Path(path)
     try:
