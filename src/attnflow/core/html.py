@@ -1,16 +1,17 @@
 """Small HTML tables for notebooks: the ``_repr_html_`` of attnflow's result objects.
 
-Every cell is escaped (:func:`html.escape`): names and values may come from a run folder, which is
-untrusted data. Arrays are summarised (shape, first and last value), never printed whole.
+Every cell is escaped (:func:`attnflow.core.text.html_text`, the one escaping helper of attnflow's
+HTML): names and values may come from a run folder, which is untrusted data. Arrays are summarised (shape, first and last value), never printed whole.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from attnflow.core.text import html_text
 
 __all__ = ["html_table", "summarise"]
 
@@ -29,8 +30,8 @@ def summarise(value: Any) -> str:
 def html_table(title: str, rows: Iterable[tuple[str, Any]]) -> str:
     """A two-column table (``name``, ``value``) under a bold ``title``; everything escaped."""
     body = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-        f"<td style='text-align:left'>{html.escape(summarise(v))}</td></tr>"
+        f"<tr><th style='text-align:left'>{html_text(k)}</th>"
+        f"<td style='text-align:left'>{html_text(summarise(v))}</td></tr>"
         for k, v in rows
     )
-    return f"<div><b>{html.escape(title)}</b><table>{body}</table></div>"
+    return f"<div><b>{html_text(title)}</b><table>{body}</table></div>"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-import html
 import os
 import re
 from pathlib import Path
 
+from attnflow.core.text import html_text
 from attnflow.experiments.common import MIN_MARGIN, ExperimentResult
 
 KEY_FIGURES = [
@@ -76,24 +76,24 @@ def write_reproduce_report(
         return
 
     rows = "".join(
-        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(p.statement)}</td><td>{html.escape(p.measured)}</td>"
-        f"<td>{html.escape(p.criterion)}</td><td>{html.escape(p.control_text)}</td>"
-        f"<td class='{'pass' if p.ok else 'fail'}'>{html.escape(p.verdict_text)}</td></tr>"
+        f"<tr><td>{html_text(r.name)}</td><td>{html_text(p.statement)}</td><td>{html_text(p.measured)}</td>"
+        f"<td>{html_text(p.criterion)}</td><td>{html_text(p.control_text)}</td>"
+        f"<td class='{'pass' if p.ok else 'fail'}'>{html_text(p.verdict_text)}</td></tr>"
         for r, p in _rows(results)
     )
     figs = []
     for r in results:
-        figs.append(f"<h2>{html.escape(r.name)} ({r.seconds:.1f} s)</h2>")
+        figs.append(f"<h2>{html_text(r.name)} ({r.seconds:.1f} s)</h2>")
         for stem in r.figures:
             png = out / r.name / "figures" / f"{stem}.png"
             data = base64.b64encode(png.read_bytes()).decode() if png.is_file() else ""
-            figs.append(f"<img alt='{html.escape(r.name)} {stem}' src='data:image/png;base64,{data}'>")
-        figs += [f"<p><em>Note: {html.escape(n)}</em></p>" for n in r.notes]
+            figs.append(f"<img alt='{html_text(r.name)} {stem}' src='data:image/png;base64,{data}'>")
+        figs += [f"<p><em>Note: {html_text(n)}</em></p>" for n in r.notes]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>attnflow reproduce</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;font-size:14px}}.pass{{color:#070;font-weight:bold}}
 .fail{{color:#b00;font-weight:bold}}img{{max-width:100%}}</style></head><body>
-<h1>attnflow reproduce all{" --quick" if quick else ""}</h1><p>Seed {seed}, {html.escape(created)}, {total:.0f} s in all.
+<h1>attnflow reproduce all{" --quick" if quick else ""}</h1><p>Seed {seed}, {html_text(created)}, {total:.0f} s in all.
 <b>{n_pass}/{n_all} predictions PASS.</b></p>
 <table><tr><th>experiment</th><th>prediction</th><th>measured</th><th>criterion</th><th>negative control</th><th></th></tr>{rows}</table>
 {"".join(figs)}</body></html>"""

@@ -16,7 +16,7 @@ import numpy as np
 
 from attnflow.config import ConfigError
 from attnflow.core.figures import FIGURE_DPI
-from attnflow.core.text import plain_label
+from attnflow.core.text import html_text, plain_label
 from attnflow.sweep.table import SPEC, load_sweep_results
 
 TIME = ("t", "time")
@@ -43,21 +43,20 @@ class PhaseDiagram:
 
     def _repr_html_(self) -> str:
         """The grid itself: rows y, columns x, cells the mean of ``color`` (n seeds)."""
-        import html
 
-        head = "".join(f"<th>{html.escape(f'{v:g}')}</th>" for v in self.xs)
+        head = "".join(f"<th>{html_text(f'{v:g}')}</th>" for v in self.xs)
         body = ""
         for i, yv in enumerate(self.ys):
             cells = "".join(
-                f"<td>{'-' if self.counts[i, j] == 0 else html.escape(f'{self.values[i, j]:.4g}')}</td>"
+                f"<td>{'-' if self.counts[i, j] == 0 else html_text(f'{self.values[i, j]:.4g}')}</td>"
                 for j in range(len(self.xs))
             )
-            body += f"<tr><th>{html.escape(f'{yv:g}')}</th>{cells}</tr>"
+            body += f"<tr><th>{html_text(f'{yv:g}')}</th>{cells}</tr>"
         title = f"PhaseDiagram: mean {self.color} over seeds; rows {self.y}, columns {self.x}"
         if self.fixed:
             title += f" ({', '.join(f'{k} = {v}' for k, v in self.fixed.items())})"
         return (
-            f"<div><b>{html.escape(title)}</b><table><tr><th>{html.escape(self.y)} \\ {html.escape(self.x)}</th>"
+            f"<div><b>{html_text(title)}</b><table><tr><th>{html_text(self.y)} \\ {html_text(self.x)}</th>"
             f"{head}</tr>{body}</table></div>"
         )
 
