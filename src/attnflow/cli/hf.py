@@ -340,6 +340,12 @@ def study(
     shuffles: int = typer.Option(3, "--shuffles", help="Random layer orders of the depth test."),
     ou_draws: int = typer.Option(3, "--ou-draws", help="Draws of the OU-like weight path."),
     ou_rho: float = typer.Option(0.9, "--ou-rho", help="Correlation of the OU-like path from one layer to the next."),
+    gf_prompts: int = typer.Option(
+        24, "--gf-prompts", help="Run the (stiff) gradient-flow projection on the first N prompts."
+    ),
+    gf_steps: int = typer.Option(
+        64, "--gf-steps-per-layer", help="Euler steps per layer of the gradient-flow projection."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the layer orders, random heads, OU draws and bootstrap."),
     boot: int = typer.Option(2000, "--boot", help="Bootstrap resamples of the 95% CIs."),
     use_dask: bool = typer.Option(False, "--dask", help="Compute the prompts as Dask tasks on threads."),
@@ -364,7 +370,12 @@ def study(
     from attnflow.hf.corpus import read_corpus
     from attnflow.hf.study import STUDY_STORE, comparisons, run_study, save_study
 
-    for name, value in (("--boot", boot), ("--workers", workers)):
+    for name, value in (
+        ("--boot", boot),
+        ("--workers", workers),
+        ("--gf-prompts", gf_prompts),
+        ("--gf-steps-per-layer", gf_steps),
+    ):
         if value < 1:
             raise UserError(f"{name} must be positive; got {value}")
     if out.exists():
@@ -374,7 +385,14 @@ def study(
             raise UserError(f"{str(out)!r} was not written by 'attnflow hf study'; --force replaces only such folders.")
     prompts = read_corpus(corpus, limit=limit)
     options = dict(
-        steps_per_layer=steps_per_layer, seeds=seeds, shuffles=shuffles, ou_draws=ou_draws, ou_rho=ou_rho, seed=seed
+        steps_per_layer=steps_per_layer,
+        seeds=seeds,
+        shuffles=shuffles,
+        ou_draws=ou_draws,
+        ou_rho=ou_rho,
+        seed=seed,
+        gf_prompts=gf_prompts,
+        gf_steps_per_layer=gf_steps,
     )
     if use_dask:
         say(f"{len(prompts)} prompts as Dask tasks on {workers} threads ...")
@@ -421,7 +439,9 @@ def print_study(ds, rows) -> None:
             table.add_row(
                 escape(f"{r.a} - {r.b}" if r.b else r.a)
                 + "\n  "
-                + escape(f"{_MEASURE[r.measure]}, {_HOW[r.statistic]}"),
+                + escape(
+                    f"{_MEASURE[r.measure]}, {_HOW[r.statistic]}" + (f" (n={r.n})" if r.n < ds.sizes["prompt"] else "")
+                ),
                 f"{r.mean_a:.3f}",
                 f"{r.mean_b:.3f}" if r.b else "",
                 f"{r.diff:+.3f}" + ("*" if r.excludes_zero else " "),

@@ -94,7 +94,11 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
         "time tau_l of the mean-shift flow that best matches the model at depth l on the other fold",
     ),
     "fold_of_prompt": ("fold of the prompt", "1", "the fold a prompt belongs to (its tau comes from the other)"),
-    "gf_warnings": ("gf stability warnings", "1", "warnings the gf flow's stepper raised (step too large)"),
+    "gf_warnings": (
+        "gf stability warnings",
+        "1",
+        "warnings the gf flow's stepper raised (step too large; -1: not run)",
+    ),
     "path_A": ("weight path of A", "1", "sum over layer boundaries of |A_{l+1} - A_l| / mean(|A_l|, |A_{l+1}|)"),
     "path_V": ("weight path of V", "1", "sum over layer boundaries of |V_{l+1} - V_l| / mean(|V_l|, |V_{l+1}|)"),
 }
@@ -116,10 +120,15 @@ class StudySetup:
     seed: int = 0
     tau_max: float = 3.0
     tau_steps: int = 60
+    #: the gf projection is stiff (MiniLM: dt <= 1/245 for Euler): its own steps per layer, and on
+    #: the first ``gf_prompts`` prompts only (the others hold NaN; comparisons drop them).
+    gf_steps_per_layer: int = 64
+    gf_prompts: int | None = None
     control: Any = None
     control_layers: HFLayers | None = None
     perms: list[list[int]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    cache: dict[tuple, Any] = field(default_factory=dict)
 
     @property
     def taus(self) -> np.ndarray:
@@ -246,7 +255,46 @@ def _gf_flow(x0: np.ndarray, process: Layers, spl: int) -> tuple[np.ndarray, int
     return np.asarray(traj.x), len(caught)
 
 
-def study_prompt(setup: StudySetup, ids: Sequence[int]) -> dict[str, Any]:
+def processes(
+    setup: StudySetup, radius: np.ndarray
+) -> tuple[Layers, dict[str, Layers], dict[str, tuple[float, float]]]:
+    """``(flow, processes, paths)`` for the residual radii ``radius`` (all ones for post-norm models,
+    where they are the same for every prompt and built once): the real heads on the sphere, every
+    drawn head sequence of the study and the weight path length of ``A`` and ``V`` of each."""
+    key = tuple(np.round(np.asarray(radius, dtype=np.float64), 12).tolist())
+    with setup.lock:
+        if key in setup.cache:
+            return setup.cache[key]
+        L = setup.layers.L
+        flow = on_sphere(setup.layers, radius=radius)
+        procs: dict[str, Layers] = {"real": flow}
+        for s in range(setup.seeds):
+            g = torch.Generator().manual_seed(setup.seed + 1000 + s)
+            procs[f"random_{s}"] = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
+        for k, p in enumerate(setup.perms):
+            procs[f"shuffled_{k}"] = Layers([flow.layers[i] for i in p], t_end=float(L))
+        for l in range(L):
+            procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
+        for k in range(setup.ou_draws):
+            g = torch.Generator().manual_seed(setup.seed + 2000 + k)
+            procs[f"ou_{k}"] = ou_process(flow, setup.ou_rho, g)
+        procs["gf"] = to_gradient_flow(flow).layers
+        assert setup.control_layers is not None
+        # One radius for every layer (their mean): identical blocks then give identical heads on the sphere.
+        procs["control"] = on_sphere(setup.control_layers, radius=float(np.mean(radius)))
+        paths = {
+            n: (
+                float(relative_jumps([h.A for h in P.layers]).sum()),
+                float(relative_jumps([h.values for h in P.layers]).sum()),
+            )
+            for n, P in procs.items()
+            if not n.startswith("reuse_")
+        }
+        setup.cache[key] = (flow, procs, paths)
+        return setup.cache[key]
+
+
+def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
     """All variants' measures for one prompt: ``{"measures": {variant: {measure: (L+1,)}},
     "contraction": {measure: (tau, L+1) or (tau,)}, "paths": {process: (A, V)}, "n_tokens": N}``."""
     L, spl, method = setup.layers.L, setup.steps_per_layer, setup.method
@@ -257,39 +305,31 @@ def study_prompt(setup: StudySetup, ids: Sequence[int]) -> dict[str, Any]:
         abl = {a: ablated_positions(setup.model, setup.layers, t, a) for a in STUDY_ABLATIONS}
         assert setup.control_layers is not None
         Xc, rc = real_positions(setup.control, setup.control_layers, t)
-    flow = on_sphere(setup.layers, radius=r if pre else 1.0)
+    flow, procs, paths = processes(setup, r if pre else np.ones(L))
     x0 = X[0]
     runs: dict[str, np.ndarray] = {"model": X}
     runs["flow"] = flow_through(x0, flow, spl, method)
     runs["flow_1step"] = flow_through(x0, flow, 1, "euler")
     runs["no_move"] = np.broadcast_to(x0, X.shape).copy()
-    procs: dict[str, Layers] = {"real": flow}
-    for s in range(setup.seeds):
-        g = torch.Generator().manual_seed(setup.seed + 1000 + s)
-        procs[f"random_{s}"] = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
-    for k, p in enumerate(setup.perms):
-        procs[f"shuffled_{k}"] = Layers([flow.layers[i] for i in p], t_end=float(L))
-    for l in range(L):
-        procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
-    for k in range(setup.ou_draws):
-        g = torch.Generator().manual_seed(setup.seed + 2000 + k)
-        procs[f"ou_{k}"] = ou_process(flow, setup.ou_rho, g)
     for name, P in procs.items():
-        if name != "real":
+        if name not in ("real", "control", "gf"):
             runs[name] = flow_through(x0, P, spl, method)
-    runs["gf"], gf_warnings = _gf_flow(x0, to_gradient_flow(flow).layers, spl)
+    gf_warnings = -1  # -1: the gf flow was not run for this prompt
+    if setup.gf_prompts is None or index < setup.gf_prompts:
+        runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
+
     runs.update(abl)
     measures = {v: measure_all(Y, X, runs["flow"]) for v, Y in runs.items()}
+    if "gf" not in measures:
+        measures["gf"] = {m: np.full(L + 1, np.nan) for m in MEASURES}
     # The identical-layers control, measured against its own model and flow.
-    # One radius for every layer (their mean): identical blocks then give identical heads on the sphere.
-    cflow = on_sphere(setup.control_layers, radius=float(np.mean(rc)) if pre else 1.0)
+    cflow = procs["control"]
     cf = flow_through(Xc[0], cflow, spl, method)
     measures["control_model"] = measure_all(Xc, Xc, cf)
     measures["control_flow"] = measure_all(cf, Xc, cf)
-    for k, p in enumerate(setup.perms):
+    for k, p in enumerate(setup.perms[:1]):  # identical layers: one order shows it as well as many
         cp = Layers([cflow.layers[i] for i in p], t_end=float(L))
         measures[f"control_shuffled_{k}"] = measure_all(flow_through(Xc[0], cp, spl, method), Xc, cf)
-    procs["control"] = cflow
     # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
     dtau = setup.tau_max / setup.tau_steps
     grid = Layers([uniform_heads(x0.shape[1], dtau)] * setup.tau_steps, t_end=float(setup.tau_steps))
@@ -301,11 +341,6 @@ def study_prompt(setup: StudySetup, ids: Sequence[int]) -> dict[str, Any]:
         "mean_inner": np.array([mean_inner(c) for c in C]),
         "effective_rank": np.array([effective_rank(c) for c in C]),
         "nn_cosine": np.array([nn_cosine(c) for c in C]),
-    }
-    paths = {
-        n: (relative_jumps([h.A for h in P.layers]).sum(), relative_jumps([h.values for h in P.layers]).sum())
-        for n, P in procs.items()
-        if not n.startswith("reuse_")
     }
     return {
         "measures": measures,
@@ -346,12 +381,12 @@ def run_study(
     if use_dask:
         import dask
 
-        tasks = [dask.delayed(study_prompt)(setup, ids) for ids in ids_all]
+        tasks = [dask.delayed(study_prompt)(setup, ids, k) for k, ids in enumerate(ids_all)]
         results = list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
     else:
         results = []
         for k, ids in enumerate(ids_all):
-            results.append(study_prompt(setup, ids))
+            results.append(study_prompt(setup, ids, k))
             if progress is not None:
                 progress(k + 1, len(ids_all))
     return assemble(results, setup, list(prompts), corpus=corpus)
@@ -461,6 +496,7 @@ class Row:
     diff: float
     lo: float
     hi: float
+    n: int = 0
 
     @property
     def excludes_zero(self) -> bool:
@@ -535,9 +571,25 @@ def comparisons(ds: xr.Dataset, *, n_boot: int = 2000, seed: int = 0) -> list[Ro
             continue
         va = statistic(ds, a, m, how)
         vb = statistic(ds, b, m, how) if b else np.zeros_like(va)
+        keep = np.isfinite(va) & np.isfinite(vb)  # prompts a variant was not run on (gf) hold NaN
+        if not keep.any():
+            continue
+        va, vb = va[keep], vb[keep]
         lo, hi = bootstrap_ci(va - vb, n_boot=n_boot, seed=seed)
         rows.append(
-            Row(group, a, b, m, how, float(va.mean()), float(vb.mean()), float((va - vb).mean()), float(lo), float(hi))
+            Row(
+                group,
+                a,
+                b,
+                m,
+                how,
+                float(va.mean()),
+                float(vb.mean()),
+                float((va - vb).mean()),
+                float(lo),
+                float(hi),
+                int(keep.sum()),
+            )
         )
     return rows
 
@@ -624,6 +676,9 @@ def plot_study(ds: xr.Dataset, folder: str | Path, *, n_boot: int = 1000) -> lis
                 if v not in variants:
                     continue
                 x = ds[m].sel(variant=v).values
+                x = x[np.isfinite(x).all(1)]
+                if len(x) == 0:
+                    continue
                 band = np.array(bootstrap_ci(x, n_boot=n_boot)).T
                 style = {"color": "k", "lw": 2.2} if v == "model" else {}
                 (line,) = ax.plot(depth, x.mean(0), marker="o", ms=3, label=v, **style)
