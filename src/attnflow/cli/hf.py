@@ -190,7 +190,10 @@ def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     """A table whose numeric cells never wrap or shorten (text columns wrap at spaces)."""
     table = Table(title=escape(title))
     for k, col in enumerate(header):
-        table.add_column(escape(col), justify="right", no_wrap=k > 0 and all(_numeric(r[k]) for r in rows))
+        # Numbers keep their full width (min_width); headers wrap at spaces instead.
+        numeric = all(_numeric(r[k]) for r in rows)
+        width = max([len(r[k]) for r in rows], default=1) if numeric else None
+        table.add_column(escape(col), justify="right", min_width=width)
     for r in rows:
         table.add_row(*[escape(c) for c in r])
     Console().print(table)
