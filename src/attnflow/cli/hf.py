@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -387,7 +387,7 @@ def study(
         if not (out / STUDY_STORE).is_dir():
             raise UserError(f"{str(out)!r} was not written by 'attnflow hf study'; --force replaces only such folders.")
     prompts = read_corpus(corpus, limit=limit)
-    options = dict(
+    options: dict[str, Any] = dict(
         steps_per_layer=steps_per_layer,
         seeds=seeds,
         shuffles=shuffles,

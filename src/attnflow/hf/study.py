@@ -151,7 +151,7 @@ def identical_layers(model) -> Any:
 
 def permutations(L: int, count: int, rng: np.random.Generator) -> list[list[int]]:
     """``count`` random orders of ``0..L-1``, none the identity (when ``L > 1``)."""
-    out = []
+    out: list[list[int]] = []
     while len(out) < count:
         p = rng.permutation(L)
         if L > 1 and np.array_equal(p, np.arange(L)):
