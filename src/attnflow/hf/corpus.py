@@ -1,7 +1,7 @@
 """The prompt corpus that ships with attnflow, and reading a user's corpus file safely.
 
 The shipped corpus (``attnflow/hf/data/corpus.txt``, package data) holds 228 English sentences
-of 3 to 25 words written for this project, licence MIT (the project's) and CC0 1.0. A corpus file is
+of 3 to 23 words written for this project, licence MIT (the project's) and CC0 1.0. A corpus file is
 plain UTF-8 text, one prompt per line; blank lines and lines starting with ``#`` are ignored.
 """
 
