@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -191,25 +191,56 @@ def run_(
     )
 
 
+def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    """A table whose numeric cells never wrap or shorten (text columns wrap at spaces)."""
+    from attnflow.core.text import terminal_text
+
+    table = Table(title=escape(terminal_text(title)))  # text of a folder: control characters shown escaped
+    for k, col in enumerate(header):
+        # Numbers keep their full width (min_width); headers wrap at spaces instead.
+        numeric = all(_numeric(r[k]) for r in rows)
+        width = max([len(r[k]) for r in rows], default=1) if numeric else None
+        table.add_column(escape(terminal_text(col)), justify="right", min_width=width)
+    for r in rows:
+        table.add_row(*[escape(terminal_text(c)) for c in r])
+    Console().print(table)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
 def print_hf_summary(run_dir: Path) -> None:
     """The comparison and head tables of an hf run folder (``attnflow show`` prints them too)."""
     from rich.markup import escape
 
     from attnflow.core.text import terminal_text
     from attnflow.hf.flow import load_comparison
-    from attnflow.hf.views import depth_table, head_table, path_line
+    from attnflow.hf.views import DEPTH_COLUMNS, depth_table, head_table, path_line
 
     ds = load_comparison(run_dir)
     tokens = ds.attrs.get("tokens")
-    title = f"{ds.attrs.get('hf_architecture', '?')}: model vs attention-only flow, {ds.sizes['token']} tokens"
-    for header, rows in (depth_table(ds), head_table(ds)):
-        table = Table(title=escape(terminal_text(title)))  # text of a folder: control characters shown escaped
-        for col in header:
-            table.add_column(escape(terminal_text(col)), justify="right")
-        for r in rows:
-            table.add_row(*[escape(terminal_text(c)) for c in r])
-        Console().print(table)
-        title = "which heads drive the collapse (at the model's positions)"
+    arch = ds.attrs.get("hf_architecture", "?")
+    header, rows = depth_table(ds)
+    # Split the per-depth comparison so that each table fits 80 columns (CI logs, default terminals).
+    present = [v for _, v in DEPTH_COLUMNS if v in ds]
+    cos_cols = [0, *[k + 1 for k, v in enumerate(present) if v.startswith("cos")]]
+    cluster_cols = [0, *[k + 1 for k, v in enumerate(present) if not v.startswith("cos")]]
+    titles = (
+        f"{arch}: mean cosine with the model's positions, {ds.sizes['token']} tokens (cumulative flow | 1-layer)",
+        f"{arch}: clustering, model vs flow (vs random heads)",
+    )
+    for title, cols in zip(titles, (cos_cols, cluster_cols)):
+        if len(cols) < 2:
+            continue
+        _print_table(title, [header[i] for i in cols], [[r[i] for i in cols] for r in rows])
+    header, rows = head_table(ds)
+    rows = [[r[0], r[1], r[2].replace("), h", ")\nh"), r[3].replace(" .. ", " ..\n")] for r in rows]
+    _print_table("which heads drive the collapse (at the model's positions)", header, rows)
     line = path_line(ds)
     if line:
         Console().print(escape(terminal_text(line)))
@@ -292,3 +323,168 @@ def gf(
     )
     if proj.dropped:
         Console().print(escape(f"not representable in a gradient flow, dropped: {', '.join(proj.dropped)}"))
+
+
+#: How the per-prompt statistic of a comparison is named in the tables.
+_HOW = {"depth_mean": "mean l=1..L", "final": "at l=L", "one_minus_depth_mean": "1 - mean l=1..L"}
+_MEASURE = {
+    "cos": "cos",
+    "spearman": "rank corr",
+    "cos_flow": "cos to flow",
+    "mean_inner": "<x,x'>",
+    "effective_rank": "eff. rank",
+    "nn_cosine": "nn cos",
+}
+_GROUPS = {
+    "baseline": "flow vs baselines",
+    "depth": "depth tests: does the layer order matter?",
+    "control": "control: identical layers (no order effect possible)",
+    "ablation": "ablations of the real network, and the flow, vs the model",
+}
+
+
+@hf.command("study")
+@guarded
+def study(
+    path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained (with its tokenizer)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist unless --force)."),
+    corpus: Optional[Path] = typer.Option(
+        None, "--corpus", help="Prompt file, one per line ('#' comments); default: the shipped corpus (228 sentences)."
+    ),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts."),
+    steps_per_layer: int = typer.Option(4, "--steps-per-layer", help="Euler steps per layer (one unit of time)."),
+    seeds: int = typer.Option(3, "--seeds", help="Random-heads baselines (one seed each)."),
+    shuffles: int = typer.Option(3, "--shuffles", help="Random layer orders of the depth test."),
+    ou_draws: int = typer.Option(3, "--ou-draws", help="Draws of the OU-like weight path."),
+    ou_rho: float = typer.Option(0.9, "--ou-rho", help="Correlation of the OU-like path from one layer to the next."),
+    gf_prompts: int = typer.Option(
+        24, "--gf-prompts", help="Run the (stiff) gradient-flow projection on the first N prompts."
+    ),
+    gf_steps: int = typer.Option(
+        64, "--gf-steps-per-layer", help="Euler steps per layer of the gradient-flow projection."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the layer orders, random heads, OU draws and bootstrap."),
+    boot: int = typer.Option(2000, "--boot", help="Bootstrap resamples of the 95% CIs."),
+    use_dask: bool = typer.Option(False, "--dask", help="Compute the prompts as Dask tasks on threads."),
+    workers: int = typer.Option(2, "--workers", help="Dask threads (with --dask)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output folder written by hf study."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Write one figure per measure."),
+) -> None:
+    """Run the flow of a model's heads over a prompt corpus next to the model, its ablations, depth tests
+    (layers shuffled, one layer reused, an OU-like weight path), baselines (no move, a fitted contraction,
+    random heads) and the gradient-flow projection; print every comparison with a bootstrap 95% CI and
+    write study.zarr, comparisons.json and figures/study_<measure>.png.
+
+    Examples:
+
+      attnflow hf study models/all-MiniLM-L6-v2 --out runs/study
+
+      attnflow hf study models/all-MiniLM-L6-v2 --limit 20 --out runs/study-20 --dask
+    """
+    _quiet_transformers()
+    import shutil
+
+    from attnflow.hf.corpus import read_corpus
+    from attnflow.hf.study import STUDY_STORE, comparisons, run_study, save_study
+
+    for name, value in (
+        ("--boot", boot),
+        ("--workers", workers),
+        ("--gf-prompts", gf_prompts),
+        ("--gf-steps-per-layer", gf_steps),
+    ):
+        if value < 1:
+            raise UserError(f"{name} must be positive; got {value}")
+    if out.exists():
+        if not force:
+            raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
+        if not (out / STUDY_STORE).is_dir():
+            raise UserError(f"{str(out)!r} was not written by 'attnflow hf study'; --force replaces only such folders.")
+    prompts = read_corpus(corpus, limit=limit)
+    options: dict[str, Any] = dict(
+        steps_per_layer=steps_per_layer,
+        seeds=seeds,
+        shuffles=shuffles,
+        ou_draws=ou_draws,
+        ou_rho=ou_rho,
+        seed=seed,
+        gf_prompts=gf_prompts,
+        gf_steps_per_layer=gf_steps,
+    )
+    if use_dask:
+        say(f"{len(prompts)} prompts as Dask tasks on {workers} threads ...")
+        ds = run_study(path, prompts, use_dask=True, workers=workers, corpus=str(corpus or "shipped"), **options)
+    else:
+        with progress_bar("hf study", unit="prompts") as bar:
+            task = bar.add_task("hf study", total=len(prompts))
+            ds = run_study(
+                path,
+                prompts,
+                corpus=str(corpus or "shipped"),
+                progress=lambda k, n: bar.update(task, completed=k, total=n),
+                **options,
+            )
+    rows = comparisons(ds, n_boot=boot, seed=seed)
+    if out.exists():
+        shutil.rmtree(out)
+    save_study(ds, rows, out, figures=figures)
+    print_study(ds, rows)
+    say(f"wrote {out} ({STUDY_STORE}, comparisons.json{', figures/study_<measure>.png' if figures else ''})")
+
+
+def print_study(ds, rows) -> None:
+    """Every comparison of a study with its 95% CI, grouped, in tables that fit 80 columns."""
+    from attnflow.hf.study import path_summary, spreads
+
+    con = Console()
+    con.print(
+        escape(
+            f"{ds.attrs.get('architecture', '?')}: {ds.sizes['prompt']} prompts "
+            f"({int(ds.n_tokens.min())}-{int(ds.n_tokens.max())} tokens), {ds.attrs.get('steps_per_layer')} "
+            "Euler steps per layer; per prompt a - b, mean over prompts with its bootstrap 95% CI"
+        )
+    )
+    for group, title in _GROUPS.items():
+        sel = [r for r in rows if r.group == group]
+        if not sel:
+            continue
+        table = Table(title=escape(title))
+        table.add_column("a - b: measure", overflow="fold")
+        for col in ("a", "b", "a - b", "95% CI"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for r in sel:
+            table.add_row(
+                escape(f"{r.a} - {r.b}" if r.b else r.a)
+                + "\n  "
+                + escape(
+                    f"{_MEASURE[r.measure]}, {_HOW[r.statistic]}" + (f" (n={r.n})" if r.n < ds.sizes["prompt"] else "")
+                ),
+                f"{r.mean_a:.3f}",
+                f"{r.mean_b:.3f}" if r.b else "",
+                f"{r.diff:+.3f}" + ("*" if r.excludes_zero else " "),
+                f"[{r.lo:+.3f},{r.hi:+.3f}]",
+            )
+        con.print(table)
+    con.print("*: the 95% CI excludes 0.")
+    for fam, vals in spreads(ds).items():
+        con.print(escape(f"{fam}: cos (mean over l=1..L) per draw " + " / ".join(f"{v:.3f}" for v in vals)))
+    paths = path_summary(ds)
+    if paths:
+        con.print(
+            escape(
+                "weight path of A across depth (sum of relative jumps): "
+                + "; ".join(
+                    f"{k} {m:.2f}" + (f" ({lo:.2f}..{hi:.2f})" if hi > lo else "") for k, (m, lo, hi) in paths.items()
+                )
+            )
+        )
+    taus = ds.contraction_tau.values
+    con.print(
+        escape(
+            "contraction times fitted per depth (fold 0 | fold 1): "
+            + " | ".join(" ".join(f"{t:.2f}" for t in row[1:]) for row in taus)
+        )
+    )
+    warned = int((ds.gf_warnings.values > 0).sum())
+    if warned:
+        con.print(escape(f"warning: the gf flow's step was flagged as too large for {warned} prompt(s)"))

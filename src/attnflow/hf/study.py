@@ -1,0 +1,700 @@
+"""The real model as an experiment: every measure over a prompt corpus, with bootstrap 95% CIs.
+
+For each prompt the study puts the model's real sphere positions ``X_l`` (``l = 0..L``, see
+:func:`~attnflow.hf.flow.real_positions`) next to these clouds (``variant``), all started at ``X_0``:
+
+* ``flow``: the attention-only flow of the real heads (:func:`~attnflow.hf.flow.flow_through`,
+  ``steps_per_layer`` steps per unit of time); ``flow_1step``: one Euler step per layer (the
+  network's own step);
+* baselines: ``no_move`` (``X_0`` kept); ``contraction`` (uniform attention with ``V = I``, i.e.
+  the mean-shift flow ``x' = P_x mean_j x_j``, run for a time ``tau_l`` per depth fitted on the
+  *other* half of the prompts: two-fold cross-fitting); ``random_s`` (random heads of the same
+  shapes and norms, seeds ``s``) and their mean ``random``;
+* depth tests: ``shuffled_k`` (the layers in a random order ``k``; mean ``shuffled``), ``reuse_l``
+  (layer ``l``'s heads at every depth; mean ``reuse``), ``ou_k`` (an OU-like weight path: every
+  entry of ``Q, K, V`` and the biases an AR(1) sequence across depth, ``rho`` per layer, with the
+  stationary law ``N(mean, var)`` of that entry over the real layers; mean ``ou``);
+* ``gf``: the gradient-flow projection of the real heads (:func:`~attnflow.hf.sphere.to_gradient_flow`)
+  run as the ``gf`` model (where the paper's theorems apply);
+* ablations of the real network (:mod:`attnflow.hf.ablate`): ``attention_only``, ``mlp_only``,
+  ``no_norm2``, ``attention_only_no_norm2``;
+* control: a copy of the model whose blocks (and the norm before the first) all equal block 0:
+  ``control_model``, ``control_flow`` and ``control_shuffled`` (its layers in the orders ``k``).
+
+Measures at each depth (``measure``): ``cos`` (mean cosine with the model's positions of the same
+token), ``spearman`` (Spearman rank correlation of the pairwise inner products ``<x_i, x_j>``,
+``i < j``, with the model's: not won by collapse, 0 when a cloud has no order left),
+``cos_flow`` (mean cosine with the real-order flow), and the threshold-free cloud measures
+``mean_inner``, ``effective_rank``, ``nn_cosine`` of :mod:`attnflow.hf.measures`. Control variants
+are measured against the control model and its flow.
+
+:func:`comparisons` turns the dataset into paired differences over prompts with percentile
+bootstrap 95% CIs (``scipy.stats.bootstrap``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+
+from attnflow.core.errors import InputError
+from attnflow.core.heads import Heads
+from attnflow.hf.ablate import ABLATIONS, ablated_positions
+from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
+from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
+from attnflow.hf.measures import effective_rank, mean_cosine, mean_inner, nn_cosine, random_heads, relative_jumps
+from attnflow.hf.sphere import on_sphere, to_gradient_flow
+from attnflow.io.metadata import describe
+from attnflow.solve.simulation import simulate
+from attnflow.weights.processes import Layers
+
+#: Measures stored per prompt, variant and depth.
+MEASURES = ("cos", "spearman", "cos_flow", "mean_inner", "effective_rank", "nn_cosine")
+#: The ablations run (``none`` is the model itself).
+STUDY_ABLATIONS = tuple(a for a in ABLATIONS if a != "none")
+#: Variants averaged over their draws: family -> prefix of the drawn variants.
+FAMILIES = {
+    "random": "random_",
+    "shuffled": "shuffled_",
+    "reuse": "reuse_",
+    "ou": "ou_",
+    "control_shuffled": "control_shuffled_",
+}
+
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "prompt": ("prompt index", "1", "index of the prompt in the corpus (texts: attribute prompts)"),
+    "variant": ("cloud compared", "1", "model, flow, baselines, depth tests, ablations, control (module docstring)"),
+    "depth": ("depth l", "1", "depth l = 0..L: the input of block l (l = L: the last block's output)"),
+    "process": ("weight path", "1", "the head sequence whose path length across depth is measured"),
+    "fold": ("cross-fitting fold", "1", "the contraction's time is fitted on one fold and used on the other"),
+    "cos": ("mean cosine with the model", "1", "mean_i <x_i, x_i(model)> at the same depth"),
+    "spearman": (
+        "rank correlation with the model",
+        "1",
+        "Spearman correlation of the pairwise <x_i, x_j> (i < j) with the model's at the same depth",
+    ),
+    "cos_flow": ("mean cosine with the flow", "1", "mean_i <x_i, x_i(real-order flow)> at the same depth"),
+    "mean_inner": ("mean inner product", "1", "(sum_{i != j} <x_i, x_j>) / (N (N - 1))"),
+    "effective_rank": ("effective rank", "1", "exp(entropy of the eigenvalues of x x^T / N); 1 = one point"),
+    "nn_cosine": ("nearest-neighbour cosine", "1", "mean_i max_{j != i} <x_i, x_j>"),
+    "n_tokens": ("tokens", "1", "number of tokens N of the prompt (special tokens included)"),
+    "contraction_tau": (
+        "fitted contraction time",
+        "1",
+        "time tau_l of the mean-shift flow that best matches the model at depth l on the other fold",
+    ),
+    "fold_of_prompt": ("fold of the prompt", "1", "the fold a prompt belongs to (its tau comes from the other)"),
+    "gf_warnings": (
+        "gf stability warnings",
+        "1",
+        "warnings the gf flow's stepper raised (step too large; -1: not run)",
+    ),
+    "path_A": ("weight path of A", "1", "sum over layer boundaries of |A_{l+1} - A_l| / mean(|A_l|, |A_{l+1}|)"),
+    "path_V": ("weight path of V", "1", "sum over layer boundaries of |V_{l+1} - V_l| / mean(|V_l|, |V_{l+1}|)"),
+}
+
+
+@dataclass
+class StudySetup:
+    """What every prompt of a study shares: the model, its heads, the draws of the depth tests."""
+
+    model: Any
+    layers: HFLayers
+    source: str
+    steps_per_layer: int = 4
+    method: str = "euler"
+    seeds: int = 3
+    shuffles: int = 3
+    ou_draws: int = 3
+    ou_rho: float = 0.9
+    seed: int = 0
+    tau_max: float = 3.0
+    tau_steps: int = 60
+    #: the gf projection is stiff (MiniLM: dt <= 1/245 for Euler): its own steps per layer, and on
+    #: the first ``gf_prompts`` prompts only (the others hold NaN; comparisons drop them).
+    gf_steps_per_layer: int = 64
+    gf_prompts: int | None = None
+    control: Any = None
+    control_layers: HFLayers | None = None
+    perms: list[list[int]] = field(default_factory=list)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    cache: dict[tuple, Any] = field(default_factory=dict)
+
+    @property
+    def taus(self) -> np.ndarray:
+        return np.linspace(0.0, self.tau_max, self.tau_steps + 1)
+
+
+def identical_layers(model) -> Any:
+    """A copy of ``model`` whose blocks all equal block 0 and, for post-norm models, whose norm
+    before the first block equals the blocks' own, so every layer's heads on the sphere coincide
+    (the control of the depth tests: the layer order cannot matter)."""
+    c = copy.deepcopy(model)
+    blks = blocks(c)
+    for b in blks[1:]:
+        b.load_state_dict(blks[0].state_dict())
+    mods, pre = norm_modules(c, blks)
+    if not pre:
+        mods[0].load_state_dict(mods[1].state_dict())
+    return c
+
+
+def permutations(L: int, count: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` random orders of ``0..L-1``, none the identity (when ``L > 1``)."""
+    out: list[list[int]] = []
+    while len(out) < count:
+        p = rng.permutation(L)
+        if L > 1 and np.array_equal(p, np.arange(L)):
+            continue
+        out.append([int(i) for i in p])
+    return out
+
+
+def make_setup(path_or_name: str, **options: Any) -> StudySetup:
+    """Load the model (never downloading), its heads, the identical-layers control and the layer orders."""
+    model = load_model(path_or_name)
+    if model.config.model_type == "vit":
+        raise InputError("'hf study' follows the tokens of text prompts; a ViT has no token ids")
+    layers = extract(model, source=str(path_or_name))
+    s = StudySetup(model=model, layers=layers, source=str(path_or_name), **options)
+    for name, low in (("steps_per_layer", 1), ("seeds", 1), ("shuffles", 1), ("ou_draws", 1)):
+        if int(getattr(s, name)) < low:
+            raise InputError(f"{name} must be at least {low}; got {getattr(s, name)}")
+    if not 0.0 <= s.ou_rho < 1.0:
+        raise InputError(f"ou_rho must be in [0, 1); got {s.ou_rho}")
+    s.control = identical_layers(model)
+    s.control_layers = extract(s.control, source=f"{path_or_name} (identical layers)")
+    s.perms = permutations(layers.L, s.shuffles, np.random.default_rng(s.seed))
+    return s
+
+
+def _tensors(h: Heads) -> dict[str, torch.Tensor]:
+    names = ("Q", "K", "V", "bias_q", "bias_k", "bias_v")
+    return {n: getattr(h, n) for n in names if getattr(h, n) is not None}
+
+
+def ou_process(process: Layers, rho: float, generator: torch.Generator) -> Layers:
+    """Heads along an OU-like path: each entry ``theta`` of ``Q, K, V`` and the biases follows
+    ``theta_l = m + s z_l``, ``z_{l+1} = rho z_l + sqrt(1 - rho^2) xi_l`` (``z_0, xi ~ N(0, 1)``), with
+    ``m, s`` that entry's mean and standard deviation over the real layers: the stationary law
+    of each entry is the real one's (a Gaussian fit), the correlation across depth is ``rho``."""
+    per = [_tensors(h.to(dtype=torch.float64)) for h in process.layers]
+    L = len(per)
+    stats = {
+        n: (torch.stack([p[n] for p in per]).mean(0), torch.stack([p[n] for p in per]).std(0, correction=0))
+        for n in per[0]
+    }
+    z = {n: torch.randn(m.shape, generator=generator, dtype=torch.float64) for n, (m, _) in stats.items()}
+    out = []
+    for l in range(L):
+        if l > 0:
+            for n in z:
+                xi = torch.randn(z[n].shape, generator=generator, dtype=torch.float64)
+                z[n] = rho * z[n] + np.sqrt(1.0 - rho**2) * xi
+        base = process.layers[l]
+        vals = {n: stats[n][0] + stats[n][1] * z[n] for n in stats}
+        out.append(Heads(**{**{k: getattr(base, k) for k in ("causal", "rope")}, **vals}))
+    return Layers(out, t_end=float(L))
+
+
+def uniform_heads(d: int, scale: float) -> Heads:
+    """One head with zero logits (uniform attention) and ``V = scale I``: the mean-shift field ``scale P_x mean_j x_j``."""
+    z = torch.zeros(1, 1, d, dtype=torch.float64)
+    return Heads(K=z, Q=z.clone(), V=scale * torch.eye(d, dtype=torch.float64)[None])
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman correlation of the pairwise inner products of clouds ``a`` and ``b`` (``i < j``);
+    0 when either has no order left (all pairs equal)."""
+    from scipy.stats import spearmanr
+
+    iu = np.triu_indices(a.shape[0], 1)
+    x, y = (a @ a.T)[iu], (b @ b.T)[iu]
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0
+    r = float(spearmanr(x, y).statistic)
+    return r if np.isfinite(r) else 0.0
+
+
+def measure_all(X: np.ndarray, ref: np.ndarray, flow: np.ndarray) -> dict[str, np.ndarray]:
+    """Every measure of :data:`MEASURES` at every depth of ``X`` ``(L+1, N, d)``."""
+    return {
+        "cos": mean_cosine(X, ref),
+        "spearman": np.array([spearman(x, r) for x, r in zip(X, ref)]),
+        "cos_flow": mean_cosine(X, flow),
+        "mean_inner": np.array([mean_inner(x) for x in X]),
+        "effective_rank": np.array([effective_rank(x) for x in X]),
+        "nn_cosine": np.array([nn_cosine(x) for x in X]),
+    }
+
+
+def _gf_flow(x0: np.ndarray, process: Layers, spl: int) -> tuple[np.ndarray, int]:
+    """The ``gf`` flow's positions at ``t = 0..L`` and the number of stability warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traj = simulate(
+            x0,
+            process,
+            model="gf",
+            t_end=process.t_end,
+            dt=1.0 / spl,
+            method="euler",
+            save_every=spl,
+            dtype=torch.float64,
+        )
+    return np.asarray(traj.x), len(caught)
+
+
+def processes(
+    setup: StudySetup, radius: np.ndarray
+) -> tuple[Layers, dict[str, Layers], dict[str, tuple[float, float]]]:
+    """``(flow, processes, paths)`` for the residual radii ``radius`` (all ones for post-norm models,
+    where they are the same for every prompt and built once): the real heads on the sphere, every
+    drawn head sequence of the study and the weight path length of ``A`` and ``V`` of each."""
+    key = tuple(np.round(np.asarray(radius, dtype=np.float64), 12).tolist())
+    with setup.lock:
+        if key in setup.cache:
+            return setup.cache[key]
+        L = setup.layers.L
+        flow = on_sphere(setup.layers, radius=radius)
+        procs: dict[str, Layers] = {"real": flow}
+        for s in range(setup.seeds):
+            g = torch.Generator().manual_seed(setup.seed + 1000 + s)
+            procs[f"random_{s}"] = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
+        for k, p in enumerate(setup.perms):
+            procs[f"shuffled_{k}"] = Layers([flow.layers[i] for i in p], t_end=float(L))
+        for l in range(L):
+            procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
+        for k in range(setup.ou_draws):
+            g = torch.Generator().manual_seed(setup.seed + 2000 + k)
+            procs[f"ou_{k}"] = ou_process(flow, setup.ou_rho, g)
+        procs["gf"] = to_gradient_flow(flow).layers
+        assert setup.control_layers is not None
+        # One radius for every layer (their mean): identical blocks then give identical heads on the sphere.
+        procs["control"] = on_sphere(setup.control_layers, radius=float(np.mean(radius)))
+        paths = {
+            n: (
+                float(relative_jumps([h.A for h in P.layers]).sum()),
+                float(relative_jumps([h.values for h in P.layers]).sum()),
+            )
+            for n, P in procs.items()
+            if not n.startswith("reuse_")
+        }
+        setup.cache[key] = (flow, procs, paths)
+        return setup.cache[key]
+
+
+def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
+    """All variants' measures for one prompt: ``{"measures": {variant: {measure: (L+1,)}},
+    "contraction": {measure: (tau, L+1) or (tau,)}, "paths": {process: (A, V)}, "n_tokens": N}``."""
+    L, spl, method = setup.layers.L, setup.steps_per_layer, setup.method
+    t = torch.tensor([list(ids)])
+    pre = setup.layers.meta.pre_norm
+    with setup.lock:  # the ablations hook the shared modules: one forward pass at a time
+        X, r = real_positions(setup.model, setup.layers, t)
+        abl = {a: ablated_positions(setup.model, setup.layers, t, a) for a in STUDY_ABLATIONS}
+        assert setup.control_layers is not None
+        Xc, rc = real_positions(setup.control, setup.control_layers, t)
+    flow, procs, paths = processes(setup, r if pre else np.ones(L))
+    x0 = X[0]
+    runs: dict[str, np.ndarray] = {"model": X}
+    runs["flow"] = flow_through(x0, flow, spl, method)
+    runs["flow_1step"] = flow_through(x0, flow, 1, "euler")
+    runs["no_move"] = np.broadcast_to(x0, X.shape).copy()
+    for name, P in procs.items():
+        if name not in ("real", "control", "gf"):
+            runs[name] = flow_through(x0, P, spl, method)
+    gf_warnings = -1  # -1: the gf flow was not run for this prompt
+    if setup.gf_prompts is None or index < setup.gf_prompts:
+        runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
+
+    runs.update(abl)
+    measures = {v: measure_all(Y, X, runs["flow"]) for v, Y in runs.items()}
+    if "gf" not in measures:
+        measures["gf"] = {m: np.full(L + 1, np.nan) for m in MEASURES}
+    # The identical-layers control, measured against its own model and flow.
+    cflow = procs["control"]
+    cf = flow_through(Xc[0], cflow, spl, method)
+    measures["control_model"] = measure_all(Xc, Xc, cf)
+    measures["control_flow"] = measure_all(cf, Xc, cf)
+    for k, p in enumerate(setup.perms[:1]):  # identical layers: one order shows it as well as many
+        cp = Layers([cflow.layers[i] for i in p], t_end=float(L))
+        measures[f"control_shuffled_{k}"] = measure_all(flow_through(Xc[0], cp, spl, method), Xc, cf)
+    # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
+    dtau = setup.tau_max / setup.tau_steps
+    grid = Layers([uniform_heads(x0.shape[1], dtau)] * setup.tau_steps, t_end=float(setup.tau_steps))
+    C = flow_through(x0, grid, 2, "euler")
+    contraction = {
+        "cos": np.einsum("tnd,lnd->tln", C, X).mean(-1),
+        "spearman": np.array([[spearman(c, x) for x in X] for c in C]),
+        "cos_flow": np.einsum("tnd,lnd->tln", C, runs["flow"]).mean(-1),
+        "mean_inner": np.array([mean_inner(c) for c in C]),
+        "effective_rank": np.array([effective_rank(c) for c in C]),
+        "nn_cosine": np.array([nn_cosine(c) for c in C]),
+    }
+    return {
+        "measures": measures,
+        "contraction": contraction,
+        "paths": paths,
+        "n_tokens": len(ids),
+        "gf_warnings": gf_warnings,
+    }
+
+
+def run_study(
+    path_or_name: str,
+    prompts: Sequence[str],
+    *,
+    use_dask: bool = False,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    corpus: str = "",
+    **options: Any,
+) -> xr.Dataset:
+    """Run every variant over ``prompts`` (texts, tokenized with the model's own tokenizer and its
+    special tokens) and return the self-describing dataset (dims ``prompt, variant, depth``).
+
+    ``use_dask``: the prompts are computed as ``dask.delayed`` tasks on the threaded scheduler
+    (``workers`` threads; forward passes through the shared model are serialised)."""
+    if not prompts:
+        raise InputError("the study needs at least one prompt")
+    setup = make_setup(path_or_name, **options)
+    vocab = int(setup.model.config.vocab_size)
+    ids_all = []
+    for n, text in enumerate(prompts):
+        ids, _ = tokenize(path_or_name, text)
+        try:
+            check_prompt(ids, setup.layers, vocab)
+        except ValueError as e:
+            raise InputError(f"prompt {n} ({text[:40]!r}): {e}") from None
+        ids_all.append(ids)
+    if use_dask:
+        import dask
+
+        tasks = [dask.delayed(study_prompt)(setup, ids, k) for k, ids in enumerate(ids_all)]
+        results = list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
+    else:
+        results = []
+        for k, ids in enumerate(ids_all):
+            results.append(study_prompt(setup, ids, k))
+            if progress is not None:
+                progress(k + 1, len(ids_all))
+    return assemble(results, setup, list(prompts), corpus=corpus)
+
+
+def _fit_contraction(cos: np.ndarray, folds: np.ndarray) -> np.ndarray:
+    """``tau index (fold, depth)``: the grid time maximising the mean cosine over the *other* fold's prompts."""
+    out = np.zeros((2, cos.shape[2]), dtype=int)
+    for f in (0, 1):
+        train = folds != f
+        if not train.any():  # one prompt: fit on itself (reported in the attributes)
+            train = np.ones_like(folds, dtype=bool)
+        out[f] = np.argmax(cos[train].mean(0), axis=0)
+    return out
+
+
+def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str], corpus: str = "") -> xr.Dataset:
+    """The dataset of :func:`run_study` from the per-prompt results of :func:`study_prompt`."""
+    P, L = len(results), setup.layers.L
+    variants = list(results[0]["measures"])
+    data = {m: np.array([[res["measures"][v][m] for v in variants] for res in results]) for m in MEASURES}
+    folds = np.arange(P) % 2
+    contr = {m: np.stack([res["contraction"][m] for res in results]) for m in MEASURES}
+    fit = _fit_contraction(contr["cos"], folds)
+    taus = setup.taus
+    cvals = {}
+    for m in MEASURES:
+        arr = np.empty((P, L + 1))
+        for p in range(P):
+            idx = fit[folds[p]]
+            c = contr[m][p]
+            arr[p] = c[idx, np.arange(L + 1)] if c.ndim == 2 else c[idx]
+        cvals[m] = arr
+    names = [*variants, "contraction"]
+    for fam, prefix in FAMILIES.items():
+        members = [i for i, v in enumerate(variants) if v.startswith(prefix)]
+        if members:
+            names.append(fam)
+    for m in MEASURES:
+        parts = [data[m], cvals[m][:, None]]
+        for prefix in FAMILIES.values():
+            members = [i for i, v in enumerate(variants) if v.startswith(prefix)]
+            if members:
+                parts.append(data[m][:, members].mean(1, keepdims=True))
+        data[m] = np.concatenate(parts, axis=1)
+    processes = list(results[0]["paths"])
+    pathA = np.array([[res["paths"][n][0] for n in processes] for res in results])
+    pathV = np.array([[res["paths"][n][1] for n in processes] for res in results])
+    dims = ("prompt", "variant", "depth")
+    ds = xr.Dataset(
+        {
+            **{m: (dims, data[m]) for m in MEASURES},
+            "n_tokens": (("prompt",), np.array([res["n_tokens"] for res in results], dtype=np.int64)),
+            "contraction_tau": (("fold", "depth"), taus[fit]),
+            "fold_of_prompt": (("prompt",), folds.astype(np.int64)),
+            "gf_warnings": (("prompt",), np.array([res["gf_warnings"] for res in results], dtype=np.int64)),
+            "path_A": (("prompt", "process"), pathA),
+            "path_V": (("prompt", "process"), pathV),
+        },
+        coords={
+            "prompt": np.arange(P),
+            "variant": np.array(names, dtype=object),
+            "depth": np.arange(L + 1),
+            "process": np.array(processes, dtype=object),
+            "fold": np.arange(2),
+        },
+        attrs={
+            "title": "attnflow hf study: a real model's token flow against baselines, depth tests and ablations",
+            "source": setup.source,
+            "corpus": corpus,
+            "prompts": json.dumps(prompts),
+            "architecture": setup.layers.meta.architecture,
+            "model_type": setup.layers.meta.model_type,
+            "steps_per_layer": int(setup.steps_per_layer),
+            "method": setup.method,
+            "random_seeds": int(setup.seeds),
+            "layer_orders": json.dumps(setup.perms),
+            "ou_rho": float(setup.ou_rho),
+            "ou_draws": int(setup.ou_draws),
+            "seed": int(setup.seed),
+            "contraction": "uniform attention, V = I (mean-shift flow), time per depth fitted on the other fold",
+            "contraction_self_fitted": int(P < 2),
+            "ablations": json.dumps({a: list(ABLATIONS[a]) for a in STUDY_ABLATIONS}),
+            "Conventions": "CF-1.10",
+        },
+    )
+    return describe(ds, VARIABLES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons with bootstrap confidence intervals.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One comparison: the per-prompt statistic of ``a`` minus that of ``b`` (``b`` empty: ``a`` alone),
+    its mean over prompts and the percentile bootstrap 95% CI of that mean."""
+
+    group: str
+    a: str
+    b: str
+    measure: str
+    statistic: str
+    mean_a: float
+    mean_b: float
+    diff: float
+    lo: float
+    hi: float
+    n: int = 0
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.lo > 0 or self.hi < 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "excludes_zero": self.excludes_zero}
+
+
+def bootstrap_ci(
+    values: np.ndarray, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray] | tuple[float, float]:
+    """Percentile bootstrap CI of the mean of ``values`` over its first axis (prompts): the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the means of ``n_boot`` resamples with
+    replacement (the same resamples for every column of a 2-D ``values``). One value gives ``(v, v)``."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape[0] < 2:
+        lo = hi = v.mean(0)
+    else:
+        idx = np.random.default_rng(seed).integers(0, v.shape[0], size=(int(n_boot), v.shape[0]))
+        means = v[idx].mean(1)
+        lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        # A constant sample's quantiles may differ from it by rounding: pin them to the sample.
+        const = np.ptp(v, axis=0) == 0
+        lo, hi = np.where(const, v[0], lo), np.where(const, v[0], hi)
+    if v.ndim == 1:
+        return float(lo), float(hi)
+    return np.asarray(lo), np.asarray(hi)
+
+
+def statistic(ds: xr.Dataset, variant: str, measure: str, how: str) -> np.ndarray:
+    """Per prompt: ``how = "depth_mean"`` (mean over depths 1..L), ``"final"`` (depth L) or
+    ``"one_minus_depth_mean"`` (1 minus the depth mean)."""
+    x = ds[measure].sel(variant=variant).values
+    if how == "final":
+        return x[:, -1]
+    m = x[:, 1:].mean(1)
+    return 1.0 - m if how == "one_minus_depth_mean" else m
+
+
+#: (group, a, b, measure, statistic) of every comparison printed.
+COMPARISONS: list[tuple[str, str, str, str, str]] = [
+    *[
+        ("baseline", "flow", b, m, "depth_mean")
+        for b in ("no_move", "contraction", "random", "flow_1step", "gf")
+        for m in ("cos", "spearman")
+    ],
+    ("depth", "flow", "shuffled", "cos", "depth_mean"),
+    ("depth", "flow", "shuffled", "spearman", "depth_mean"),
+    ("depth", "shuffled", "", "cos_flow", "one_minus_depth_mean"),
+    ("depth", "flow", "reuse", "cos", "depth_mean"),
+    ("depth", "flow", "ou", "cos", "depth_mean"),
+    ("depth", "flow", "ou", "spearman", "depth_mean"),
+    ("control", "control_flow", "control_shuffled", "cos", "depth_mean"),
+    ("control", "control_shuffled", "", "cos_flow", "one_minus_depth_mean"),
+    *[
+        ("ablation", a, "model", m, "final")
+        for a in ("flow", *STUDY_ABLATIONS)
+        for m in ("mean_inner", "effective_rank", "nn_cosine")
+    ],
+    *[("ablation", a, "", "cos", "depth_mean") for a in ("flow", *STUDY_ABLATIONS)],
+    *[("ablation", a, "flow", "cos", "depth_mean") for a in ("attention_only", "attention_only_no_norm2")],
+]
+
+
+def comparisons(ds: xr.Dataset, *, n_boot: int = 2000, seed: int = 0) -> list[Row]:
+    """Every comparison of :data:`COMPARISONS` present in ``ds``, with its bootstrap 95% CI."""
+    variants = set(ds.variant.values.tolist())
+    rows = []
+    for group, a, b, m, how in COMPARISONS:
+        if a not in variants or (b and b not in variants):
+            continue
+        va = statistic(ds, a, m, how)
+        vb = statistic(ds, b, m, how) if b else np.zeros_like(va)
+        keep = np.isfinite(va) & np.isfinite(vb)  # prompts a variant was not run on (gf) hold NaN
+        if not keep.any():
+            continue
+        va, vb = va[keep], vb[keep]
+        lo, hi = bootstrap_ci(va - vb, n_boot=n_boot, seed=seed)
+        rows.append(
+            Row(
+                group,
+                a,
+                b,
+                m,
+                how,
+                float(va.mean()),
+                float(vb.mean()),
+                float((va - vb).mean()),
+                float(lo),
+                float(hi),
+                int(keep.sum()),
+            )
+        )
+    return rows
+
+
+def spreads(ds: xr.Dataset, measure: str = "cos") -> dict[str, list[float]]:
+    """Per family of draws (random seeds, layer orders, reused layers, OU draws): each draw's
+    mean over prompts of the depth-mean statistic (their spread is the draws' spread)."""
+    out = {}
+    for fam, prefix in FAMILIES.items():
+        members = [v for v in ds.variant.values.tolist() if v.startswith(prefix)]
+        if members:
+            out[fam] = [float(statistic(ds, v, measure, "depth_mean").mean()) for v in members]
+    return out
+
+
+def path_summary(ds: xr.Dataset) -> dict[str, tuple[float, float, float]]:
+    """Weight path length of ``A`` per process family: (mean, min, max) over its draws and prompts."""
+    out = {}
+    procs = ds.process.values.tolist()
+    for fam in ("real", "random", "shuffled", "ou", "control"):
+        members = [p for p in procs if p == fam or p.startswith(fam + "_")]
+        if members:
+            v = ds.path_A.sel(process=members).values
+            out[fam] = (float(v.mean()), float(v.min()), float(v.max()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage and figures.
+# ---------------------------------------------------------------------------------------------
+
+STUDY_STORE = "study.zarr"
+
+#: Variants drawn per figure panel.
+PANELS = (
+    (
+        "flow, baselines and depth tests",
+        ("model", "flow", "flow_1step", "no_move", "contraction", "random", "shuffled", "reuse", "ou", "gf"),
+    ),
+    ("ablations of the real network", ("model", "flow", *STUDY_ABLATIONS)),
+)
+
+
+def save_study(ds: xr.Dataset, rows: list[Row], out: str | Path, *, figures: bool = True) -> list[Path]:
+    """Write ``study.zarr`` (the dataset, with the comparisons as a JSON attribute),
+    ``comparisons.json`` and, with ``figures``, ``figures/study_<measure>.png`` into the new folder ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=False)
+    ds = ds.copy()
+    ds.attrs["comparisons"] = json.dumps([r.as_dict() for r in rows])
+    ds.to_zarr(out / STUDY_STORE, mode="w-", consolidated=False)
+    (out / "comparisons.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+    written = [out / STUDY_STORE, out / "comparisons.json"]
+    if figures:
+        written += plot_study(ds, out / "figures")
+    return written
+
+
+def load_study(path: str | Path) -> xr.Dataset:
+    """The dataset of a folder written by ``attnflow hf study``."""
+    p = Path(path) / STUDY_STORE
+    if not p.is_dir():
+        raise InputError(f"no {STUDY_STORE} in {str(path)!r}: not a folder written by 'attnflow hf study'")
+    return xr.open_zarr(p, consolidated=False).load()
+
+
+def plot_study(ds: xr.Dataset, folder: str | Path, *, n_boot: int = 1000) -> list[Path]:
+    """One figure per measure: its mean over prompts against depth, with a bootstrap 95% band, for
+    the flow, baselines and depth tests (left) and the ablations (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    depth = ds.depth.values
+    variants = ds.variant.values.tolist()
+    paths = []
+    for m in MEASURES:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+        for ax, (title, names) in zip(axes, PANELS):
+            for v in names:
+                if v not in variants:
+                    continue
+                x = ds[m].sel(variant=v).values
+                x = x[np.isfinite(x).all(1)]
+                if len(x) == 0:
+                    continue
+                band = np.array(bootstrap_ci(x, n_boot=n_boot)).T
+                style = {"color": "k", "lw": 2.2} if v == "model" else {}
+                (line,) = ax.plot(depth, x.mean(0), marker="o", ms=3, label=v, **style)
+                ax.fill_between(depth, band[:, 0], band[:, 1], color=line.get_color(), alpha=0.18, lw=0)
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel("depth l (layers)")
+            ax.legend(fontsize=7, ncol=2)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel(f"{ds[m].attrs.get('long_name', m)} (mean, 95% CI)")
+        fig.suptitle(
+            f"{ds.attrs.get('architecture', '')}: {ds[m].attrs.get('long_name', m)} over {ds.sizes['prompt']} prompts",
+            fontsize=11,
+        )
+        fig.tight_layout()
+        p = folder / f"study_{m}.png"
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        paths.append(p)
+    return paths
