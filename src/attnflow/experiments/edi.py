@@ -38,6 +38,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.edi import edi_budget
 from attnflow.config import build, parse_config
+from attnflow.core.errors import InputError
 from attnflow.dynamics.fields import energy
 from attnflow.experiments.common import (
     ExperimentParams,
@@ -233,7 +234,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     start = time.perf_counter()
     dts = sorted((float(v) for v in cfg["dts"]), reverse=True)
     if len(dts) < 2:
-        raise ValueError(f"dts needs at least two steps; got {cfg['dts']}")
+        raise InputError(f"dts needs at least two steps; got {cfg['dts']}")
     mid = 1 if len(dts) > 2 else 0
     seeds = [seed + s for s in range(int(cfg["ou"]["seeds"]))]
     total = 3 * len(dts) + len(seeds) * len(dts)

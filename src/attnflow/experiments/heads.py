@@ -38,7 +38,7 @@ import xarray as xr
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.diagnostics import count_clusters
-from attnflow.core.errors import Hint, NumericalError
+from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
@@ -453,7 +453,7 @@ def experiment_heads(
     for name, sc in sets.items():
         Hs = np.array(sorted({int(h) for h in sc["heads"]["counts"]}), dtype=float)
         if len(Hs) < 2:
-            raise ValueError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
+            raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
         per_H: list[list[SeedFloor]] = []
         for H in Hs:
             if progress:

@@ -38,6 +38,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
+from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.infinite import GaussianHeads
@@ -154,7 +155,7 @@ def build(cfg: dict[str, Any], seed: int):
     spec = np.asarray(cfg["heads"]["spectrum"], dtype=float)
     d, H = len(spec), int(cfg["heads"]["count"])
     if d < 2:
-        raise ValueError(f"heads.spectrum needs at least two eigenvalues (it sets d); got {spec.tolist()}")
+        raise InputError(f"heads.spectrum needs at least two eigenvalues (it sets d); got {spec.tolist()}")
     x0 = uniform(int(cfg["tokens"]["n"]), d, s_tok)
     A_bar = np.diag(spec)[None] + goe_heads(H, d, float(cfg["heads"]["variety"]), s_var)
     o = cfg["ou"]
@@ -741,7 +742,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     lw = cfg["law"]
     t_ends = sorted(float(v) for v in lw["t_ends"])
     if len(t_ends) < 2:
-        raise ValueError(f"law.t_ends needs at least two times; got {lw['t_ends']}")
+        raise InputError(f"law.t_ends needs at least two times; got {lw['t_ends']}")
     laws = {
         k: law_path_length(p, int(lw["paths"]), float(lw["step"]), t_ends[-1], _seeds(seed)[5] + 1)
         for k, p in procs.items()

@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+from attnflow.core.errors import InputError
 from attnflow.core.text import html_text
 from attnflow.experiments.common import MIN_MARGIN, ExperimentResult
 
@@ -104,7 +105,7 @@ def update_readme(readme: Path, results: list[ExperimentResult], out: Path, *, q
     """Replace the block between the reproduce markers in ``readme`` with the table and key figures."""
     text = readme.read_text()
     if README_BEGIN not in text or README_END not in text:
-        raise ValueError(f"{readme} has no reproduce block (the lines {README_BEGIN!r} ... {README_END!r})")
+        raise InputError(f"{readme} has no reproduce block (the lines {README_BEGIN!r} ... {README_END!r})")
     # Image links must be relative to the README; a relative --out is taken as relative to its folder.
     rel = Path(os.path.relpath(out, readme.parent.resolve())) if out.is_absolute() else out
     figs = "\n".join(

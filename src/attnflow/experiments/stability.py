@@ -14,6 +14,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.config import build, parse_config
+from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
@@ -180,7 +181,7 @@ def experiment_stability_input(
     rc_dict = base_config(cfg, seed)
     levels = sorted((float(v) for v in cfg["noise"]), reverse=True)
     if len(levels) < 2:
-        raise ValueError(f"noise needs at least two levels; got {cfg['noise']}")
+        raise InputError(f"noise needs at least two levels; got {cfg['noise']}")
     total = 2 + len(levels) + 2
     if progress:
         progress(0, total, "reference run")

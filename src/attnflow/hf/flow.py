@@ -203,7 +203,7 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
             h.remove()
     seen = [t for t in ins if t is not None]
     if len(seen) != len(mods):
-        raise ValueError(f"{len(mods) - len(seen)} of the model's layer norms did not run in the forward pass")
+        raise InputError(f"{len(mods) - len(seen)} of the model's layer norms did not run in the forward pass")
     X = np.stack([layers.norms[l].to_sphere(seen[l]).numpy() for l in range(len(mods))])
     if not pre_norm:
         return X, np.ones(layers.L)
@@ -270,18 +270,18 @@ def check_prompt(ids: list[int], layers: HFLayers, vocab: int) -> None:
     """Refuse, with one sentence, token ids the model cannot take (``ValueError``)."""
     bad = [i for i in ids if not 0 <= i < vocab]
     if not ids or bad:
-        raise ValueError(f"token ids must be in [0, {vocab}); got {bad or 'no ids'}")
+        raise InputError(f"token ids must be in [0, {vocab}); got {bad or 'no ids'}")
     if len(ids) < 2:
-        raise ValueError("the prompt needs at least two tokens")
+        raise InputError("the prompt needs at least two tokens")
     limit = layers.meta.max_positions
     if limit is not None and len(ids) > limit:
-        raise ValueError(
+        raise InputError(
             f"the prompt has {len(ids)} tokens, more than the {limit} positions {layers.meta.architecture} was "
             "trained with; shorten it"
         )
     window = layers.meta.sliding_window
     if window is not None and len(ids) > int(window):
-        raise ValueError(f"the prompt has {len(ids)} tokens, more than the sliding window ({window}) the flow ignores")
+        raise InputError(f"the prompt has {len(ids)} tokens, more than the sliding window ({window}) the flow ignores")
 
 
 def run_prompt(
@@ -307,14 +307,14 @@ def run_prompt(
     (random heads drawn with ``baseline_seed``) and what each head does at the real positions.
     """
     if (ids is None) == (text is None):
-        raise ValueError("give either token ids or a text prompt, not both or neither")
+        raise InputError("give either token ids or a text prompt, not both or neither")
     if text is not None and not text.strip():
-        raise ValueError("the --text prompt is empty; give at least one word")
+        raise InputError("the --text prompt is empty; give at least one word")
     if int(steps_per_layer) < 1:
-        raise ValueError(f"steps per layer must be a positive integer; got {steps_per_layer}")
+        raise InputError(f"steps per layer must be a positive integer; got {steps_per_layer}")
     model = load_model(path_or_name, local_files_only=local_files_only)
     if model.config.model_type == "vit":
-        raise ValueError(
+        raise InputError(
             "'hf run' follows the tokens of a text prompt; a ViT has no token ids (use 'hf verify' for it)"
         )
     tokens: list[str] = []
@@ -341,7 +341,7 @@ def run_prompt(
         "model": "mha",
     }
     if method not in INTEGRATORS:
-        raise ValueError(f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}")
+        raise InputError(f"the hf flow takes an explicit method, one of {', '.join(INTEGRATORS)}; got {method!r}")
     traj = simulate(
         X[0],
         flow,
@@ -409,11 +409,11 @@ def tokenize(
         try:
             src = str(resolve_folder(src))
         except HFImportError as e:
-            raise ValueError(str(e)) from e
+            raise InputError(str(e)) from e
     try:
         tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only)
     except (OSError, ValueError, TypeError) as e:
-        raise ValueError(
+        raise InputError(
             f"--text needs the tokenizer saved with the model, and {str(path_or_name)!r} has none; "
             "pass token ids with --ids 1,2,3 instead"
         ) from e

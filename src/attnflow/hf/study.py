@@ -48,6 +48,7 @@ import torch
 import xarray as xr
 
 from attnflow.core.errors import InputError
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.heads import Heads
 from attnflow.hf.ablate import ABLATIONS, ablated_positions
 from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
@@ -694,7 +695,7 @@ def plot_study(ds: xr.Dataset, folder: str | Path, *, n_boot: int = 1000) -> lis
         )
         fig.tight_layout()
         p = folder / f"study_{m}.png"
-        fig.savefig(p, dpi=100)
+        fig.savefig(p, dpi=FIGURE_DPI)
         plt.close(fig)
         paths.append(p)
     return paths

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.core.errors import InputError
 from attnflow.io.safety import check_npz, open_nofollow, refuse_link
 
 FORMAT = "attnflow-checkpoint/1"
@@ -140,12 +141,12 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if p.is_dir() and p.name != CHECKPOINT:  # a run folder: its checkpoint
         p = p / CHECKPOINT
     if p.exists() and not p.is_file():
-        raise ValueError(f"checkpoint {str(p)!r} is not a file (a folder or a device), so it is not a checkpoint")
+        raise InputError(f"checkpoint {str(p)!r} is not a file (a folder or a device), so it is not a checkpoint")
     if not p.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(p)!r}")
     refuse_link(p, "checkpoint")
     if not zipfile.is_zipfile(p):
-        raise ValueError(
+        raise InputError(
             f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint (it is not a .npz archive; truncated?)"
         )
     check_npz(p)  # a zip bomb is refused before anything is inflated
@@ -154,13 +155,13 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             data = {k: z[k] for k in z.files}
         meta = json.loads(str(data["meta"]))
         if meta.get("format") != FORMAT:
-            raise ValueError(f"unknown format {meta.get('format')!r}")
+            raise InputError(f"unknown format {meta.get('format')!r}")
         # Adaptive runs do not know their step count in advance and record n_steps = 0.
         n_steps = int(meta["n_steps"])
         if int(meta["step"]) < 0 or (n_steps > 0 and int(meta["step"]) > n_steps):
-            raise ValueError(f"its step {meta['step']} lies outside the run's 0..{meta['n_steps']} steps")
+            raise InputError(f"its step {meta['step']} lies outside the run's 0..{meta['n_steps']} steps")
         if len(data["saved_t"]) < 1:
-            raise ValueError("it records no saved state")
+            raise InputError("it records no saved state")
         state = dict(meta["sampler"])
         state.update({k.removeprefix("sampler."): v for k, v in data.items() if k.startswith("sampler.")})
         return Checkpoint(
@@ -181,7 +182,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         )
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
         why = " ".join(str(e).split())[:200]
-        raise ValueError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({why})") from None
+        raise InputError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({why})") from None
 
 
 class Checkpointer:
@@ -201,9 +202,9 @@ class Checkpointer:
         on_begin=None,
     ):
         if every_steps is not None and int(every_steps) < 1:
-            raise ValueError(f"checkpoint every_steps must be a positive integer; got {every_steps}")
+            raise InputError(f"checkpoint every_steps must be a positive integer; got {every_steps}")
         if every_seconds is not None and not every_seconds > 0:
-            raise ValueError(f"checkpoint every_seconds must be positive; got {every_seconds}")
+            raise InputError(f"checkpoint every_seconds must be positive; got {every_seconds}")
         self.path = Path(path)
         self.every_steps = None if every_steps is None else int(every_steps)
         self.every_seconds = every_seconds

@@ -33,7 +33,7 @@ def factored_heads(ds: Any) -> tuple[np.ndarray, np.ndarray]:
     V = VL @ VR
     idx = np.asarray(ds["hf_layer_of_time"].values)
     if idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0 or idx.max() >= A.shape[0])):
-        raise ValueError("hf_layer_of_time names layers the dataset does not hold")
+        raise UnsafeInputError("hf_layer_of_time names layers the dataset does not hold")
     return A[idx], V[idx]
 
 

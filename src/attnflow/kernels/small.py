@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from attnflow.core.errors import FloatRangeError
+
 try:
     from numba import njit, objmode
 
@@ -281,7 +283,8 @@ def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndar
     """The projected field ``v(x_i)`` of ``model`` ``(N, d)`` for heads ``A`` ``(H, d, d)``, values
     ``V`` ``(H, d, d)``, head masses ``w`` ``(H,)`` and token masses ``a`` ``(N,)``, in float64.
 
-    Raises ``OverflowError`` where the unnormalised ``usa`` field leaves the float range.
+    Raises :class:`~attnflow.core.errors.FloatRangeError` (an ``OverflowError``) where the unnormalised
+    ``usa`` field leaves the float range.
     """
     x = np.ascontiguousarray(x, dtype=np.float64)
     AT, Vc, log_w = _heads_arrays(A, V, w)
@@ -302,7 +305,7 @@ def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndar
         E,
         vector_exp(N, H),
     ):
-        raise OverflowError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
+        raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
     return u
 
 

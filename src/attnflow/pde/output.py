@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from attnflow._version import __version__
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.pde.solver import PDESolution
 
 #: name -> (long_name, units, description) of every variable and coordinate of a PDE dataset.
@@ -145,7 +146,7 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
     ax.set_title(f"token density ({sol.model}, lmax = {b.lmax})")
     fig.tight_layout()
     out.append(folder / "density.png")
-    fig.savefig(out[-1], dpi=110)
+    fig.savefig(out[-1], dpi=FIGURE_DPI)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -164,7 +165,7 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
     axes[1].set_xlabel("t")
     fig.tight_layout()
     out.append(folder / "energy.png")
-    fig.savefig(out[-1], dpi=110)
+    fig.savefig(out[-1], dpi=FIGURE_DPI)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -181,7 +182,7 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     out.append(folder / "degree_power.png")
-    fig.savefig(out[-1], dpi=110)
+    fig.savefig(out[-1], dpi=FIGURE_DPI)
     plt.close(fig)
     return out
 

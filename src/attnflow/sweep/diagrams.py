@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.config import ConfigError
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.sweep.phase import PhaseDiagram, phase_diagram
 from attnflow.sweep.spec import GridSpec, SweepSpec
 
@@ -120,7 +121,7 @@ def plot_diagram(pd: PhaseDiagram, path: str | os.PathLike, *, label: str | None
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 

@@ -30,6 +30,7 @@ from attnflow.analysis.metastability import Staircase, detect_plateaus
 from attnflow.analysis.stationary import classify_stationary
 from attnflow.core import tokens
 from attnflow.core.errors import InputError
+from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.solve.simulation import simulate
 
@@ -345,7 +346,7 @@ def plot_study(study: PlateauStudy, path: Path) -> Path:
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from attnflow._version import __version__
 from attnflow.analysis.edi import edi_budget
 from attnflow.analysis.stationary import ended_at
+from attnflow.core.errors import InputError
 from attnflow.core.text import html_text
 from attnflow.io.lock import output_lock
 from attnflow.io.safety import atomic_write
@@ -78,7 +79,7 @@ _CURVE_COLOURS = {
 def frame_indices(n_saved: int, max_frames: int) -> np.ndarray:
     """At most ``max_frames`` saved indices, evenly spread, always including the first and the last."""
     if max_frames < 2:
-        raise ValueError(f"max_frames must be at least 2; got {max_frames}")
+        raise InputError(f"max_frames must be at least 2; got {max_frames}")
     return np.unique(np.linspace(0, n_saved - 1, min(n_saved, max_frames)).round().astype(int))
 
 
@@ -154,7 +155,7 @@ MAX_TOKENS = 10_000
 def token_subset(n: int, max_tokens: int) -> np.ndarray:
     """At most ``max_tokens`` of ``n`` token indices: all of them, or a fixed random subset (sorted)."""
     if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
+        raise InputError(f"max_tokens must be at least 1; got {max_tokens}")
     if n <= max_tokens:
         return np.arange(n)
     return np.sort(np.random.default_rng(0).choice(n, size=max_tokens, replace=False))
@@ -518,10 +519,10 @@ def write_report(
     bytes on top of plotly.js (~4.5 MB).
     """
     if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1; got {max_tokens}")
+        raise InputError(f"max_tokens must be at least 1; got {max_tokens}")
     if isinstance(run, Trajectory):
         if out is None:
-            raise ValueError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
+            raise InputError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
         traj = run
         owned = False
     else:
