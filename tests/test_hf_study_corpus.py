@@ -272,6 +272,8 @@ def test_study_writes_a_self_describing_dataset_and_a_figure_per_measure(study):
     assert np.allclose(ds.cos.sel(variant="no_move").values[:, 0], 1.0)
     for m in MEASURES:
         assert (out / "figures" / f"study_{m}.png").stat().st_size > 10_000
+    manifest = json.loads((out / "manifest.json").read_text())  # every folder attnflow writes has one
+    assert manifest["kind"] == "study" and "comparisons.json" in manifest["files"]
     rows = json.loads((out / "comparisons.json").read_text())
     assert {r["group"] for r in rows} == {"baseline", "depth", "control", "ablation"}
 

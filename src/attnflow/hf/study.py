@@ -56,6 +56,7 @@ from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_mod
 from attnflow.hf.measures import effective_rank, mean_cosine, mean_inner, nn_cosine, random_heads, relative_jumps
 from attnflow.hf.sphere import on_sphere, to_gradient_flow
 from attnflow.io.metadata import describe
+from attnflow.io.store import atomic_folder, write_manifest
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import Layers
 
@@ -638,14 +639,19 @@ def save_study(ds: xr.Dataset, rows: list[Row], out: str | Path, *, figures: boo
     """Write ``study.zarr`` (the dataset, with the comparisons as a JSON attribute),
     ``comparisons.json`` and, with ``figures``, ``figures/study_<measure>.png`` into the new folder ``out``."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=False)
     ds = ds.copy()
     ds.attrs["comparisons"] = json.dumps([r.as_dict() for r in rows])
-    ds.to_zarr(out / STUDY_STORE, mode="w-", consolidated=False)
-    (out / "comparisons.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
-    written = [out / STUDY_STORE, out / "comparisons.json"]
+    # Written whole or not at all, never through a link, and marked as attnflow's with a manifest
+    # (kind "study") like every folder attnflow writes.
+    with atomic_folder(out) as tmp:
+        ds.to_zarr(tmp / STUDY_STORE, mode="w-", consolidated=False)
+        (tmp / "comparisons.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
+        if figures:
+            plot_study(ds, tmp / "figures")
+        write_manifest(tmp, kind="study")
+    written = [out / STUDY_STORE, out / "comparisons.json", out / "manifest.json"]
     if figures:
-        written += plot_study(ds, out / "figures")
+        written += sorted((out / "figures").glob("*.png"))
     return written
 
 
