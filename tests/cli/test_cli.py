@@ -14,7 +14,7 @@ import attnflow as af
 from attnflow.cli.main import app
 from attnflow.config import PRESETS, ConfigError, parse_config, preset_config
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {
     "model": "gf",
     "tokens": {"n": 24, "d": 3},

@@ -123,7 +123,7 @@ def test_missing_extra_message_keeps_the_extra_name(monkeypatch, tmp_path):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
-    sweep_file = Path(__file__).resolve().parents[1] / "examples" / "sweep_quick.yaml"
+    sweep_file = Path(__file__).resolve().parents[2] / "examples" / "sweep_quick.yaml"
     r = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(tmp_path / "s")], terminal_width=300)
     assert r.exit_code == 2
     assert "pip install 'attnflow[sweep]' (dask[distributed], pandas, pyarrow)" in r.output

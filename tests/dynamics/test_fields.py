@@ -6,7 +6,7 @@ import torch
 
 import attnflow as af
 from attnflow.core.heads import Heads
-from conftest import random_masses, random_sym, random_tokens
+from helpers import random_masses, random_sym, random_tokens
 
 
 def direct_Z(x, A, a):

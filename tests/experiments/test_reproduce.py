@@ -18,7 +18,7 @@ from attnflow.experiments.heads import MIDPOINT, _analyse, _criterion
 from attnflow.experiments.relaxation import FLOOR_FACTOR, bures_wasserstein, floor_scale, law_path_length
 from attnflow.experiments.report import README_BEGIN, README_END
 from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
-from conftest import random_sym, random_tokens
+from helpers import random_sym, random_tokens
 
 #: Predictions whose criterion is well posed and holds, with the control rejected, in the quick run.
 MUST_HOLD = {

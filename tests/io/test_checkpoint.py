@@ -21,7 +21,7 @@ from attnflow.io.checkpoint import CHECKPOINT, Checkpointer, load_checkpoint, sa
 from attnflow.io.store import is_complete
 
 torch.set_num_threads(1)  # bit-for-bit comparisons across processes need the same reduction order
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 class Interrupt(Exception):

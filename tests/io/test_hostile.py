@@ -49,7 +49,7 @@ from attnflow.solve.guards import (
 )
 from attnflow.solve.preflight import estimate, sweep_estimate
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {
     "model": "gf",
     "tokens": {"n": 16, "d": 3},

@@ -43,7 +43,7 @@ SMALL = {
 CPU_SECONDS = 10
 EXTRA_MEMORY = 2**30
 SENTINEL_NAME = "attnflow-pwned"
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 # --- The harness: the CLI in a forked, limited child ------------------------------------------------

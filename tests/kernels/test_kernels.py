@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from attnflow.core.heads import Heads
 from attnflow.kernels.dense import attention_stats, attention_stats_reference
-from conftest import random_masses, random_tokens
+from helpers import random_masses, random_tokens
 
 
 def _features(x, A, V):

@@ -17,7 +17,7 @@ import attnflow as af
 from attnflow import heads, tokens
 from attnflow.core.figures import FIGURE_DPI
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

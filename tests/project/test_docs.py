@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("mkdocstrings", reason="the docs extra: pip install -e '.[docs]'")
 
@@ -231,7 +231,7 @@ def test_config_reference_matches_the_schema():
 
 
 def _chromium() -> str:
-    from _browser import require_binary  # tests/_browser.py: skip without Chromium, fail under CI
+    from helpers import require_binary  # tests/helpers.py: skip without Chromium, fail under CI
 
     return require_binary("chromium", "chromium-browser")
 

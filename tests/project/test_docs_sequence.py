@@ -5,7 +5,7 @@ Every command of the README's first sections and of the tutorial runs as written
 order, in a fresh folder holding a copy of ``examples/``; the only changes are smaller sizes
 (``--set integration.t_end=0.1``, ``t_end=0.2`` in the Python snippets, two small movie frames).
 Not run: the set-up itself (``make setup``/``test``, ``pip``, ``source``) and ``reproduce all``
-(minutes; ``tests/test_reproduce.py`` covers it).
+(minutes; ``tests/experiments/test_reproduce.py`` covers it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIPPED = ("make setup", "make test", "make docs", "source ", "pip install ", "attnflow reproduce")
 
 

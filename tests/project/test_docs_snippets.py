@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"<!-- snippet: (\S+)[^>]*-->\n```\w*\n(.*?)```", re.S)
 
 

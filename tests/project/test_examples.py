@@ -14,7 +14,7 @@ import pytest
 from attnflow.config import apply_overrides, load_config
 from attnflow.runs import run_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

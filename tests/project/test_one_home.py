@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "attnflow"
+PKG = Path(__file__).resolve().parents[2] / "src" / "attnflow"
 
 #: Where the exponentials of the kernel's log-partitions belong.
 HOMES = ("kernels/", "dynamics/fields.py", "dynamics/infinite.py")

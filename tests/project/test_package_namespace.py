@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 #: Paths of the former flat layout (attnflow 0.1 before the layered tree; never released).
 FLAT_PATHS = [

@@ -7,7 +7,7 @@ import importlib
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "docs" / "tutorial.md", *sorted((ROOT / "examples").glob("*.py"))]
 
 

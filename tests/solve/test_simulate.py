@@ -11,7 +11,7 @@ from scipy.integrate import solve_ivp
 import attnflow as af
 from attnflow.schemes.integrators import INTEGRATORS
 from attnflow.weights.processes import Constant, OrnsteinUhlenbeck, Oscillating
-from conftest import random_sym, random_tokens
+from helpers import random_sym, random_tokens
 
 
 def _reference(x0, process, model, t_end):

@@ -224,7 +224,7 @@ def test_quick_example_through_the_cli_on_the_default_local_cluster(tmp_path):
     """The acceptance run: examples/sweep_quick.yaml writes the table; running it again simulates nothing."""
     from typer.testing import CliRunner
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "sweep_quick.yaml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "sweep_quick.yaml"
     out = tmp_path / "quick"
     start = time.perf_counter()
     r = CliRunner().invoke(app, ["sweep", str(example), "--out", str(out), "--workers", "2"])

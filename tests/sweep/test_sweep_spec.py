@@ -12,7 +12,7 @@ from attnflow.cli.main import app
 from attnflow.config import ConfigError
 from attnflow.sweep.spec import load_sweep, parse_sweep, point_id, sweep_points
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_product_zip_and_seeds_expand_to_every_combination():

@@ -10,7 +10,7 @@ from scipy.sparse.csgraph import connected_components
 
 from attnflow.viz.report import REPORT, frame_indices, report_figure, write_report
 from attnflow.viz.views import cluster_labels, head_norms, interpolate_tokens, pca_basis, view3d
-from conftest import small_trajectory
+from helpers import small_trajectory
 
 
 def test_frame_indices_spread_and_keep_ends():

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from _browser import require_binary
 from attnflow.viz.report import write_report
+from helpers import require_binary
 
 selenium = pytest.importorskip("selenium", reason="selenium is part of the dev extra: pip install -e '.[dev]'")
 from selenium import webdriver  # noqa: E402

@@ -15,7 +15,7 @@ from attnflow.weights.processes import (
     Sampled,
     as_process,
 )
-from conftest import random_sym
+from helpers import random_sym
 
 
 def test_ou_transition_mean_and_variance(rng):
