@@ -132,6 +132,7 @@ def test_increment_rule_for_weights_without_derivative():
     assert 1.7 < r[0] / r[1] < 2.4
 
 
+@pytest.mark.integration
 def test_budget_survives_save_and_load_and_cli(tmp_path):
     traj = simulate(X0, PROCESSES["oscillating"], t_end=0.4, dt=0.02, method="heun", save_every=5)
     traj.save(tmp_path / "run", figures=False)
@@ -144,6 +145,7 @@ def test_budget_survives_save_and_load_and_cli(tmp_path):
     assert (tmp_path / "run" / "figures" / "edi.png").stat().st_size > 1000
 
 
+@pytest.mark.integration
 def test_edi_errors_are_one_paragraph(tmp_path):
     traj = simulate(X0, goe_heads(2, 3, 1.0, 0), model="mha", t_end=0.1, dt=0.05)
     traj.save(tmp_path / "mha", figures=False)
@@ -153,6 +155,7 @@ def test_edi_errors_are_one_paragraph(tmp_path):
     assert res.exit_code == 2 and "no run folder" in res.output
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_oscillating_preset_budget_and_its_order(tmp_path):
     # The acceptance bar on a lighter cloud (N = 64 instead of 256): rk4 at the preset's dt = 0.02.

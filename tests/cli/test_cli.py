@@ -29,6 +29,7 @@ def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "attnflow", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
+@pytest.mark.integration
 def test_run_show_plot(tmp_path):
     cfg = tmp_path / "small.yaml"
     cfg.write_text(yaml.safe_dump(SMALL))
@@ -52,6 +53,7 @@ def test_run_show_plot(tmp_path):
     np.testing.assert_allclose(af.load(tmp_path / "again").x, traj.x, rtol=0, atol=1e-13)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "bad, field",
     [
@@ -74,6 +76,7 @@ def test_bad_config_exits_2_with_one_message(tmp_path, bad, field):
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.yaml"]
 
 
+@pytest.mark.integration
 def test_bad_config_in_a_real_process_prints_no_traceback(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("tokens:\n  n: -3\n")
@@ -84,6 +87,7 @@ def test_bad_config_in_a_real_process_prints_no_traceback(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
+@pytest.mark.integration
 def test_cli_user_errors_are_clean(tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["run", "--out", str(tmp_path / "x")])
@@ -110,6 +114,7 @@ def test_presets_validate_and_override():
         parse_config({"heads": {"count": 0}})
 
 
+@pytest.mark.integration
 def test_preset_run_with_overrides(tmp_path):
     runner = CliRunner()
     out = tmp_path / "osc"

@@ -28,6 +28,7 @@ def _bad_preset(name):
     raise IndexError("list index out of range (planted)")
 
 
+@pytest.mark.integration
 def test_a_planted_bug_shows_its_traceback_and_asks_for_a_report(monkeypatch, tmp_path):
     monkeypatch.setattr(config_pkg, "preset_config", _bad_preset)
     r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(tmp_path / "run")])
@@ -39,6 +40,7 @@ def test_a_planted_bug_shows_its_traceback_and_asks_for_a_report(monkeypatch, tm
     assert flat.index("IndexError") < flat.index("bug in attnflow")  # the line follows the traceback
 
 
+@pytest.mark.integration
 def test_a_bare_value_error_from_a_library_is_a_bug_not_a_user_error(monkeypatch, tmp_path):
     def numpy_like(name):
         raise ValueError("operands could not be broadcast together with shapes (3,) (4,)")
@@ -48,6 +50,7 @@ def test_a_bare_value_error_from_a_library_is_a_bug_not_a_user_error(monkeypatch
     assert r.exit_code == 1 and "Traceback" in r.output and "bug in attnflow" in " ".join(r.output.split())
 
 
+@pytest.mark.integration
 def test_a_user_error_is_still_one_sentence_and_exit_2(tmp_path):
     # Negative control of the two tests above: the same command with a real user mistake.
     r = CliRunner().invoke(app, ["run", "--preset", "nope", "--out", str(tmp_path / "run")])
@@ -55,6 +58,7 @@ def test_a_user_error_is_still_one_sentence_and_exit_2(tmp_path):
     assert "Traceback" not in r.output and "bug in attnflow" not in r.output
 
 
+@pytest.mark.integration
 def test_debug_shows_the_traceback_of_a_user_error(tmp_path):
     r = CliRunner().invoke(app, ["--debug", "run", "--preset", "nope", "--out", str(tmp_path / "run")])
     assert r.exit_code != 0 and isinstance(r.exception, InputError)
@@ -127,6 +131,7 @@ def test_stability_warning_carries_a_structured_hint_not_a_flag():
     assert "--" not in str(w) and "dt <=" in str(w)
 
 
+@pytest.mark.integration
 def test_hf_run_advice_names_steps_per_layer_not_set(tmp_path, monkeypatch):
     # The hf run command with its real flags: a stiff hint renders as --steps-per-layer.
     import attnflow.hf.flow as flow
@@ -143,6 +148,7 @@ def test_hf_run_advice_names_steps_per_layer_not_set(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "With this command: --steps-per-layer 50." in flat and "--set" not in flat
 
 
+@pytest.mark.integration
 def test_run_renders_set_for_a_config_hint(tmp_path):
     cfg = {
         "model": "gf",
@@ -159,6 +165,7 @@ def test_run_renders_set_for_a_config_hint(tmp_path):
     assert "warning: the step dt = 0.25 is large" in flat and "With this command: --set integration.dt=" in flat
 
 
+@pytest.mark.integration
 def test_edi_prints_a_data_warning_as_one_line_like_show(monkeypatch, tmp_path):
     # edi used to print the raw Python warning with its source line; now every command prints
     # ``warning: ...`` and nothing else for it.
@@ -178,6 +185,7 @@ def test_edi_prints_a_data_warning_as_one_line_like_show(monkeypatch, tmp_path):
     assert "DataWarning" not in r.output and "warnings.warn" not in r.output and ".py:" not in r.output
 
 
+@pytest.mark.integration
 def test_a_warning_under_a_command_points_at_the_command_not_at_typer(monkeypatch, tmp_path):
     import importlib
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import typer
 import typer.core
 from typer.main import get_command
@@ -42,6 +43,7 @@ def help_failures(typer_app: typer.Typer) -> dict[str, str]:
     return bad
 
 
+@pytest.mark.integration
 def test_every_help_works():
     paths = command_paths(app)
     names = {" ".join(p) for p in paths}
@@ -51,6 +53,7 @@ def test_every_help_works():
     assert help_failures(app) == {}
 
 
+@pytest.mark.integration
 def test_markup_slip_fails_the_walk():
     """Negative control: a help text with '[/NAME]' (the old 'reproduce --help' crash) is caught."""
     bad = App(name="bad")
@@ -68,6 +71,7 @@ def test_markup_slip_fails_the_walk():
     assert "MarkupError" in failures["broken"]
 
 
+@pytest.mark.integration
 def test_help_shows_parameters_one_way():
     for path in command_paths(app):
         out = runner.invoke(app, [*path, "--help"], terminal_width=200).output
@@ -80,12 +84,14 @@ def test_help_shows_parameters_one_way():
     assert "Usage: attnflow show [OPTIONS] RUN_DIR" in show_help
 
 
+@pytest.mark.integration
 def test_version():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0
     assert r.output.strip() == f"attnflow {__version__}"
 
 
+@pytest.mark.integration
 def test_cli_startup_imports_no_heavy_modules():
     """`attnflow --help` stays fast: importing the CLI loads neither torch, xarray, scipy nor matplotlib."""
     code = (
@@ -96,6 +102,7 @@ def test_cli_startup_imports_no_heavy_modules():
     assert out.strip() == "[]"
 
 
+@pytest.mark.integration
 def test_messages_are_escaped(tmp_path):
     """A folder name that looks like markup is printed as written."""
     missing = tmp_path / "runs[/NAME]" / "[bold]x"
@@ -116,6 +123,7 @@ def test_extra_name_survives_in_messages():
     assert "attnflow[sweep]" in cap.get()
 
 
+@pytest.mark.integration
 def test_missing_extra_message_keeps_the_extra_name(monkeypatch, tmp_path):
     """End to end: the sweep's install hint reaches the user with '[sweep]' and '[distributed]' intact."""
     import importlib.util

@@ -36,6 +36,7 @@ def show_json(*args) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.mark.integration
 def test_json_matches_the_run(run_dir):
     traj = af.load(run_dir)
     rec = show_json(run_dir)
@@ -57,6 +58,7 @@ def test_json_matches_the_run(run_dir):
     assert rec["final_clusters"] == traj.diagnostics["clusters"][-1]
 
 
+@pytest.mark.integration
 def test_times_picks_the_nearest_saved_times(run_dir):
     traj = af.load(run_dir)  # saved every 0.1
     rec = show_json(run_dir, "--times", "0.31,0.5, 2")
@@ -70,6 +72,7 @@ def test_times_picks_the_nearest_saved_times(run_dir):
         assert r.exit_code == 2 and "--times" in r.output
 
 
+@pytest.mark.integration
 def test_table_prints_clustering_and_edi_and_no_question_marks(run_dir):
     r = runner.invoke(app, ["show", str(run_dir)])
     assert r.exit_code == 0
@@ -77,6 +80,7 @@ def test_table_prints_clustering_and_edi_and_no_question_marks(run_dir):
     assert "?" not in r.output
 
 
+@pytest.mark.integration
 def test_python_run_shows_not_recorded_instead_of_question_marks(tmp_path):
     """A run saved from Python without a config: no weight process recorded, never '?'."""
     x0 = tokens.uniform(6, 3, seed=0)
@@ -90,6 +94,7 @@ def test_python_run_shows_not_recorded_instead_of_question_marks(tmp_path):
     assert show_json(tmp_path / "py")["edi"] is None
 
 
+@pytest.mark.integration
 def test_time_to_clustering_of_a_merging_run(tmp_path):
     """Two tokens at the same point and one far away: 2 clusters from t = 0 on."""
     x0 = np.array([[1.0, 0, 0], [1.0, 0, 0], [-1.0, 0, 0]])

@@ -7,6 +7,8 @@ from typer.testing import CliRunner
 
 from attnflow.cli.main import app
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 
 from attnflow.cli import app
 
+pytestmark = pytest.mark.integration
+
 CIRCLE = """name: t
 model: gf
 d: 2

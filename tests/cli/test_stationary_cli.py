@@ -12,6 +12,8 @@ import attnflow as af
 from attnflow.cli import app
 from attnflow.viz.report import report_html
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

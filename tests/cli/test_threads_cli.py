@@ -26,6 +26,7 @@ COMPUTING = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cmd", COMPUTING, ids=" ".join)
 def test_every_computing_command_has_threads(cmd: list[str]) -> None:
     out = CliRunner().invoke(app, [*cmd, "--help"], terminal_width=200).output
@@ -48,6 +49,7 @@ def _probe_app(pairs: float) -> tuple[typer.Typer, list[int]]:
     return probe, seen
 
 
+@pytest.mark.integration
 def test_threaded_applies_the_policy_and_restores() -> None:
     before = torch.get_num_threads()
     small, seen = _probe_app(SMALL_WORK_PAIRS / 10)

@@ -81,17 +81,20 @@ BAD_CONFIGS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("text,needles", BAD_CONFIGS)
 def test_bad_config_is_one_clean_paragraph(tmp_path, text, needles):
     res, out = run_cli(tmp_path, text)
     assert_clean_error(res, out, *needles)
 
 
+@pytest.mark.integration
 def test_binary_config_file(tmp_path):
     res, out = run_cli(tmp_path, bytes(range(128, 256)))
     assert_clean_error(res, out, "not a text (UTF-8) file")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "stem,model,needles",
     [
@@ -113,6 +116,7 @@ def test_bad_weight_file(tmp_path, weight_files, stem, model, needles):
     assert_clean_error(res, out, "heads.path", *needles)
 
 
+@pytest.mark.integration
 def test_good_weight_file_runs_with_its_matrices(tmp_path):
     A = np.stack([2.0 * np.eye(3), np.diag([1.0, 2.0, 3.0])])
     np.save(tmp_path / "w.npy", A)
@@ -128,6 +132,7 @@ def test_good_weight_file_runs_with_its_matrices(tmp_path):
     assert np.array_equal(load(out).A[-1], A)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "content,suffix,needles",
     [
@@ -148,6 +153,7 @@ def test_bad_token_file(tmp_path, content, suffix, needles):
     assert_clean_error(res, out, *needles)
 
 
+@pytest.mark.integration
 def test_off_sphere_tokens_are_normalised_with_a_warning(tmp_path):
     p = tmp_path / "tok.csv"
     np.savetxt(p, 2.5 * np.eye(3)[[0, 1, 2, 0, 1, 2]], delimiter=",")
@@ -160,6 +166,7 @@ def test_off_sphere_tokens_are_normalised_with_a_warning(tmp_path):
         from_file(p, normalise=False)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args,needles",
     [
@@ -178,6 +185,7 @@ def test_bad_command_line(tmp_path, args, needles):
     assert_clean_error(res, out, *needles)
 
 
+@pytest.mark.integration
 def test_debug_flag_shows_the_traceback(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("tokens: {n: six}\n")
@@ -330,6 +338,7 @@ def test_fuzz_token_and_weight_files(tmp_path, arr, suffix, corrupt):
         )
 
 
+@pytest.mark.integration
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutated_configs())
 def test_fuzz_cli_never_shows_a_traceback(tmp_path, data):
@@ -442,6 +451,7 @@ def test_fuzz_sweep_files(tmp_path, raw):
     assert len(points) >= 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "text,needles",
     [

@@ -179,6 +179,7 @@ def test_experiment_config_overrides():
             experiment_config("heads", sets=[bad])
 
 
+@pytest.mark.integration
 def test_reproduce_single_writes_its_report_and_rejects_bad_sets(tmp_path):
     out = tmp_path / "sw"
     args = ["reproduce", "stability-weights", "--quick", "--out", str(out), "--set", "eps=[0.1,0.03,0.01]"]
@@ -197,6 +198,7 @@ def test_reproduce_single_writes_its_report_and_rejects_bad_sets(tmp_path):
     assert bad.exit_code == 2 and "--full" in bad.output and not (tmp_path / "z").exists()
 
 
+@pytest.mark.integration
 def test_reproduce_full_is_deprecated_but_accepted(tmp_path):
     out = tmp_path / "sw"
     args = ["reproduce", "stability-weights", "--full", "--out", str(out), "--set", "eps=[0.1,0.03,0.01]"]
@@ -208,6 +210,7 @@ def test_reproduce_full_is_deprecated_but_accepted(tmp_path):
 
 # slow: the heaviest default test (836 s of the 1506 s that test_reproduce, test_adaptive, test_cli, test_examples,
 # test_fastsum, test_loop, test_movie and test_report took together at load 15); CI runs it (.ci/run).
+@pytest.mark.integration
 @pytest.mark.slow
 def test_reproduce_all_quick(tmp_path):
     """The quick suite: every prediction reports a control; the well-posed ones hold with their control rejected."""
@@ -247,6 +250,7 @@ def test_reproduce_all_quick(tmp_path):
     assert af.load(out / "ou").model == "gf"
 
 
+@pytest.mark.integration
 def test_reproduce_rejects_unknown_names(tmp_path):
     r = CliRunner().invoke(app, ["reproduce", "nope", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "unknown experiment" in r.output

@@ -257,6 +257,7 @@ def test_d2_runs_end_to_end_with_circle_figures(name, tmp_path):
     assert all(p.margin is not None for p in res.predictions)
 
 
+@pytest.mark.integration
 def test_random_sets_cli_small_k(tmp_path):
     import json
 

@@ -99,6 +99,7 @@ def test_gradient_flow_projection_fixes_admissible_heads_and_runs_gf(ckpt):
     assert np.isfinite(traj.x).all()
 
 
+@pytest.mark.integration
 def test_cli_verify_prints_a_table_and_fails_on_a_mismatch(ckpt, monkeypatch):
     res = runner.invoke(app, ["hf", "verify", str(ckpt["llama"]), "--tokens", "7"])
     assert res.exit_code == 0, res.output
@@ -108,6 +109,7 @@ def test_cli_verify_prints_a_table_and_fails_on_a_mismatch(ckpt, monkeypatch):
     assert res.exit_code == 1 and "MISMATCH" in res.output
 
 
+@pytest.mark.integration
 def test_cli_run_writes_a_run_folder_with_the_comparison(ckpt, tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(
@@ -136,6 +138,7 @@ def test_cli_run_writes_a_run_folder_with_the_comparison(ckpt, tmp_path):
     assert ds.attrs["hf_model_type"] == "gpt2" and "cat" in ds.attrs["tokens"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -150,6 +153,7 @@ def test_cli_run_user_errors(args, message, ckpt, tmp_path):
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.integration
 def test_cli_run_refuses_text_without_tokenizer_and_vision_models(ckpt, tmp_path):
     res = runner.invoke(app, ["hf", "run", str(ckpt["llama"]), "--text", "hello", "--out", str(tmp_path / "a")])
     assert res.exit_code == 2 and "--ids" in res.output
@@ -159,6 +163,7 @@ def test_cli_run_refuses_text_without_tokenizer_and_vision_models(ckpt, tmp_path
     assert res.exit_code == 2 and "never downloads" in res.output
 
 
+@pytest.mark.integration
 def test_cli_gf_reports_distances(ckpt):
     res = runner.invoke(app, ["hf", "gf", str(ckpt["gpt2"])])
     assert res.exit_code == 0, res.output

@@ -28,6 +28,8 @@ if minilm_zip() is None:
 
 from test_hf_postnorm import sub_block_check
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 WIDE = {"COLUMNS": "250"}
 TEXT = "The quick brown fox jumps over the lazy dog."

@@ -163,6 +163,7 @@ def _copy(src, dst):
     return dst
 
 
+@pytest.mark.integration
 def test_sentence_transformers_layouts(bert, tmp_path):
     """The model in the root (modules.json path ""), in 0_Transformer/ (named by modules.json or not)."""
     root = _copy(bert, tmp_path / "st-root")
@@ -206,6 +207,7 @@ def _bad_folders(bert, tmp):
     }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", ["truncated", "corrupt", "empty", "no-transformer"])
 def test_bad_folders_exit_2_with_one_sentence_and_write_nothing(case, bert, tmp_path):
     folder, message = _bad_folders(bert, tmp_path)[case]
@@ -217,6 +219,7 @@ def test_bad_folders_exit_2_with_one_sentence_and_write_nothing(case, bert, tmp_
         assert not out.exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -232,12 +235,14 @@ def test_bad_prompts_exit_2_and_write_nothing(args, message, bert, tmp_path):
     assert "Traceback" not in res.output and not out.exists()
 
 
+@pytest.mark.integration
 def test_a_prompt_of_exactly_the_limit_runs(bert, tmp_path):
     ids = ",".join(["3"] * 128)
     res = runner.invoke(app, ["hf", "run", str(bert), "--ids", ids, "--out", str(tmp_path / "o"), "--no-figures"])
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.integration
 def test_verify_refuses_too_many_random_tokens(bert):
     res = runner.invoke(app, ["hf", "verify", str(bert), "--tokens", "200"])
     assert res.exit_code == 2 and "more than the 128 positions" in " ".join(res.output.split())
@@ -256,6 +261,7 @@ def test_compact_folder_loads_back_the_dense_heads(bert, tmp_path):
     np.testing.assert_array_equal(back.x, traj.x)
 
 
+@pytest.mark.integration
 def test_show_plot_report_of_an_hf_folder(bert, tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(
@@ -291,6 +297,7 @@ def test_show_plot_report_of_an_hf_folder(bert, tmp_path):
     assert "alt='hf_heads.png'" in page and "alt='hf_comparison.png'" in page
 
 
+@pytest.mark.integration
 def test_example_without_the_package_says_how_to_install_it(monkeypatch, tmp_path):
     import attnflow.hf.example as example
 

@@ -257,6 +257,7 @@ def study(tiny, tmp_path_factory):
     return out, res.output
 
 
+@pytest.mark.integration
 def test_study_writes_a_self_describing_dataset_and_a_figure_per_measure(study):
     out, _ = study
     ds = load_study(out)
@@ -276,6 +277,7 @@ def test_study_writes_a_self_describing_dataset_and_a_figure_per_measure(study):
     assert {r["group"] for r in rows} == {"baseline", "depth", "control", "ablation"}
 
 
+@pytest.mark.integration
 def test_study_prints_every_comparison_with_its_ci_at_80_columns(study):
     out, text = study
     rows = json.loads((out / "comparisons.json").read_text())
@@ -286,6 +288,7 @@ def test_study_prints_every_comparison_with_its_ci_at_80_columns(study):
         assert f"[{r['lo']:+.3f},{r['hi']:+.3f}]" in text
 
 
+@pytest.mark.integration
 def test_identical_layers_show_no_order_effect_while_the_real_layers_do(study):
     out, _ = study
     rows = {(r["a"], r["b"], r["measure"]): r for r in json.loads((out / "comparisons.json").read_text())}
@@ -297,6 +300,7 @@ def test_identical_layers_show_no_order_effect_while_the_real_layers_do(study):
     assert abs(fit["diff"]) <= 1e-12 and not fit["excludes_zero"]
 
 
+@pytest.mark.integration
 def test_study_refuses_to_overwrite_and_bad_input(study, tiny, tmp_path):
     out, _ = study
     res = runner.invoke(app, ["hf", "study", str(tiny["bert"]), "--out", str(out), "--limit", "2"], env=NARROW)
@@ -315,6 +319,7 @@ def test_study_refuses_to_overwrite_and_bad_input(study, tiny, tmp_path):
 # --- issue 31 item 6: hf run's tables at 80 columns ------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_hf_run_tables_are_readable_at_80_columns(tiny, tmp_path):
     out = tmp_path / "run"
     text = "the cat sat on the mat and the dog ran"
@@ -356,6 +361,7 @@ def test_dask_gives_the_serial_result(tiny):
         np.testing.assert_array_equal(serial[m].values, parallel[m].values)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_minilm_study_on_a_few_prompts(tmp_path):
     from attnflow.hf.example import minilm_folder, minilm_zip

@@ -119,6 +119,7 @@ def test_resume_refuses_a_different_run(tmp_path):
         simulate(x0, proc, resume=tmp_path / "c.npz", **kw)
 
 
+@pytest.mark.integration
 def test_incomplete_folder_is_never_mistaken_for_a_finished_one(tmp_path):
     cfg = small_cfg()
     from attnflow.runs.runner import run_to_folder
@@ -155,6 +156,7 @@ def _cli(*args):
     return [sys.executable, "-m", "attnflow", *args], env
 
 
+@pytest.mark.integration
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     """A real `attnflow run` process is killed with SIGKILL mid-run, then resumed with --resume."""
     cfg_file = tmp_path / "long.yaml"

@@ -124,6 +124,7 @@ def run_copy(finished_run: Path, tmp_path: Path) -> Path:
 # --- 1. One writer per output ---------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_lock_is_exclusive_reentrant_and_leaves_nothing(tmp_path):
     out = tmp_path / "a" / "b" / "out"
     with output_lock(out):
@@ -154,6 +155,7 @@ def _hold_lock(path: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.integration
 def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holder_is_taken_over(tmp_path, cfg_file):
     out = tmp_path / "run"
     holder = _hold_lock(out)
@@ -173,6 +175,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_holder_is_tak
     assert is_complete(out) and not lock_path(out).exists()
 
 
+@pytest.mark.integration
 def test_two_runs_started_together_one_is_refused_and_the_other_result_is_intact(tmp_path, cfg_file):
     out = tmp_path / "race"
     big = {**SMALL, "tokens": {"n": 64, "d": 3}, "integration": {"t_end": 4.0, "dt": 0.01, "save_every": 50}}
@@ -191,6 +194,7 @@ def test_two_runs_started_together_one_is_refused_and_the_other_result_is_intact
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".race")]
 
 
+@pytest.mark.integration
 def test_report_and_sweep_are_refused_while_their_output_is_held(tmp_path, run_copy):
     holder = _hold_lock(run_copy / "report.html")
     try:
@@ -214,6 +218,7 @@ def test_report_and_sweep_are_refused_while_their_output_is_held(tmp_path, run_c
 # --- 2. --force replaces only attnflow folders, and only at the end -------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["folder of other files", "file", "device"])
 def test_force_refuses_what_is_not_an_attnflow_folder(tmp_path, cfg_file, kind):
     if kind == "folder of other files":
@@ -237,6 +242,7 @@ def test_force_refuses_what_is_not_an_attnflow_folder(tmp_path, cfg_file, kind):
         assert target.read_text() == "precious"
 
 
+@pytest.mark.integration
 def test_force_keeps_the_old_result_until_the_new_run_finished(tmp_path, cfg_file, run_copy):
     old = _snapshot(run_copy)
     slow = {**SMALL, "tokens": {"n": 64, "d": 3}, "integration": {"t_end": 40.0, "dt": 0.01, "save_every": 100}}
@@ -258,6 +264,7 @@ def test_force_keeps_the_old_result_until_the_new_run_finished(tmp_path, cfg_fil
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".copy.")]
 
 
+@pytest.mark.integration
 def test_force_run_that_blows_up_leaves_the_old_result(tmp_path, run_copy):
     old = _snapshot(run_copy)
     bad = {**SMALL, "model": "mha", "heads": {"count": 2, "preset": "identity", "beta": 1e200}}
@@ -361,6 +368,7 @@ def _chunk(run: Path) -> Path:
     return sorted((run / "dataset.zarr" / "x").glob("[0-9]*"))[0]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("damage", ["delete chunk", "flip byte", "break config", "truncate provenance"])
 def test_damaged_folders_are_refused_naming_the_file(run_copy, damage):
     if damage == "delete chunk":
@@ -384,6 +392,7 @@ def test_damaged_folders_are_refused_naming_the_file(run_copy, damage):
     assert name in msg or "not a complete run folder" in msg
 
 
+@pytest.mark.integration
 def test_complete_must_be_the_boolean_true(run_copy):
     prov = json.loads((run_copy / "provenance.json").read_text())
     for value in ("no", 1, "true", None):
@@ -397,6 +406,7 @@ def test_complete_must_be_the_boolean_true(run_copy):
     assert runner.invoke(app, ["show", str(run_copy)]).exit_code == 0
 
 
+@pytest.mark.integration
 def test_old_folders_without_manifest_load_with_one_warning_and_versions_are_compared(run_copy):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -429,6 +439,7 @@ def test_without_manifest_a_deleted_chunk_or_missing_attribute_is_still_found(ru
 # --- 5. Pre-flight --------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "sets",
     [
@@ -450,6 +461,7 @@ def test_runs_that_cannot_fit_are_refused_before_anything_is_written(tmp_path, s
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+@pytest.mark.integration
 def test_heavy_runs_need_yes_and_light_ones_do_not(tmp_path):
     light = estimate(preset_config("ou"))
     assert light.fits and not light.heavy  # negative control
@@ -481,6 +493,7 @@ def test_fast_summation_runs_are_estimated_from_their_products():
     assert not products_at_dense_rate < 3600
 
 
+@pytest.mark.integration
 def test_sweeps_are_estimated_as_a_whole(tmp_path):
     configs = [apply_overrides(preset_config("ou"), [f"seed={s}"]) for s in range(3)]
     one = estimate(configs[0])
@@ -507,6 +520,7 @@ ALIAS_BOMB = "\n".join(
 )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("text", "named"),
     [
@@ -527,6 +541,7 @@ def test_config_bombs_are_refused_quickly_with_short_messages(tmp_path, text, na
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.integration
 def test_set_values_are_bounded_too(tmp_path):
     bomb = "[" * 3000 + "]" * 3000
     msg = _refused(["run", "--preset", "ou", "--out", tmp_path / "o", "--set", f"tokens.n={bomb}"])
@@ -567,6 +582,7 @@ def test_any_text_as_a_config_is_a_config_error_or_a_config(text):
 # --- 7. Escaped, precise messages -----------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_square_brackets_in_paths_survive_and_refusals_name_the_real_cause(tmp_path, cfg_file, finished_run):
     msg = _refused(["run", cfg_file, "--out", tmp_path / "nope[bold]" / "x[1]", "--set", "tokens.n=0"])
     assert "tokens.n" in msg
@@ -589,6 +605,7 @@ def test_square_brackets_in_paths_survive_and_refusals_name_the_real_cause(tmp_p
         assert words in _refused(["show", target])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_out_in_a_read_only_folder(tmp_path, cfg_file):
     ro = tmp_path / "ro"
@@ -616,6 +633,7 @@ def test_damaged_checkpoints_are_named_truly(tmp_path, finished_run):
 # --- 8. Loose ends ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_booleans_nan_and_inf_are_not_numbers(tmp_path):
     for bad, field in (({"tokens": {"n": True}}, "n"), ({"heads": {"beta": float("nan")}}, "beta")):
         with pytest.raises(ConfigError, match=field):
@@ -625,6 +643,7 @@ def test_booleans_nan_and_inf_are_not_numbers(tmp_path):
     assert parse_config({**SMALL, "tokens": {"n": 3, "d": 3}}).tokens.n == 3  # negative control
 
 
+@pytest.mark.integration
 def test_complex_token_files_are_refused(tmp_path):
     p = tmp_path / "t.npy"
     np.save(p, np.ones((4, 3)) + 1j)
@@ -643,6 +662,7 @@ def test_switching_the_weight_process_with_set_drops_the_old_fields():
         apply_overrides(preset_config("ou"), ["weights.process=constant", "weights.rate=2"])
 
 
+@pytest.mark.integration
 def test_hidden_temporary_folders_are_cleaned_by_a_successful_resume(tmp_path, cfg_file):
     out = tmp_path / "r"
     r = _cli("run", str(cfg_file), "--out", str(out), "--no-figures", "--checkpoint-every", "1")
@@ -667,6 +687,7 @@ def test_hidden_temporary_folders_are_cleaned_by_a_successful_resume(tmp_path, c
     assert (users / "notes").read_text() == "mine"
 
 
+@pytest.mark.integration
 def test_truncated_run_config_is_not_called_a_different_run(tmp_path, cfg_file):
     out = tmp_path / "r"
     big = {**SMALL, "integration": {"t_end": 40.0, "dt": 0.01, "save_every": 100}, "tokens": {"n": 64, "d": 3}}
@@ -707,6 +728,7 @@ def test_checkpoint_step_beyond_the_run_is_refused(tmp_path):
         load_checkpoint(p)
 
 
+@pytest.mark.integration
 def test_an_unreachable_scheduler_creates_no_sweep_folder(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"base": SMALL, "grid": {"product": {"heads.beta": [1.0, 2.0]}}}))

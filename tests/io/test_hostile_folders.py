@@ -197,6 +197,7 @@ def drop_variable(folder: Path, name: str) -> None:
 # --- 1. No code named by data ---------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", ["show", "report", "plot", "movie", "edi"])
 def test_a_code_naming_attribute_runs_nothing(run, tmp_path, command):
     sentinel = tmp_path / SENTINEL_NAME
@@ -226,6 +227,7 @@ def test_a_registered_reader_name_still_reads_and_an_unknown_one_is_refused(run)
 # --- 2. Confinement: links and traversal ---------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["config.yaml", "dataset.zarr/x/0.0.0", "provenance.json", "dataset.zarr"])
 def test_links_inside_a_folder_are_never_followed(run, tmp_path, victim, where):
     target = run / where
@@ -244,6 +246,7 @@ def test_links_inside_a_folder_are_never_followed(run, tmp_path, victim, where):
     assert snapshot(victim.parent) == before
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("entry", ["../outside/victim.txt", "/etc/hostname", "dataset.zarr/../../outside/victim.txt"])
 def test_manifest_entries_outside_the_folder_are_refused_unread(run, tmp_path, victim, entry):
     manifest = json.loads((run / MANIFEST).read_text())
@@ -254,6 +257,7 @@ def test_manifest_entries_outside_the_folder_are_refused_unread(run, tmp_path, v
     assert "outside" in msg or "'..'" in msg
 
 
+@pytest.mark.integration
 def test_a_lock_file_planted_as_a_link_leaves_its_target_alone(tmp_path, victim):
     out = tmp_path / "out"
     before = victim.read_bytes()
@@ -286,6 +290,7 @@ def test_a_hard_linked_lock_file_is_refused(tmp_path, victim):
     assert victim.read_bytes() == before
 
 
+@pytest.mark.integration
 def test_plot_through_a_linked_figures_folder_or_file_is_refused(run, tmp_path, victim):
     (run / "figures").symlink_to(victim.parent, target_is_directory=True)
     before = snapshot(victim.parent)
@@ -310,6 +315,7 @@ def test_plot_through_a_linked_figures_folder_or_file_is_refused(run, tmp_path, 
     assert (victim.parent / "naive.png").exists()
 
 
+@pytest.mark.integration
 def test_resume_refuses_a_linked_provenance_and_keeps_its_target(tmp_path, victim):
     cfg = parse_config({**SMALL, "integration": {**SMALL["integration"], "t_end": 0.4}})
     out = tmp_path / "unfinished"
@@ -324,6 +330,7 @@ def test_resume_refuses_a_linked_provenance_and_keeps_its_target(tmp_path, victi
     assert victim.read_bytes() == before
 
 
+@pytest.mark.integration
 def test_sweep_never_writes_into_the_users_own_files(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
@@ -337,6 +344,7 @@ def test_sweep_never_writes_into_the_users_own_files(tmp_path):
     assert snapshot(out) == before
 
 
+@pytest.mark.integration
 def test_a_sweep_folder_with_a_planted_link_is_refused(tmp_path, victim):
     from attnflow.io.store import mark_folder
 
@@ -376,6 +384,7 @@ def test_the_leftover_cleaner_touches_only_what_it_can_prove_is_ours(tmp_path, f
     assert not old.exists()
 
 
+@pytest.mark.integration
 def test_report_out_never_replaces_a_file_of_the_user(run, tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
@@ -414,6 +423,7 @@ def test_hf_run_and_reproduce_folders_have_a_manifest(tmp_path, finished):
 # --- 4. Bounded everything -----------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "text",
     ["a: &a [*a]\n", "name: &n {x: *n}\n", "tokens: &t {n: 16, d: *t}\n"],
@@ -434,6 +444,7 @@ def test_cyclic_yaml_is_refused_at_once(tmp_path, text):
     )
 
 
+@pytest.mark.integration
 def test_cyclic_yaml_in_a_finished_folder(run, tmp_path):
     (run / "config.yaml").write_text("a: &a [*a]\n")
     (run / MANIFEST).unlink()
@@ -452,6 +463,7 @@ def _zip_bomb(path: Path, inflated: int) -> None:
                 fh.write(block)
 
 
+@pytest.mark.integration
 def test_a_checkpoint_zip_bomb_is_refused_before_it_inflates(finished, tmp_path):
     out = tmp_path / "unfinished"
     out.mkdir()
@@ -463,6 +475,7 @@ def test_a_checkpoint_zip_bomb_is_refused_before_it_inflates(finished, tmp_path)
     refused("show", out, tmp=tmp_path, needle="decompress")
 
 
+@pytest.mark.integration
 def test_a_sparse_file_in_a_manifest_is_refused_unhashed(run, tmp_path):
     sparse = run / "dataset.zarr" / "big"
     with open(sparse, "wb") as fh:
@@ -475,6 +488,7 @@ def test_a_sparse_file_in_a_manifest_is_refused_unhashed(run, tmp_path):
     refused("show", run, tmp=tmp_path, needle="sparse")
 
 
+@pytest.mark.integration
 def test_a_declared_shape_of_a_trillion_rows_is_refused(run, tmp_path):
     store = run / "dataset.zarr"
     meta = json.loads((store / ".zmetadata").read_text())
@@ -486,6 +500,7 @@ def test_a_declared_shape_of_a_trillion_rows_is_refused(run, tmp_path):
     refused("report", run, tmp=tmp_path)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "option,value,needle",
     [
@@ -500,6 +515,7 @@ def test_movie_options_are_bounded_before_any_work(run, tmp_path, option, value,
     assert not (tmp_path / "m.mp4").exists()
 
 
+@pytest.mark.integration
 def test_weights_layers_and_sweep_points_are_bounded(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({**SMALL, "model": "usa", "weights": {"process": "layers", "layers": 1000000}}))
@@ -512,6 +528,7 @@ def test_weights_layers_and_sweep_points_are_bounded(tmp_path):
     assert not (tmp_path / "sw").exists()
 
 
+@pytest.mark.integration
 def test_hf_config_and_modules_json_are_bounded_and_confined(tmp_path):
     from attnflow.hf.importer import check_config_sizes, resolve_folder
 
@@ -538,6 +555,7 @@ def test_hf_config_and_modules_json_are_bounded_and_confined(tmp_path):
 # --- 5. Escaping and strings ---------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "attrs",
     [
@@ -555,6 +573,7 @@ def test_escape_sequences_and_wrong_types_in_attributes(run, tmp_path, attrs):
     refused("report", run, tmp=tmp_path)
 
 
+@pytest.mark.integration
 def test_a_config_attribute_of_the_wrong_type(run, tmp_path):
     set_attrs(run, config="[1, 2]", beta=[1, 2])
     code, text, _, _ = cli_limited("show", run, tmp=tmp_path)  # config.yaml is there: the attribute is not needed
@@ -565,6 +584,7 @@ def test_a_config_attribute_of_the_wrong_type(run, tmp_path):
     refused("show", run, tmp=tmp_path, needle="not a mapping")  # negative control: then it is needed, and refused
 
 
+@pytest.mark.integration
 def test_escape_sequences_in_provenance_and_folder_names_never_reach_the_terminal(run, tmp_path):
     prov = json.loads((run / "provenance.json").read_text())
     prov["git_commit"] = "\x1b]0;owned\x07"
@@ -575,6 +595,7 @@ def test_escape_sequences_in_provenance_and_folder_names_never_reach_the_termina
     assert code == 2 and "\x1b" not in text and "\\x1b" in text  # shown escaped, not acted on
 
 
+@pytest.mark.integration
 def test_garbage_and_huge_npy_token_files(tmp_path):
     garbage = tmp_path / "x.npy"
     garbage.write_bytes(b"\x00garbage bytes, not numpy" * 4)
@@ -590,11 +611,13 @@ def test_garbage_and_huge_npy_token_files(tmp_path):
     refused("run", cfg, "--out", tmp_path / "o", tmp=tmp_path, needle="2,199,023,255,552 bytes")
 
 
+@pytest.mark.integration
 def test_hf_verify_tol_nan_is_refused(tmp_path):
     pytest.importorskip("transformers")
     refused("hf", "verify", tmp_path / "nomodel", "--tol", "nan", tmp=tmp_path, needle="--tol")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES])
 def test_a_read_only_or_unwritable_out_parent_is_one_sentence(tmp_path, monkeypatch, err):
     """What a non-root user meets on a read-only disk or a folder of someone else (root, running the
@@ -622,6 +645,7 @@ def test_a_read_only_or_unwritable_out_parent_is_one_sentence(tmp_path, monkeypa
         (parent / "x").mkdir(parents=True)
 
 
+@pytest.mark.integration
 def test_a_file_size_limit_is_one_sentence(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(SMALL))
@@ -648,6 +672,7 @@ def test_a_file_size_limit_is_one_sentence(tmp_path):
     assert "Traceback" not in text and "too large" in text, text
 
 
+@pytest.mark.integration
 def test_an_hf_run_folder_has_a_manifest_and_its_reader_is_chosen_by_name(tmp_path):
     """``hf run`` folders had no manifest (every load warned "written by an older attnflow") and named
     their heads reader as code; now they carry a manifest and a registered reader name."""

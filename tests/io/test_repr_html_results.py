@@ -76,6 +76,7 @@ def test_sweep_results_html() -> None:
     assert "values=" not in repr(pd) and "2x2" in repr(pd)
 
 
+@pytest.mark.integration
 def test_edi_command_says_why_the_order_is_one(tmp_path, ou_traj) -> None:
     from typer.testing import CliRunner
 

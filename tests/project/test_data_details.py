@@ -36,6 +36,7 @@ def test_conventions_attribute(run_dir: Path) -> None:
     assert af.load(run_dir).to_xarray().attrs["Conventions"] == "CF-1.10"
 
 
+@pytest.mark.integration
 def test_clusters_are_integers_in_memory_on_disk_and_in_show_json(run_dir: Path) -> None:
     traj = af.load(run_dir)
     assert traj.diagnostics["clusters"].dtype == np.int64
@@ -76,6 +77,7 @@ def test_one_figure_resolution(run_dir: Path) -> None:
     assert literal.search("fig.savefig(path, dpi=90)")  # control
 
 
+@pytest.mark.integration
 def test_gitignore_covers_what_the_documented_commands_write() -> None:
     paths = ["runs/ou/dataset.zarr", "models/all-MiniLM-L6-v2/config.json", "ou.mp4", "runs/first.mp4"]
     res = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)

@@ -236,6 +236,7 @@ def _chromium() -> str:
     return require_binary("chromium", "chromium-browser")
 
 
+@pytest.mark.integration
 def test_math_is_typeset_in_a_browser_with_the_network_off(site, tmp_path):
     """Headless Chromium with every network request sent to a dead proxy: each math element of the
     model page is typeset by KaTeX, none is an error. Control: without the site's KaTeX, nothing is."""

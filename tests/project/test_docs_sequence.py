@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 SKIPPED = ("make setup", "make test", "make docs", "source ", "pip install ", "attnflow reproduce")
 

@@ -27,6 +27,7 @@ def _run(script: str, *args: str) -> str:
     return res.stdout
 
 
+@pytest.mark.integration
 def test_energy_dissipation_example(tmp_path):
     out = _run("energy_dissipation.py", str(tmp_path / "ed.png"))
     increase = float(re.search(r"increase between saved steps: (\S+)", out).group(1))
@@ -36,6 +37,7 @@ def test_energy_dissipation_example(tmp_path):
     assert (tmp_path / "ed.png").stat().st_size > 10_000
 
 
+@pytest.mark.integration
 def test_quickstart_example(tmp_path):
     out = _run("quickstart.py", str(tmp_path / "q"))
     assert (tmp_path / "q" / "report.html").is_file()

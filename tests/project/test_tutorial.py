@@ -66,6 +66,7 @@ def test_the_checker_rejects_a_wrong_claim():
         stated("the energy falls from 1 to 2", r"the slope stays at a floor of ([\d.]+)")
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_first_run_matches_the_text(tmp_path):
     text = section("2.")

@@ -41,6 +41,7 @@ def test_the_package_data_is_declared() -> None:
     assert "docs/assets/katex" in manifest and "examples" in manifest
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_wheel_installs_and_runs(tmp_path: Path) -> None:
     dist = tmp_path / "dist"

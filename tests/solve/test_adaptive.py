@@ -319,6 +319,7 @@ def test_metastability_bench_field_and_small_run():
     assert len(meta_rows(out)) == 3
 
 
+@pytest.mark.integration
 def test_bench_cli_prints_the_metastability_table(monkeypatch, tmp_path):
     """``attnflow bench --only-metastability`` prints and writes the table (a small problem stands in)."""
     from typer.testing import CliRunner

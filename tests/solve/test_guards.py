@@ -46,6 +46,7 @@ def test_nan_weights_stop_the_run_with_the_last_good_state():
     assert np.array_equal(ok.x[-1], ck.x)
 
 
+@pytest.mark.integration
 def test_cli_overflow_stops_with_last_good_state_saved(tmp_path):
     """``usa`` with wild OU weights: Z = sum_j a_j exp(x^T A x_j) grows so fast that an Euler step's
     |x + dt v| overflows and the retraction returns a zero row at t = 0.22; the state guard stops the

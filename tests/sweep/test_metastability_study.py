@@ -96,6 +96,7 @@ def test_write_study_table_and_figure(tmp_path):
         write_study(PlateauStudy(recs, settings).compute(), tmp_path / "out")
 
 
+@pytest.mark.integration
 def test_cli_refuses_bad_input(tmp_path):
     (tmp_path / "exists").mkdir()
     r = runner.invoke(app, ["plateaus", "--out", str(tmp_path / "exists")])
@@ -108,6 +109,7 @@ def test_cli_refuses_bad_input(tmp_path):
     assert r.exit_code == 2 and "heads kind" in r.output
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_cli_end_to_end_small(tmp_path):
     r = runner.invoke(

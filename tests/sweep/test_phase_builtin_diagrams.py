@@ -60,6 +60,7 @@ def test_sweep_spec_and_refusals():
         phase_sweep(betas=[], heads=[1])
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_the_command_runs_the_sweep_on_dask_and_draws_every_diagram(tmp_path):
     from typer.testing import CliRunner

@@ -23,6 +23,8 @@ from attnflow.cli.main import app  # noqa: E402
 from attnflow.sweep.runner import run_sweep  # noqa: E402
 from attnflow.sweep.table import POINTS, load_sweep_results  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 # 12 points of ~0.05 s each (on an idle core), batches of 2: long enough to kill a worker in the middle.
 SWEEP = {
     "name": "tiny",

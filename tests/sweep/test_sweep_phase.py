@@ -92,6 +92,7 @@ def test_cell_edges_bracket_the_centres():
     np.testing.assert_allclose(_edges(np.array([1.0, 4.0, 16.0]), True), [0.5, 2.0, 8.0, 32.0])
 
 
+@pytest.mark.integration
 def test_cli_writes_the_figure_and_exits_2_on_mistakes(sweep_dir):
     r = CliRunner().invoke(
         app, ["sweep-plot", str(sweep_dir), "--x", "beta", "--y", "t", "--where", "heads.count=1", "--log-x"]

@@ -117,6 +117,7 @@ def test_quick_example_is_two_parameters_times_seeds_with_at_least_12_points():
     assert len(spec.grid.product) + len(spec.grid.zip) == 2 and len(spec.seed_list) >= 2
 
 
+@pytest.mark.integration
 def test_cli_rejects_a_bad_sweep_file_with_exit_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"grid": {"zip": {"heads.beta": [1, 2], "heads.count": [1]}}}))

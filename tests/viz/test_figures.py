@@ -170,6 +170,7 @@ def test_movie_markers_grow_with_mass(tmp_path):
     assert 4.0 < merged / lone < 10.0
 
 
+@pytest.mark.integration
 def test_movie_default_length_and_the_cli_default(tmp_path, run_dir3):
     x = np.stack([tokens.uniform(10, 3, seed=0)] * 3)
     path = render_movie(_traj(x), tmp_path / "a.gif", resolution=(64, 64), fps=5, min_seconds=2.0)

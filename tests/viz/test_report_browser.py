@@ -23,6 +23,8 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
