@@ -76,3 +76,15 @@ def require_binary(*names: str) -> str:
     if browser_required():
         pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes a missing browser a failure", pytrace=False)
     pytest.skip(message)
+
+
+# --- optional extras ---
+
+
+def skip_without_sweep_extra() -> None:
+    """Skip the calling test unless the ``sweep`` extra (distributed, pandas, pyarrow) is installed.
+
+    ``attnflow sweep`` checks the extra before it reads the sweep file, and the results table is Parquet.
+    """
+    for name in ("distributed", "pandas", "pyarrow"):
+        pytest.importorskip(name, reason=f"the sweep extra: pip install -e '.[sweep]' ({name})")

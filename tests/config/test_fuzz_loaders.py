@@ -19,6 +19,7 @@ from attnflow.config import ConfigError, RunConfig, apply_overrides, load_config
 from attnflow.config.validation import load_weight_file
 from attnflow.core.tokens import from_file
 from attnflow.io.store import is_complete
+from helpers import skip_without_sweep_extra
 
 torch.set_num_threads(1)
 runner = CliRunner()
@@ -464,6 +465,7 @@ def test_fuzz_sweep_files(tmp_path, raw):
     ],
 )
 def test_bad_sweep_file_is_one_clean_paragraph(tmp_path, text, needles):
+    skip_without_sweep_extra()
     f = tmp_path / "bad.yaml"
     f.write_bytes(text)
     out = tmp_path / "out"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import xarray as xr
 
@@ -17,6 +16,9 @@ from attnflow.core.heads import identity_heads
 from attnflow.io.metadata import REQUIRED_ATTRS, missing_attrs
 from attnflow.io.store import CONFIG, DATASET, write_dataset
 from attnflow.runs import run_config
+from helpers import skip_without_sweep_extra
+
+pd = pytest.importorskip("pandas")  # the sweep extra (xarray needs it too)
 
 SMALL = ["tokens.n=12", "heads.count=2", "integration.t_end=0.2", "integration.dt=0.02", "integration.save_every=5"]
 
@@ -114,6 +116,7 @@ def test_old_run_folders_still_load(saved_run, tmp_path):
 
 
 def test_sweep_tables_describe_every_column(tmp_path):
+    skip_without_sweep_extra()
     from attnflow.sweep.runner import run_batch
     from attnflow.sweep.spec import parse_sweep, sweep_points
     from attnflow.sweep.table import POINTS, RESULTS, TIMESERIES, assemble

@@ -48,6 +48,7 @@ from attnflow.solve.guards import (
     trajectory_problem,
 )
 from attnflow.solve.preflight import estimate, sweep_estimate
+from helpers import skip_without_sweep_extra
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {
@@ -196,6 +197,7 @@ def test_two_runs_started_together_one_is_refused_and_the_other_result_is_intact
 
 @pytest.mark.integration
 def test_report_and_sweep_are_refused_while_their_output_is_held(tmp_path, run_copy):
+    skip_without_sweep_extra()
     holder = _hold_lock(run_copy / "report.html")
     try:
         msg = _refused(["report", run_copy])
@@ -495,6 +497,7 @@ def test_fast_summation_runs_are_estimated_from_their_products():
 
 @pytest.mark.integration
 def test_sweeps_are_estimated_as_a_whole(tmp_path):
+    skip_without_sweep_extra()
     configs = [apply_overrides(preset_config("ou"), [f"seed={s}"]) for s in range(3)]
     one = estimate(configs[0])
     both = sweep_estimate(configs, workers=1)
@@ -730,6 +733,7 @@ def test_checkpoint_step_beyond_the_run_is_refused(tmp_path):
 
 @pytest.mark.integration
 def test_an_unreachable_scheduler_creates_no_sweep_folder(tmp_path):
+    skip_without_sweep_extra()
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"base": SMALL, "grid": {"product": {"heads.beta": [1.0, 2.0]}}}))
     msg = _refused(["sweep", sweep, "--out", tmp_path / "sw", "--scheduler", "tcp://127.0.0.1:9"])

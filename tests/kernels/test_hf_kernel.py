@@ -56,6 +56,7 @@ def test_causal_mask_is_the_same_when_streamed_in_blocks():
 
 
 def test_rotary_matches_transformers_and_only_relative_positions_matter():
+    pytest.importorskip("transformers", reason="the hf extra: pip install -e '.[hf]'")
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     r, N = 8, 7

@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from attnflow.analysis.metastability import detect_plateaus
 from attnflow.cli import app
 from attnflow.sweep.plateaus import PlateauStudy, RunRecord, first_metastable, log_segments, write_study
+
+pd = pytest.importorskip("pandas")  # the sweep extra (xarray needs it too)
 
 runner = CliRunner()
 

@@ -12,6 +12,7 @@ from attnflow.config import ConfigError
 from attnflow.sweep.phase import _edges, phase_diagram
 from attnflow.sweep.spec import parse_sweep, sweep_points
 from attnflow.sweep.table import POINTS, SPEC, assemble, write_record
+from helpers import skip_without_sweep_extra
 
 T = [0.0, 1.0, 2.0]
 
@@ -28,6 +29,7 @@ def _fake(beta: float, count: int, seed: int) -> dict[str, list[float]]:
 
 @pytest.fixture()
 def sweep_dir(tmp_path):
+    skip_without_sweep_extra()
     spec = parse_sweep({"grid": {"product": {"heads.beta": [1.0, 2.0, 4.0], "heads.count": [1, 2]}}, "seeds": 3})
     (tmp_path / POINTS).mkdir()
     (tmp_path / SPEC).write_text(yaml.safe_dump(spec.model_dump(mode="json")))

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from attnflow.cli.main import app
 from attnflow.config import ConfigError
 from attnflow.sweep.spec import load_sweep, parse_sweep, point_id, sweep_points
+from helpers import skip_without_sweep_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,6 +120,7 @@ def test_quick_example_is_two_parameters_times_seeds_with_at_least_12_points():
 
 @pytest.mark.integration
 def test_cli_rejects_a_bad_sweep_file_with_exit_2(tmp_path):
+    skip_without_sweep_extra()
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"grid": {"zip": {"heads.beta": [1, 2], "heads.count": [1]}}}))
     r = CliRunner().invoke(app, ["sweep", str(bad), "--out", str(tmp_path / "out")])

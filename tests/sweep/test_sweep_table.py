@@ -20,6 +20,7 @@ from attnflow.sweep.table import (
     time_average,
     time_to_cluster,
 )
+from helpers import skip_without_sweep_extra
 
 TINY = {
     "base": "ou",
@@ -75,6 +76,7 @@ def test_record_matches_a_direct_simulation_and_is_written_atomically(tmp_path):
 
 
 def test_a_failing_point_is_recorded_with_its_error_and_the_batch_goes_on(tmp_path):
+    skip_without_sweep_extra()
     spec = parse_sweep(
         {
             **TINY,
@@ -109,6 +111,7 @@ def test_a_retried_batch_skips_points_already_written(tmp_path):
 
 
 def test_assemble_marks_missing_points_pending(tmp_path):
+    skip_without_sweep_extra()
     pts = sweep_points(parse_sweep({**TINY, "seeds": 2}))
     (tmp_path / POINTS).mkdir()
     table, _ = assemble(tmp_path, pts)
