@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 # PyTorch's own index of CPU-only wheels: on PyPI `torch` is the CUDA build (several GB of CUDA libraries).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-# Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/test_cli.py -x'`.
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS='tests/cli/test_cli.py -x'`.
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-all setup clean browser docs

@@ -8,7 +8,7 @@ one, else the entry of :data:`DESCRIPTIONS` below; a field with neither is an er
     python scripts/config_reference.py           # rewrite docs/config-reference.md
     python scripts/config_reference.py --check   # exit 1 if the committed page is stale
 
-``tests/test_docs.py`` runs the check and asserts that the page lists every field.
+``tests/project/test_docs.py`` runs the check and asserts that the page lists every field.
 """
 
 from __future__ import annotations

@@ -99,4 +99,4 @@ def load_weight_file(
 
 # Sweep files: the sweep feature (issue 7) is written in parallel; its loader should raise
 # ConfigError naming the offending key and value in the same way, and be added to the fuzz test in
-# tests/test_fuzz_loaders.py (see the note there).
+# tests/config/test_fuzz_loaders.py (see the note there).

@@ -9,7 +9,7 @@ one loop nest.
 The formulas are those of :mod:`attnflow.kernels.dense` (``out_h(x_i)``, ``log Z_h(x_i)``, row
 maximum subtracted before ``exp``) and of :meth:`attnflow.dynamics.fields.FieldStats.head_mix`
 (``mha``: ``c_h = w_h``; ``gf``: ``c_h = softmax_h(log Z_h + log w_h)``; ``usa``:
-``c_h = w_h Z_h``); ``tests/test_small_kernel.py`` checks the compiled field against
+``c_h = w_h Z_h``); ``tests/kernels/test_small_kernel.py`` checks the compiled field against
 :class:`~attnflow.dynamics.fields.FieldStats` to 1e-13 for every model, with masses and several
 heads. Only plain heads are served (``A_h``, ``V_h``; no biases, causal mask or rotary
 positions): :func:`supported` says when.

@@ -2,7 +2,7 @@
 
 The numbers are those of SciPy's ``solve_ivp(method="DOP853")`` (``scipy/integrate/_ivp/dop853_coefficients.py``),
 written out so that importing attnflow does not import ``scipy.integrate`` (0.35 s here);
-``tests/test_dop853.py`` checks them against SciPy's to the bit. ``A`` row ``s`` holds the ``s``
+``tests/schemes/test_dop853.py`` checks them against SciPy's to the bit. ``A`` row ``s`` holds the ``s``
 coefficients of stage ``s``; ``E5`` and ``E3`` weight the 13 stages (the 13th is the field at the
 new point) for the 5th- and 3rd-order error estimates.
 """

@@ -65,7 +65,7 @@ class NumericalInstability(NumericalError):
 
 #: Half the length of each explicit method's stability interval on the negative real axis
 #: (Euler and Heun: 2, classical RK4: 2.785). Beyond ``dt * L`` of this size the gf energy stopped
-#: decreasing in calibration runs (identity and GOE heads, beta 1 to 64; see tests/test_guards.py).
+#: decreasing in calibration runs (identity and GOE heads, beta 1 to 64; see tests/solve/test_guards.py).
 STABLE_DT_L: dict[str, float] = {
     name: stepper.stable_dt_l for name, stepper in INTEGRATORS.items() if stepper.stable_dt_l is not None
 }

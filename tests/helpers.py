@@ -1,0 +1,90 @@
+"""Plain helpers shared by the tests (random inputs, a small run, the browser lookup).
+
+Import them with ``from helpers import ...``: pytest puts ``tests/`` on ``sys.path``
+(``pythonpath = ["tests"]`` in pyproject.toml), so this works from every folder. Fixtures live in
+``tests/conftest.py``.
+
+The browser tests find Chromium through ``require_binary``. A user's ``make test`` needs no root and
+no browser: the browser tests are skipped with the reason shown in pytest's summary (``-rs``). CI
+(``.ci/run``, as root) installs ``chromium`` and ``chromium-driver`` first and sets
+``ATTNFLOW_REQUIRE_BROWSER=1``: there a missing browser fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+
+def random_sym(rng, H, d, scale=1.0):
+    G = rng.standard_normal((H, d, d))
+    return scale * (G + G.transpose(0, 2, 1)) / 2
+
+
+def random_tokens(rng, N, d):
+    x = rng.standard_normal((N, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def random_masses(rng, n):
+    m = rng.uniform(0.5, 1.5, n)
+    return m / m.sum()
+
+
+# --- small simulated runs for the report / movie / CLI-view tests (fast enough for CI's default run) ---
+
+
+def small_trajectory(n: int = 80, d: int = 3, H: int = 2, t_end: float = 1.5, dt: float = 0.1, seed: int = 0):
+    """A ``gf`` run with constant GOE heads, Euler steps, every step saved."""
+    from attnflow import simulate, tokens
+    from attnflow.core.heads import goe_heads
+
+    x0 = tokens.uniform(n, d, seed=seed)
+    A = goe_heads(H, d, beta=4.0, seed=seed)
+    return simulate(
+        x0,
+        A,
+        model="gf",
+        t_end=t_end,
+        dt=dt,
+        method="euler",
+        save_every=1,
+        config={"name": "test", "diagnostics": {"cluster_eps": 1e-3}},
+    )
+
+
+# --- where the browser tests find Chromium, and what happens when it is not installed ---
+
+REQUIRE_ENV = "ATTNFLOW_REQUIRE_BROWSER"
+INSTALL_HINT = "as root: apt-get install chromium chromium-driver (CI does this in .ci/run)"
+
+
+def browser_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0")
+
+
+def require_binary(*names: str) -> str:
+    """The path of the first of ``names`` on PATH; otherwise skip the test, or fail it under CI."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    message = f"browser test: none of {', '.join(names)} is installed ({INSTALL_HINT})"
+    if browser_required():
+        pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes a missing browser a failure", pytrace=False)
+    pytest.skip(message)
+
+
+# --- optional extras ---
+
+
+def skip_without_sweep_extra() -> None:
+    """Skip the calling test unless the ``sweep`` extra (distributed, pandas, pyarrow) is installed.
+
+    ``attnflow sweep`` checks the extra before it reads the sweep file, and the results table is Parquet.
+    """
+    for name in ("distributed", "pandas", "pyarrow"):
+        pytest.importorskip(name, reason=f"the sweep extra: pip install -e '.[sweep]' ({name})")
