@@ -176,14 +176,14 @@ def render_movie(
     if n_frames > MAX_FRAMES:
         raise InputError(
             f"the run has {len(traj.t):,} saved times, more frames than the {MAX_FRAMES:,} a movie may have; give "
-            "frames (MovieStyle.frames) to draw fewer.",
+            "frames=N to draw fewer.",
             hint=Hint("frames"),
         )
     need = 8.0 * n_frames * traj.N * 3  # the interpolated positions of every frame, float64
     if need > memory_budget():
         raise InputError(
             f"a movie of {n_frames:,} frames of {traj.N:,} tokens needs {need / 2**30:.1f} GiB for its positions, more "
-            "than this process can use; give fewer frames (MovieStyle.frames).",
+            "than this process can use; give fewer frames (frames=).",
             hint=Hint("frames"),
         )
     times = np.linspace(traj.t[0], traj.t[-1], n_frames)
