@@ -74,9 +74,9 @@ def test_two_parameters_use_the_results_table(sweep_dir):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (("beta", "t", "clusters", []), ["heads.count also varies", "--where"]),
+        (("beta", "t", "clusters", []), ["heads.count also varies", "where=['heads.count=VALUE']"]),
         (("gamma", "t", "clusters", []), ["'gamma' is not a swept parameter", "heads.beta"]),
-        (("beta", "t", "nope", ["count=2"]), ["--color 'nope'", "clusters"]),
+        (("beta", "t", "nope", ["count=2"]), ["color='nope'", "clusters"]),
         (("beta", "t", "clusters", ["count=3"]), ["matches no point", "1, 2"]),
         (("t", "time", "clusters", []), ["both be time"]),
         (("beta", "beta", "clusters", []), ["both 'heads.beta'"]),
@@ -87,6 +87,7 @@ def test_mistakes_are_explained(sweep_dir, args, words):
         phase_diagram(sweep_dir, *args)
     for w in words:
         assert w in str(e.value)
+    assert "--" not in str(e.value)  # the library names parameters; only the CLI names flags
 
 
 def test_cell_edges_bracket_the_centres():
@@ -103,6 +104,9 @@ def test_cli_writes_the_figure_and_exits_2_on_mistakes(sweep_dir):
     png = sweep_dir / "figures" / "phase_beta_t_clusters.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = CliRunner().invoke(app, ["sweep-plot", str(sweep_dir), "--x", "beta", "--y", "t"])
-    assert r.exit_code == 2 and "--where" in r.output and "Traceback" not in r.output
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 2 and "With this command: --where heads.count=VALUE." in flat and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["sweep-plot", str(sweep_dir), "--x", "beta", "--y", "t", "--color", "nope"])
+    assert r.exit_code == 2 and "With this command: --color clusters." in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["sweep-plot", str(sweep_dir / "nothing"), "--x", "beta", "--y", "t"])
     assert r.exit_code == 2 and "no sweep folder" in r.output

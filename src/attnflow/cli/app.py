@@ -188,14 +188,14 @@ def os_error_message(e: OSError) -> str:
 HintFlags = Mapping[str, Callable[[Any], "str | None"]]
 
 
-def _set_flag(param: str) -> Callable[[Any], str]:
-    return lambda value: f"--set {param}={value}"
+def _set_flag(param: str) -> Callable[[Any], str | None]:
+    return lambda value: None if value is None else f"--set {param}={value}"
 
 
-class _SetFlags(dict[str, Callable[[Any], str]]):
+class _SetFlags(dict[str, Callable[[Any], "str | None"]]):
     """Any parameter -> ``--set param=value`` (commands that take ``--set``)."""
 
-    def __missing__(self, param: str) -> Callable[[Any], str]:
+    def __missing__(self, param: str) -> Callable[[Any], str | None]:
         return _set_flag(param)
 
     def get(self, param: str, default: Any = None) -> Any:
@@ -205,16 +205,20 @@ class _SetFlags(dict[str, Callable[[Any], str]]):
 #: The hint flags of a command with ``--set`` (``run``, ``reproduce``).
 SET_FLAGS: HintFlags = _SetFlags()
 
+#: ``attnflow reproduce``: ``--set`` for parameters; ``sets`` (overrides) go with one experiment NAME.
+REPRODUCE_FLAGS: HintFlags = _SetFlags(sets=lambda _: "attnflow reproduce NAME --set key=value")
+
 
 def render_hint(hint: Any, flags: HintFlags | None) -> str | None:
     """The flag of this command that applies ``hint`` (``--set integration.dt=0.02``), or ``None``
-    when there is no hint or the command has no flag for it (the message names the parameter)."""
+    when there is no hint or the command has no flag for it (the message names the parameter).
+    A hint without a value still renders where the command's flag needs none (``--force``)."""
     if not hint or flags is None or "param" not in hint:
         return None
     make = flags.get(hint["param"])
-    if make is None or hint.get("value") is None:
+    if make is None:
         return None
-    return make(hint["value"])
+    return make(hint.get("value"))
 
 
 def _with_hint(message: str, hint: Any, flags: HintFlags | None) -> str:
@@ -292,12 +296,81 @@ def _report_bug(e: BaseException) -> None:
 
 #: ``attnflow hf run``'s flags for a hint: the step is one layer over ``--steps-per-layer`` and the
 #: explicit methods are ``--method``; the dtype is always float64 there.
+def _steps_per_layer(dt: Any) -> str | None:
+    return f"--steps-per-layer {math.ceil(1.0 / float(dt) - 1e-9)}" if dt is not None and float(dt) > 0 else None
+
+
 HF_RUN_FLAGS: HintFlags = {
-    "integration.dt": lambda dt: f"--steps-per-layer {math.ceil(1.0 / float(dt) - 1e-9)}" if float(dt) > 0 else None,
-    "dt": lambda dt: f"--steps-per-layer {math.ceil(1.0 / float(dt) - 1e-9)}" if float(dt) > 0 else None,
+    "integration.dt": _steps_per_layer,
+    "dt": _steps_per_layer,
     "integration.method": lambda m: f"--method {m}" if m in ("euler", "heun", "rk4") else None,
     "method": lambda m: f"--method {m}" if m in ("euler", "heun", "rk4") else None,
+    "text": lambda _: "--ids 1,2,3 (token ids) instead of --text",
+    "ids": lambda _: "--ids 1,2,3 (token ids) instead of --text",
 }
+
+#: The flags of a command that writes a new folder (``pde``): ``out`` is ``--out``,
+#: ``overwrite``/``force`` is ``--force``.
+OUT_FLAGS: HintFlags = {
+    "out": lambda v: f"--out {v}" if v is not None else "a new --out folder",
+    "overwrite": lambda v: "--force" if v is not False else None,
+    "force": lambda v: "--force" if v is not False else None,
+}
+
+#: The flags of a command that writes one file (``report``, ``movie``, ``plot``).
+FILE_OUT_FLAGS: HintFlags = {
+    "force": lambda v: "--force" if v is not False else None,
+    "out": lambda v: "--out with another path",
+    "frames": lambda v: f"--frames {v}" if v is not None else "--frames N (fewer frames)",
+}
+
+
+class _SetAndOut(_SetFlags):
+    """``--set param=value`` for config parameters, plus the folder flags of :data:`OUT_FLAGS` and
+    ``--resume`` (``resume``: the unfinished run folder to continue)."""
+
+    def __missing__(self, param: str) -> Callable[[Any], str | None]:
+        if param == "resume":
+            return lambda v: f"attnflow run --resume {v} (or --force to replace it)" if v is not None else None
+        return OUT_FLAGS.get(param) or _set_flag(param)
+
+
+#: ``attnflow run``: ``--set`` for config parameters, ``--out``/``--force``/``--resume`` for the folder.
+RUN_FLAGS: HintFlags = _SetAndOut()
+
+#: ``attnflow hf verify``: a prompt is ``--text``; without it the check uses random tokens.
+HF_VERIFY_FLAGS: HintFlags = {
+    "text": lambda _: "no --text (random tokens)",
+    "ids": lambda _: "no --text (random tokens)",
+}
+
+#: ``attnflow sweep``: the folder is ``--out``; the cluster is ``--workers`` or ``--scheduler``.
+SWEEP_FLAGS: HintFlags = {
+    "out": lambda v: "a new --out folder (or the folder of the same sweep, to continue it)",
+    "workers": lambda v: "either --workers or --scheduler, not both",
+    "scheduler": lambda v: "either --workers or --scheduler, not both",
+}
+
+#: ``attnflow sweep-plot``: the axes are ``--x``/``--y``, the diagnostic ``--color``, the fixed
+#: parameters ``--where``, the log axes ``--log-x``/``--log-y``.
+SWEEP_PLOT_FLAGS: HintFlags = {
+    "where": lambda v: f"--where {v}" if v is not None else "--where KEY=VALUE",
+    "x": lambda v: f"--x {v}" if v is not None else "--x and --y (two different axes)",
+    "y": lambda v: f"--y {v}" if v is not None else "--x and --y (two different axes)",
+    "color": lambda v: f"--color {v}" if v is not None else "--color NAME",
+    "log_x": lambda v: "--log-x" if v else "no --log-x",
+    "log_y": lambda v: "--log-y" if v else "no --log-y",
+    "out": lambda v: f"attnflow sweep SWEEP.yaml --out {v}" if v is not None else "attnflow sweep SWEEP.yaml --out DIR",
+}
+
+
+def run_folder_status(run_dir: Any) -> str:
+    """:func:`attnflow.runs.runner.folder_status` as a command line says it: the library's
+    ``resume_folder('DIR')`` becomes ``'attnflow run --resume DIR'``."""
+    from attnflow.runs.runner import folder_status
+
+    call = f"resume_folder({str(run_dir)!r})"
+    return folder_status(run_dir).replace(call, f"'attnflow run --resume {run_dir}'")
 
 
 def _print_version(value: bool) -> None:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import HF_RUN_FLAGS, App, UserError, app, console, guarded, progress_bar, say
+from attnflow.cli.app import HF_RUN_FLAGS, HF_VERIFY_FLAGS, App, UserError, app, console, guarded, progress_bar, say
 from attnflow.cli.threads import threaded
 
 hf = App(
@@ -45,7 +45,7 @@ def _parse_ids(ids: str) -> list[int]:
 
 
 @hf.command()
-@guarded
+@guarded(flags=HF_VERIFY_FLAGS)
 @threaded()
 def verify(
     path: str = typer.Argument(

@@ -11,12 +11,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, confirm_heavy, guarded, progress_bar, say, warn
+from attnflow.cli.app import (
+    FILE_OUT_FLAGS,
+    RUN_FLAGS,
+    UserError,
+    app,
+    confirm_heavy,
+    guarded,
+    progress_bar,
+    run_folder_status,
+    say,
+    warn,
+)
 from attnflow.cli.threads import run_pairs, threaded
 
 
 @app.command()
-@guarded
+@guarded(flags=RUN_FLAGS)
 def run(
     config: Optional[Path] = typer.Argument(None, help="YAML config file (see docs/config.md)."),
     out: Optional[Path] = typer.Option(
@@ -303,7 +314,6 @@ def show(
 
     from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
-    from attnflow.runs.runner import folder_status
 
     wanted = _parse_times(times)
     if folder_kind(run_dir) == "missing":
@@ -311,7 +321,7 @@ def show(
     if run_dir.is_dir():
         scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
-        raise UserError(folder_status(run_dir))
+        raise UserError(run_folder_status(run_dir))
     rec = summary_record(run_dir, wanted)
     if json_out:
         print(json.dumps(rec, indent=2, default=str))
@@ -324,7 +334,7 @@ def show(
 
 
 @app.command()
-@guarded
+@guarded(flags=FILE_OUT_FLAGS)
 @threaded(lambda kw: run_pairs(kw.get("run_dir")))
 def plot(
     run_dir: Path = typer.Argument(..., help="A run folder written by 'attnflow run'."),

@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from attnflow.cli.app import app, guarded, progress_bar, say
+from attnflow.cli.app import OUT_FLAGS, app, guarded, progress_bar, say
 
 
 @app.command()
-@guarded
+@guarded(flags=OUT_FLAGS)
 def pde(
     config: Path = typer.Argument(
         ..., help="A PDE config (YAML): model, d, heads, weights, initial, grid, integration."

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, console, guarded
+from attnflow.cli.app import REPRODUCE_FLAGS, UserError, app, console, guarded
 
 #: Width of the verdict column ("FAIL (control" / "passes)" / "margin 0.31" on separate lines).
 VERDICT_WIDTH = 13
@@ -59,7 +59,7 @@ def random_sets_table(rs) -> Table:
 
 
 @app.command()
-@guarded
+@guarded(flags=REPRODUCE_FLAGS)
 def reproduce(
     name: str = typer.Argument(..., help="ou, oscillating, heads, edi, stability-input, stability-weights or all."),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (all of them in about 3 minutes; part of CI)."),

@@ -9,7 +9,16 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attnflow.cli.app import UserError, app, confirm_heavy, console, guarded, say
+from attnflow.cli.app import (
+    SWEEP_FLAGS,
+    SWEEP_PLOT_FLAGS,
+    UserError,
+    app,
+    confirm_heavy,
+    console,
+    guarded,
+    say,
+)
 
 
 def _sweep_bar() -> Progress:
@@ -26,7 +35,7 @@ def _sweep_bar() -> Progress:
 
 
 @app.command()
-@guarded
+@guarded(flags=SWEEP_FLAGS)
 def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep YAML: a base config, a grid over dotted keys, seeds."),
     out: Path = typer.Option(..., "--out", "-o", help="Sweep folder; re-running with the same folder resumes."),
@@ -97,7 +106,7 @@ def sweep(
 
 
 @app.command("sweep-plot")
-@guarded
+@guarded(flags=SWEEP_PLOT_FLAGS)
 def sweep_plot(
     sweep_dir: Path = typer.Argument(..., help="A sweep folder written by 'attnflow sweep'."),
     x: str = typer.Option(..., "--x", help="Horizontal axis: a swept parameter (beta or heads.beta) or t."),

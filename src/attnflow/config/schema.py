@@ -356,7 +356,10 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     for item in overrides:
         shown = excerpt(item)
         if len(item) > MAX_OVERRIDE_CHARS:
-            raise ConfigError(f"override {shown} is {len(item):,} characters long; a --set item is a key and a value.")
+            raise ConfigError(
+                f"override {shown} is {len(item):,} characters long; an override is a key and a value "
+                f"(at most {MAX_OVERRIDE_CHARS:,} characters)."
+            )
         if "=" not in item:
             raise ConfigError(f"override {shown} must look like key.subkey=value")
         key, raw = item.split("=", 1)
@@ -378,4 +381,4 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
                 for name in [n for n in node if n not in keep.model_fields]:
                     del node[name]
         node[parts[-1]] = value
-    return parse_config(data, "after --set overrides")
+    return parse_config(data, "after overrides")

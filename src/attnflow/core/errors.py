@@ -13,9 +13,11 @@ Anything else escaping attnflow is a bug: the CLI shows its traceback and asks f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["AttnflowError", "FloatRangeError", "Hint", "InputError", "NumericalError", "UnsafeInputError"]
+__all__ = ["AttnflowError", "FloatRangeError", "Hint", "InputError", "NumericalError", "UnsafeInputError", "hinted"]
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class Hint(dict[str, Any]):
@@ -57,3 +59,11 @@ class NumericalError(AttnflowError, FloatingPointError):
 class FloatRangeError(NumericalError, OverflowError):
     """A number left the float range (an energy ``F`` or a partition function ``Z`` at extreme
     weights). Also an :class:`OverflowError`, so a step that overflows is rejected like one."""
+
+
+def hinted(error: _E, hint: Hint) -> _E:
+    """``error`` with ``hint`` attached as ``error.hint``: for the built-in exceptions attnflow keeps
+    for compatibility (``FileExistsError``, ``FileNotFoundError``), which cannot also be an
+    :class:`InputError`. Returns ``error``, so ``raise hinted(FileExistsError(...), Hint(...))``."""
+    error.hint = hint  # type: ignore[attr-defined]
+    return error

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnflow.core.errors import Hint
 from attnflow.experiments import edi, heads, relaxation, stability
 from attnflow.experiments.common import (
     ExperimentConfigError,
@@ -117,7 +118,9 @@ def reproduce(
     if name not in NAMES:
         raise ExperimentConfigError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}")
     if sets and name == "all":
-        raise ExperimentConfigError("--set changes one experiment's parameters; give NAME (e.g. heads), not 'all'.")
+        raise ExperimentConfigError(
+            "sets change one experiment's parameters; give its name (e.g. 'heads'), not 'all'.", hint=Hint("sets")
+        )
     out = Path(out)
     names = list(EXPERIMENTS) if name == "all" else [name]
     if sets:

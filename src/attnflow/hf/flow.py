@@ -309,7 +309,7 @@ def run_prompt(
     if (ids is None) == (text is None):
         raise InputError("give either token ids or a text prompt, not both or neither")
     if text is not None and not text.strip():
-        raise InputError("the --text prompt is empty; give at least one word")
+        raise InputError("the text prompt is empty; give at least one word", hint=Hint("text"))
     if int(steps_per_layer) < 1:
         raise InputError(f"steps per layer must be a positive integer; got {steps_per_layer}")
     model = load_model(path_or_name, local_files_only=local_files_only)
@@ -414,8 +414,9 @@ def tokenize(
         tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only)
     except (OSError, ValueError, TypeError) as e:
         raise InputError(
-            f"--text needs the tokenizer saved with the model, and {str(path_or_name)!r} has none; "
-            "pass token ids with --ids 1,2,3 instead"
+            f"text needs the tokenizer saved with the model, and {str(path_or_name)!r} has none; "
+            "pass token ids (ids=[1, 2, 3]) instead",
+            hint=Hint("ids"),
         ) from e
     ids = tok(text, add_special_tokens=special_tokens)["input_ids"]
     names = tok.convert_ids_to_tokens(ids)

@@ -43,7 +43,7 @@ import xarray as xr
 import yaml
 
 from attnflow._version import __version__
-from attnflow.core.errors import InputError, UnsafeInputError
+from attnflow.core.errors import Hint, InputError, UnsafeInputError, hinted
 from attnflow.io.metadata import INTEGER_DIAGNOSTICS, RUN_VARIABLES, describe, jsonable_attr
 from attnflow.io.safety import (
     MAX_TEXT,
@@ -239,11 +239,12 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
     refuse_link(final, "output folder")
     if final.exists() or final.is_symlink():
         if not overwrite:
-            raise FileExistsError(
-                f"{str(final)!r} already exists; choose another folder or pass overwrite=True (--force)"
+            raise hinted(
+                FileExistsError(f"{str(final)!r} already exists; choose another folder or pass overwrite=True"),
+                Hint("overwrite", True),
             )
         if not replaceable(final):
-            raise FileExistsError(refusal(final))
+            raise hinted(FileExistsError(refusal(final)), Hint("out"))
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -381,7 +382,7 @@ def is_attnflow_folder(path: str | os.PathLike) -> bool:
 
 
 def replaceable(path: str | os.PathLike) -> bool:
-    """What ``--force`` may replace: an attnflow run folder or an empty folder."""
+    """What ``overwrite``/``force`` may replace: an attnflow run folder or an empty folder."""
     return folder_kind(path) in ("run", "unfinished", "empty", "missing")
 
 
@@ -412,10 +413,10 @@ def what_it_is(path: str | os.PathLike) -> str:
 
 
 def refusal(path: str | os.PathLike) -> str:
-    """Why ``--force`` will not replace ``path`` (one sentence naming what it is)."""
+    """Why ``overwrite``/``force`` will not replace ``path`` (one sentence naming what it is)."""
     return (
-        f"{str(path)!r} is {what_it_is(path)}, not an attnflow run folder; attnflow will not replace it, even with "
-        "--force. Choose a new folder."
+        f"{str(path)!r} is {what_it_is(path)}, not an attnflow run folder; attnflow will not replace it, even when "
+        "told to overwrite it (force=True). Choose a new folder."
     )
 
 
@@ -445,7 +446,8 @@ def check_file_out(path: str | os.PathLike, kind: str, *, force: bool, owned: bo
     what, recognise = FILE_KINDS[kind]
     if not p.is_file():
         raise InputError(
-            f"{str(p)!r} is {what_it_is(p)}, not {what}; attnflow will not replace it. Choose another output."
+            f"{str(p)!r} is {what_it_is(p)}, not {what}; attnflow will not replace it. Choose another output.",
+            hint=Hint("out"),
         )
     if owned:
         return
@@ -457,10 +459,14 @@ def check_file_out(path: str | os.PathLike, kind: str, *, force: bool, owned: bo
     if not recognise(head):
         raise InputError(
             f"{str(p)!r} is a file that is not {what} written by attnflow; attnflow will not replace it, even with "
-            "--force. Choose another output."
+            "force=True. Choose another output.",
+            hint=Hint("out"),
         )
     if not (force or owned):
-        raise InputError(f"{str(p)!r} already exists; choose another output, or pass --force to replace it.")
+        raise InputError(
+            f"{str(p)!r} already exists; choose another output, or pass force=True to replace it.",
+            hint=Hint("force", True),
+        )
 
 
 # --- Integrity: the manifest written before provenance.json, checked on read --------------------------

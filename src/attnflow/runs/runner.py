@@ -1,4 +1,4 @@
-"""Runs that survive a crash: config -> run folder with checkpoints, ``--resume``, and folder status.
+"""Runs that survive a crash: config -> run folder with checkpoints, resuming, and folder status.
 
 While a run is in progress its folder holds ``config.yaml`` (the exact config) and
 ``checkpoint.npz`` (rewritten atomically every K steps and/or M seconds) but no ``provenance.json``,
@@ -27,7 +27,7 @@ import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.core.caller import AttnflowWarning
-from attnflow.core.errors import UnsafeInputError
+from attnflow.core.errors import Hint, UnsafeInputError, hinted
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.lock import output_lock, refuse_if_busy
 from attnflow.io.safety import atomic_write, scan_folder
@@ -202,7 +202,7 @@ def _keep_last_good_state(e: NumericalInstability, cfg: RunConfig, out: Path) ->
 
 
 def check_out(out: str | Path, force: bool = False) -> None:
-    """Refuse an ``--out`` that cannot take a new run, naming what it really is.
+    """Refuse an ``out`` folder that cannot take a new run, naming what it really is.
 
     A missing path is fine (its parents must be folders we can write in); with ``force`` a finished
     or unfinished attnflow run folder, or an empty folder, is fine too. Anything else (a file, a
@@ -218,18 +218,29 @@ def check_out(out: str | Path, force: bool = False) -> None:
     if force and kind in ("run", "unfinished", "empty"):
         return
     if kind == "run":
-        raise FileExistsError(
-            f"{name} already holds a finished run; choose another --out, or pass --force to replace it (the old "
-            "run stays in place until the new one has finished)."
+        raise hinted(
+            FileExistsError(
+                f"{name} already holds a finished run; choose another out folder, or pass force=True to replace it "
+                "(the old run stays in place until the new one has finished)."
+            ),
+            Hint("force", True),
         )
     if kind == "unfinished":
-        raise FileExistsError(
-            f"{name} holds an unfinished run: continue it with 'attnflow run --resume {out}', or pass --force to "
-            "replace it."
+        raise hinted(
+            FileExistsError(
+                f"{name} holds an unfinished run: continue it with resume_folder({str(out)!r}), or pass force=True "
+                "to replace it."
+            ),
+            Hint("resume", str(out)),
         )
     if kind == "empty":
-        raise FileExistsError(f"{name} is an existing empty folder; choose a new --out, or pass --force to use it.")
-    raise FileExistsError(refusal(out))
+        raise hinted(
+            FileExistsError(
+                f"{name} is an existing empty folder; choose a new out folder, or pass force=True to use it."
+            ),
+            Hint("force", True),
+        )
+    raise hinted(FileExistsError(refusal(out)), Hint("out"))
 
 
 def _check_parents(out: Path) -> None:
@@ -409,12 +420,12 @@ def folder_status(run_dir: str | Path) -> str:
         when = _dt.datetime.fromtimestamp((p / CHECKPOINT).stat().st_mtime, _dt.UTC).isoformat(timespec="seconds")
         return (
             f"{name} is an INCOMPLETE run: it did not finish. Its last checkpoint is step {ck.step}{f' of {ck.n_steps}' if ck.n_steps else ' (adaptive)'} "
-            f"(last saved time t = {ck.t:.6g}, written {when}). Continue it with: attnflow run --resume {p}"
+            f"(last saved time t = {ck.t:.6g}, written {when}). Continue it with resume_folder({str(p)!r})."
         )
     if (p / CONFIG).is_file():
         return (
             f"{name} is an INCOMPLETE run: it did not finish and has no usable checkpoint. "
-            f"'attnflow run --resume {p}' restarts it from its config.yaml."
+            f"resume_folder({str(p)!r}) restarts it from its config.yaml."
         )
     prov = read_provenance(p)
     if prov is not None and "complete" in prov and prov["complete"] is not True:

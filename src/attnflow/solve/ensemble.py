@@ -277,7 +277,7 @@ def simulate_ensemble(
     flagged = [b for b, m in enumerate(monitors) if m.flagged]
     if flagged:
         warn(
-            f"members {flagged}: " + monitors[flagged[0]].message().replace("--set dtype=float64", "dtype=float64"),
+            f"members {flagged}: " + monitors[flagged[0]].message(),
             PrecisionWarning,
         )
     provenance: dict[str, Any] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.config import ConfigError
+from attnflow.core.errors import Hint
 from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.text import html_text, plain_label
 from attnflow.sweep.table import SPEC, load_sweep_results
@@ -87,7 +88,10 @@ def _parse_where(where: list[str], swept: list[str]) -> dict[str, str]:
     fixed = {}
     for item in where:
         if "=" not in item:
-            raise ConfigError(f"--where {item!r} must look like KEY=VALUE, e.g. heads.count=8")
+            raise ConfigError(
+                f"the where item {item!r} must look like KEY=VALUE, e.g. 'heads.count=8'",
+                hint=Hint("where", "heads.count=8"),
+            )
         k, v = item.split("=", 1)
         fixed[resolve_parameter(k.strip(), swept)] = v.strip()
     return fixed
@@ -104,7 +108,10 @@ def _select(frame, fixed: dict[str, str]):
             mask = col.astype(str) == raw
         if not mask.any():
             values = ", ".join(map(str, sorted(col.dropna().unique(), key=str)))
-            raise ConfigError(f"--where {k}={raw} matches no point; {k} takes the values {values}.")
+            raise ConfigError(
+                f"the where item {k}={raw} matches no point; {k} takes the values {values}.",
+                hint=Hint("where", f"{k}=VALUE"),
+            )
         frame = frame[mask]
     return frame
 
@@ -116,11 +123,11 @@ def phase_diagram(out: str | os.PathLike, x: str, y: str, color: str, where: lis
     fixed = _parse_where(where or [], swept)
     x_time, y_time = x in TIME, y in TIME
     if x_time and y_time:
-        raise ConfigError("--x and --y cannot both be time; put a swept parameter on one axis.")
+        raise ConfigError("x and y cannot both be time; put a swept parameter on one axis.", hint=Hint("x"))
     xk = "t" if x_time else resolve_parameter(x, swept)
     yk = "t" if y_time else resolve_parameter(y, swept)
     if xk == yk:
-        raise ConfigError(f"--x and --y are both {xk!r}; choose two different axes.")
+        raise ConfigError(f"x and y are both {xk!r}; choose two different axes.", hint=Hint("y"))
     timed = x_time or y_time
     frame = load_sweep_results(out, timeseries=timed)
     if not timed:
@@ -134,13 +141,18 @@ def phase_diagram(out: str | os.PathLike, x: str, y: str, color: str, where: lis
     if ck not in frame.columns:
         skip = {"point", "index", "seed", "status", "error", "trajectory", "t", *swept}
         options = [c for c in frame.columns if c not in skip]
-        raise ConfigError(f"--color {color!r} is not in the sweep table; choose one of {', '.join(options)}.")
+        raise ConfigError(
+            f"color={color!r} is not in the sweep table; choose one of {', '.join(options)}.",
+            hint=Hint("color", options[0] if options else None),
+        )
     others = [k for k in swept if k not in (xk, yk) and k not in fixed and frame[k].nunique() > 1]
     if others:
         k = others[0]
         listed = ", ".join(map(str, sorted(frame[k].unique(), key=str)))
         raise ConfigError(
-            f"parameter {k} also varies (values {listed}); fix it with --where {k}=VALUE so each cell averages seeds only."
+            f"parameter {k} also varies (values {listed}); fix it with where=['{k}=VALUE'] so each cell averages seeds "
+            "only.",
+            hint=Hint("where", f"{k}=VALUE"),
         )
     grouped = frame.groupby([yk, xk])[ck].agg(["mean", "count"])
     xs = np.array(sorted(frame[xk].unique()))
@@ -219,7 +231,9 @@ def phase_figure(pd: PhaseDiagram, *, log_x: bool = False, log_y: bool = False):
         if not np.issubdtype(np.asarray(vals).dtype, np.number):
             raise ConfigError(f"the {name} axis values {list(vals)} are not numbers; a heatmap needs numeric axes.")
         if log and np.any(np.asarray(vals) <= 0):
-            raise ConfigError(f"--log-{name} needs positive values; got {list(vals)}.")
+            raise ConfigError(
+                f"log_{name}=True needs positive values; got {list(vals)}.", hint=Hint(f"log_{name}", False)
+            )
     cat_x, cat_y = categorical_axis(pd.xs, log_x), categorical_axis(pd.ys, log_y)
     ex = np.arange(len(pd.xs) + 1) - 0.5 if cat_x else _edges(pd.xs, log_x)
     ey = np.arange(len(pd.ys) + 1) - 0.5 if cat_y else _edges(pd.ys, log_y)

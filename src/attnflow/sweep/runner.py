@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from attnflow.config import ConfigError, parse_config
+from attnflow.core.errors import Hint
 from attnflow.core.threads import ThreadPolicy
 from attnflow.io.lock import output_lock
 from attnflow.io.safety import atomic_write, refuse_link
@@ -201,7 +202,8 @@ def run_sweep(
     """
     if scheduler is not None and workers is not None:
         raise ConfigError(
-            "--workers sizes the embedded local cluster; with --scheduler the workers of that cluster run the sweep."
+            "workers= sizes the embedded local cluster; with scheduler= the workers of that cluster run the sweep.",
+            hint=Hint("workers"),
         )
     require_sweep_extra()
     ThreadPolicy(threads)  # validates it before anything starts
@@ -217,8 +219,9 @@ def run_sweep(
         # One ownership rule: a sweep continues only in its own folder (recognised by its manifest);
         # a folder of the user's files (a sweep.yaml, a results.parquet of their own) is never written.
         raise ConfigError(
-            f"--out {shown!r} is {what_it_is(out)}, not an attnflow sweep folder; attnflow will not write into it. "
-            "Give a new folder (or the folder of the same sweep, to continue it)."
+            f"out={shown!r} is {what_it_is(out)}, not an attnflow sweep folder; attnflow will not write into it. "
+            "Give a new folder (or the folder of the same sweep, to continue it).",
+            hint=Hint("out"),
         )
     if kind == "sweep":
         _refuse_links(out)

@@ -228,5 +228,5 @@ def _apply(cfg: RunConfig, values: dict[str, Any], where: str) -> RunConfig:
     try:
         return apply_overrides(cfg, [_override(k, v) for k, v in values.items()])
     except ConfigError as e:
-        msg = str(e).replace("invalid config after --set overrides: ", "")
+        msg = str(e).replace("invalid config after overrides: ", "")
         raise ConfigError(f"invalid sweep {where}: {msg}") from None

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.core.errors import Hint, hinted
 from attnflow.io.metadata import column_attrs
 from attnflow.io.safety import atomic_write
 from attnflow.io.store import read_small_text
@@ -187,5 +188,8 @@ def load_sweep_results(out: str | os.PathLike, timeseries: bool = False):
 
     p = Path(out) / (TIMESERIES if timeseries else RESULTS)
     if not p.is_file():
-        raise FileNotFoundError(f"no sweep results at {str(p)!r}; run 'attnflow sweep SWEEP.yaml --out {out}' first")
+        raise hinted(
+            FileNotFoundError(f"no sweep results at {str(p)!r}; run a sweep with out={str(out)!r} first"),
+            Hint("out", str(out)),
+        )
     return pd.read_parquet(p)

@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba_array
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import Hint, InputError
 from attnflow.core.text import plain_label
 from attnflow.io.lock import output_lock
 from attnflow.io.safety import memory_budget, refuse_link
@@ -176,13 +176,15 @@ def render_movie(
     if n_frames > MAX_FRAMES:
         raise InputError(
             f"the run has {len(traj.t):,} saved times, more frames than the {MAX_FRAMES:,} a movie may have; give "
-            "frames (--frames) to draw fewer."
+            "frames=N to draw fewer.",
+            hint=Hint("frames"),
         )
     need = 8.0 * n_frames * traj.N * 3  # the interpolated positions of every frame, float64
     if need > memory_budget():
         raise InputError(
             f"a movie of {n_frames:,} frames of {traj.N:,} tokens needs {need / 2**30:.1f} GiB for its positions, more "
-            "than this process can use; give fewer frames (--frames)."
+            "than this process can use; give fewer frames (frames=).",
+            hint=Hint("frames"),
         )
     times = np.linspace(traj.t[0], traj.t[-1], n_frames)
     view = view3d(traj.x)

@@ -1,0 +1,70 @@
+"""Library messages name parameters and carry a structured hint; only the CLI turns a hint into a flag.
+
+The same mistake is made twice: through the library (the message names ``force=True``, never
+``--force``; ``e.hint`` names the parameter) and through the CLI (the paragraph ends with the
+command's own flag). Controls: the raw library message has no ``--``; a command without a flag for
+the hint's parameter renders nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from attnflow.cli.app import (
+    FILE_OUT_FLAGS,
+    HF_RUN_FLAGS,
+    RUN_FLAGS,
+    SET_FLAGS,
+    SWEEP_PLOT_FLAGS,
+    render_hint,
+)
+from attnflow.cli.main import app
+from attnflow.core.errors import Hint, InputError
+from attnflow.io.store import check_file_out
+from attnflow.runs.runner import check_out
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_existing_empty_out_folder_library_names_force_and_cli_renders_the_flag(tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    with pytest.raises(FileExistsError) as e:
+        check_out(out)
+    msg = str(e.value)
+    assert "force=True" in msg and "--" not in msg  # control: the raw library message has no flag
+    assert e.value.hint == Hint("force", True)  # type: ignore[attr-defined]
+    check_out(out, force=True)  # the parameter the message names does fix it
+
+    r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(out), "--no-figures"])
+    flat = _flat(r.output)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "With this command: --force." in flat and "force=True" in flat
+
+
+def test_existing_figure_library_names_force_and_cli_plot_renders_the_flag(tmp_path):
+    fig = tmp_path / "fig.png"
+    fig.write_bytes(PNG)
+    with pytest.raises(InputError) as e:
+        check_file_out(fig, "figure", force=False)
+    assert "--" not in str(e.value) and "force=True" in str(e.value)
+    assert e.value.hint is not None and e.value.hint.param == "force"
+    check_file_out(fig, "figure", force=True)
+    assert render_hint(e.value.hint, FILE_OUT_FLAGS) == "--force"
+
+
+def test_each_command_spells_the_hint_its_own_way():
+    assert render_hint(Hint("where", "heads.count=VALUE"), SWEEP_PLOT_FLAGS) == "--where heads.count=VALUE"
+    assert render_hint(Hint("log_x", False), SWEEP_PLOT_FLAGS) == "no --log-x"
+    assert render_hint(Hint("resume", "runs/a"), RUN_FLAGS) == "attnflow run --resume runs/a (or --force to replace it)"
+    assert render_hint(Hint("integration.dt", 0.02), RUN_FLAGS) == "--set integration.dt=0.02"  # still --set
+    assert render_hint(Hint("ids"), HF_RUN_FLAGS) is not None and "--ids" in render_hint(Hint("ids"), HF_RUN_FLAGS)
+    # controls: a parameter the command has no flag for, or a --set hint without a value, renders nothing
+    assert render_hint(Hint("where", "k=1"), FILE_OUT_FLAGS) is None
+    assert render_hint(Hint("integration.dt"), SET_FLAGS) is None
+    assert render_hint(Hint("force", True), SWEEP_PLOT_FLAGS) is None
