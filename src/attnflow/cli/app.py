@@ -24,9 +24,13 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import click
 import typer
 import typer.core
+
+try:  # recent typer vendors click (typer._click) and no longer installs it: use the one typer raises
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - older typer, which depends on click
+    from click import ClickException  # type: ignore[assignment]
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -259,7 +263,7 @@ def guarded(fn: Callable[..., Any] | None = None, *, flags: HintFlags | None = N
                 warnings.simplefilter("always", AttnflowWarning)
                 warnings.showwarning = _show_warning(flags)
                 return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):  # typer reports these itself
+        except (typer.Exit, typer.Abort, ClickException, KeyboardInterrupt):  # typer reports these itself
             raise
         except (AttnflowError, FileNotFoundError, FileExistsError) as e:
             if _state["debug"]:
