@@ -270,3 +270,19 @@ def test_the_hessian_is_made_in_batches_within_the_memory_budget(monkeypatch):
     _, R_rows, _, _ = st.riemannian_hessian(x, heads, a, w)
     assert calls and max(calls) == 1 and sum(calls) == 12 * 3  # one row per pass
     assert torch.allclose(R_rows, R_big, rtol=1e-12, atol=1e-12)
+
+
+def test_a_summary_does_not_classify_an_unclustered_cloud_but_a_clustered_one(monkeypatch):
+    # The summary of every run classifies its end; an unclustered cloud of 128 tokens and 8 heads cost
+    # 58 s there (a Hessian of 744 coordinates). Above ENDED_AT_MAX_WORK the sentence says where to go.
+    from attnflow.analysis import stationary as st
+
+    heads = np.stack([4.0 * np.eye(3)] * 8)
+    loose = af.simulate(af.tokens.uniform(128, 3, seed=0), heads, t_end=0.05, dt=0.025, model="gf")
+    summary, text = st.ended_at(loose)
+    assert summary is None and "attnflow stationary" in text and "8 heads" in text
+    # control: the same cloud, the bound raised, is classified (the guard, not the cloud, refused it)
+    monkeypatch.setattr(st, "ENDED_AT_MAX_WORK", 1 << 40)
+    calls = []
+    monkeypatch.setattr(st, "classify_stationary", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(InputError("x")))
+    assert st.ended_at(loose)[1].startswith("not classified: x") and calls == [1]

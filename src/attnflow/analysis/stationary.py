@@ -434,6 +434,10 @@ def check_index(point: StationaryPoint, expected: int) -> None:
 
 #: ``show`` and the report classify a run's end only up to this Hessian size (2 K d coordinates), to stay fast.
 ENDED_AT_MAX_SIZE = 1200
+#: ... and up to this much Hessian work, ``2 K d`` rows times ``H (2 K)^2`` pairs: about a second on one
+#: core (measured: 3.8 s for 5e7 on a loaded core). Above it the sentence points to ``attnflow stationary``
+#: (the summary of every ``run`` of an unclustered cloud of 128 tokens and 8 heads spent 58 s here).
+ENDED_AT_MAX_WORK = 1 << 24
 
 
 def describe(point: StationaryPoint) -> str:
@@ -473,6 +477,10 @@ def ended_at(
         return None, f"not classified: {e}"
     if 2 * K * traj.d > max_size:
         return None, f"not classified: {K} clusters in d = {traj.d} (a Hessian above {max_size} coordinates)"
+    if 2 * K * traj.d * traj.H * (2 * K) ** 2 > ENDED_AT_MAX_WORK:
+        return None, (
+            f"not classified here: {K} clusters in d = {traj.d} with {traj.H} heads (attnflow stationary classifies it)"
+        )
     try:
         point = classify_stationary(
             x,
