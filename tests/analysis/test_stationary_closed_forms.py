@@ -284,5 +284,7 @@ def test_a_summary_does_not_classify_an_unclustered_cloud_but_a_clustered_one(mo
     # control: the same cloud, the bound raised, is classified (the guard, not the cloud, refused it)
     monkeypatch.setattr(st, "ENDED_AT_MAX_WORK", 1 << 40)
     calls = []
-    monkeypatch.setattr(st, "classify_stationary", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(InputError("x")))
+    monkeypatch.setattr(
+        st, "classify_stationary", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(InputError("x"))
+    )
     assert st.ended_at(loose)[1].startswith("not classified: x") and calls == [1]
