@@ -24,6 +24,7 @@ with DOP853's combined estimate when ``e3`` is given.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt"]
+__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt", "batched_attempt", "BatchedStep"]
 
 #: The models as the compiled code numbers them.
 MODEL_CODES = {"mha": 0, "gf": 1, "usa": 2}
@@ -54,9 +55,61 @@ def supported(heads: object, device: str, dtype: object) -> bool:
     return str(dtype) in ("torch.float64", "torch.float32", "float64", "float32")
 
 
+#: ``exp(r)`` on ``|r| <= ln(2)/2``: the Taylor coefficients ``1/k!`` up to ``k = 12`` (truncation
+#: ``0.347^13 / 13! = 1.7e-16``); with the reduction ``x = k ln 2 + r`` the compiled ``exp`` is within
+#: 1.5 ulp of NumPy's (``tests/kernels/test_small_kernel.py``).
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two so that k * _LN2_HI is exact (Cody & Waite)
+_LN2_LO = 1.90821492927058770002e-10
+#: Below this argument the compiled ``exp`` returns ``exp(-708)`` (its 2^k must stay a normal number);
+#: the kernel's arguments there are exponents 300 and more below the row's largest, far below rounding.
+_EXP_FLOOR = -708.0
+#: Scores are exponentiated without subtracting the row maximum when every ``|<x_i, A_h x_j>|`` is
+#: provably below this (``|A_h|_F max_j |x_j|^2``): ``exp(+-300)`` and sums of them stay far inside
+#: the float range, so the shift changes only the rounding.
+SHIFT_FREE_BOUND = 300.0
+
 if AVAILABLE:
+
+    @njit(cache=True, nogil=True, fastmath={"contract"})
+    def _exp_row(e: np.ndarray, shift: float, kk: np.ndarray, n: int) -> None:  # pragma: no cover - compiled
+        """``e[:n] <- exp(e[:n] - shift)`` in two loops LLVM vectorises (SIMD; about 1.5 ns a value here
+        against 4.5 ns for a loop of ``math.exp``): ``2^k p(r)`` with ``k`` added to the exponent bits.
+
+        No reassociation here: it would fold the two-part ``k ln 2`` back into one rounded product.
+        """
+        bits = e.view(np.int64)
+        for j in range(n):
+            x = max(e[j] - shift, _EXP_FLOOR)
+            k = math.floor(x * _LOG2E + 0.5)
+            r = (x - k * _LN2_HI) - k * _LN2_LO
+            p = 1.0 / 479001600.0
+            p = p * r + 1.0 / 39916800.0
+            p = p * r + 1.0 / 3628800.0
+            p = p * r + 1.0 / 362880.0
+            p = p * r + 1.0 / 40320.0
+            p = p * r + 1.0 / 5040.0
+            p = p * r + 1.0 / 720.0
+            p = p * r + 1.0 / 120.0
+            p = p * r + 1.0 / 24.0
+            p = p * r + 1.0 / 6.0
+            p = p * r + 0.5
+            p = p * r + 1.0
+            p = p * r + 1.0
+            e[j] = p
+            kk[j] = np.int64(k)
+        for j in range(n):
+            bits[j] += kk[j] << 52
+
+    @njit(cache=True, nogil=True)
+    def exp_array(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+        """The compiled ``exp`` of a 1-D array (a copy; what the tests compare with NumPy's)."""
+        e = x.copy()
+        _exp_row(e, 0.0, np.empty(e.shape[0], dtype=np.int64), e.shape[0])
+        return e
+
     # Reassociation lets LLVM vectorise the token sums; no "nnan"/"ninf": the overflow checks must stay.
-    @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
     def _field(
         x: np.ndarray,
         AT: np.ndarray,
@@ -65,26 +118,29 @@ if AVAILABLE:
         a: np.ndarray,
         model: int,
         u: np.ndarray,
-        logZ: np.ndarray,
-        outs: np.ndarray,
-        E: np.ndarray,
-        vector_exp: bool,
+        work: np.ndarray,
+        kk: np.ndarray,
+        shift_free: bool,
     ) -> bool:  # pragma: no cover - compiled
         """``u`` ``(N, d)`` <- the projected field ``P_x sum_h c_h out_h``; returns False on overflow (usa).
 
-        ``E`` ``(H, N, N)`` is scratch for the exponents. ``vector_exp``: exponentiate them in one
-        call to NumPy's vectorised ``exp`` (SIMD, 3 ns a value here against 24 ns for the compiled
-        scalar ``exp``; the call costs about 10 us, so it pays from a few hundred values up).
+        ``work``: float scratch of at least :func:`work_size` values, ``kk``: int64 scratch of ``H N^2``.
+        ``shift_free``: the caller checked ``|A_h|_F max |x_j|^2 <= SHIFT_FREE_BOUND`` for this state
+        (the row maximum need not be subtracted before ``exp``; see :func:`_shift_free`).
         """
         N, d = x.shape
         H = AT.shape[0]
-        xT = np.empty((d, N))  # token-contiguous rows: the j loops below run over unit strides
+        xT = work[: d * N].reshape((d, N))  # token-contiguous rows: the j loops below run over unit strides
+        E = work[d * N : d * N + H * N * N].reshape((H, N, N))
+        o = d * N + H * N * N
+        q = work[o : o + d]
+        num = work[o + d : o + 2 * d]
+        logZ = work[o + 2 * d : o + 2 * d + H * N].reshape((H, N))
+        outs = work[o + 2 * d + H * N : o + 2 * d + H * N + H * d].reshape((H, d))
         for j in range(N):
             for c in range(d):
                 xT[c, j] = x[j, c]
-        q = np.empty(d)
-        num = np.empty(d)
-        m = np.empty((H, N))
+        ok = True
         for h in range(H):
             for i in range(N):
                 # q = A_h^T x_i, so s_j = x_i^T A_h x_j = q . x_j
@@ -94,39 +150,37 @@ if AVAILABLE:
                         acc += AT[h, c, r] * x[i, r]
                     q[c] = acc
                 s = E[h, i]
+                q0 = q[0]
                 for j in range(N):
-                    s[j] = q[0] * xT[0, j]
+                    s[j] = q0 * xT[0, j]
                 for c in range(1, d):
                     qc = q[c]
                     for j in range(N):
                         s[j] += qc * xT[c, j]
-                mi = s.max()
-                m[h, i] = mi
-                for j in range(N):
-                    s[j] -= mi
-        if vector_exp:
-            with objmode():
-                np.exp(E, out=E)
-        else:
-            for h in range(H):
-                for i in range(N):
+                mi = 0.0
+                if not shift_free:
+                    mi = s[0]
+                    for j in range(1, N):
+                        mi = max(mi, s[j])
                     for j in range(N):
-                        E[h, i, j] = math.exp(E[h, i, j])
-        ok = True
+                        s[j] -= mi
+                logZ[h, i] = mi
+        # One exp loop over all H N^2 exponents: long SIMD loops, no per-row start-up.
+        _exp_row(E.reshape(H * N * N), 0.0, kk, H * N * N)
         for i in range(N):
             for h in range(H):
                 s = E[h, i]
                 Z = 0.0
                 for j in range(N):
-                    e = a[j] * s[j]
-                    s[j] = e
-                    Z += e
+                    ej = a[j] * s[j]
+                    s[j] = ej
+                    Z += ej
                 for c in range(d):
                     acc = 0.0
                     for j in range(N):
                         acc += s[j] * xT[c, j]
                     num[c] = acc
-                logZ[h] = m[h, i] + math.log(Z)
+                logZ[h, i] += math.log(Z)
                 for r in range(d):
                     acc = 0.0
                     for c in range(d):
@@ -142,11 +196,11 @@ if AVAILABLE:
             elif model == 1:  # gf: c_h = softmax_h(log Z_h + log w_h)
                 mm = -np.inf
                 for h in range(H):
-                    if logZ[h] + log_w[h] > mm:
-                        mm = logZ[h] + log_w[h]
+                    if logZ[h, i] + log_w[h] > mm:
+                        mm = logZ[h, i] + log_w[h]
                 tot = 0.0
                 for h in range(H):
-                    ch = math.exp(logZ[h] + log_w[h] - mm)
+                    ch = math.exp(logZ[h, i] + log_w[h] - mm)
                     tot += ch
                     for c in range(d):
                         u[i, c] += ch * outs[h, c]
@@ -154,7 +208,7 @@ if AVAILABLE:
                     u[i, c] /= tot
             else:  # usa: c_h = w_h Z_h
                 for h in range(H):
-                    ch = math.exp(logZ[h] + log_w[h])
+                    ch = math.exp(logZ[h, i] + log_w[h])
                     if not math.isfinite(ch):
                         ok = False
                     for c in range(d):
@@ -166,7 +220,41 @@ if AVAILABLE:
                 u[i, c] -= dot * x[i, c]
         return ok
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
+    def _shift_free(x: np.ndarray, a_norm: float) -> bool:  # pragma: no cover - compiled
+        """Whether ``a_norm max_j |x_j|^2 <= SHIFT_FREE_BOUND`` (``a_norm``: the largest ``|A_h|_F``),
+        which bounds every score ``|<x_i, A_h x_j>|`` of the state ``x`` (a stage point need not be unit)."""
+        N, d = x.shape
+        big = 0.0
+        for j in range(N):
+            s = 0.0
+            for c in range(d):
+                s += x[j, c] * x[j, c]
+            big = max(big, s)
+        return a_norm * big <= SHIFT_FREE_BOUND
+
+
+def work_size(N: int, d: int, H: int) -> int:
+    """Float scratch one compiled field evaluation needs (``xT``, the exponents, ``q``, sums, ``log Z``, outputs)."""
+    return d * N + H * N * N + 2 * d + H * N + H * d
+
+
+def a_norm(AT: np.ndarray) -> float:
+    """The largest Frobenius norm of the heads' ``A_h`` (a bound of their spectral norms)."""
+    return float(np.sqrt((AT.reshape(AT.shape[0], -1) ** 2).sum(axis=1)).max())
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _eval(
+        x: np.ndarray, AT: np.ndarray, V: np.ndarray, log_w: np.ndarray, a: np.ndarray, model: int, u: np.ndarray,
+        work: np.ndarray, kk: np.ndarray, a_nrm: float,
+    ) -> bool:  # pragma: no cover - compiled
+        """:func:`_field` with the shift-free test made for this state."""
+        return _field(x, AT, V, log_w, a, model, u, work, kk, _shift_free(x, a_nrm))
+
+    @njit(cache=True, nogil=True)
     def _attempt(
         x: np.ndarray,
         dt: float,
@@ -187,7 +275,7 @@ if AVAILABLE:
         have_k1: bool,
         y: np.ndarray,
         ks: np.ndarray,
-        vector_exp: bool,
+        a_nrm: float,
     ) -> tuple[float, bool]:  # pragma: no cover
         """One trial step from ``x``: ``y`` <- the new point (retracted), ``ks[s]`` <- the stages.
 
@@ -197,15 +285,14 @@ if AVAILABLE:
         N, d = x.shape
         S = c_.shape[0]
         H = AT.shape[0]
-        logZ = np.empty(H)
-        outs = np.empty((H, d))
+        work = np.empty(d * N + H * N * N + 2 * d + H * N + H * d)  # work_size(N, d, H)
+        kk = np.empty(H * N * N, dtype=np.int64)
         z = np.empty((N, d))
-        E = np.empty((H, N, N))
         ok = True
         if have_k1:
             ks[0, :, :] = k1
         else:
-            ok = _field(x, AT, V, log_w, a, model, ks[0], logZ, outs, E, vector_exp) and ok
+            ok = _eval(x, AT, V, log_w, a, model, ks[0], work, kk, a_nrm) and ok
         last = S - 1 if fsal else S
         for s in range(1, last):
             for i in range(N):
@@ -214,7 +301,7 @@ if AVAILABLE:
                     for r in range(s):
                         acc += A_[s, r] * ks[r, i, c]
                     z[i, c] = x[i, c] + dt * acc
-            ok = _field(z, AT, V, log_w, a, model, ks[s], logZ, outs, E, vector_exp) and ok
+            ok = _eval(z, AT, V, log_w, a, model, ks[s], work, kk, a_nrm) and ok
         for i in range(N):
             nrm = 0.0
             for c in range(d):
@@ -230,7 +317,7 @@ if AVAILABLE:
             for c in range(d):
                 y[i, c] /= nrm
         if fsal:
-            ok = _field(y, AT, V, log_w, a, model, ks[S - 1], logZ, outs, E, vector_exp) and ok
+            ok = _eval(y, AT, V, log_w, a, model, ks[S - 1], work, kk, a_nrm) and ok
         # Error estimate: e5 = dt sum_s e5_s k_s (and e3 likewise), scaled by atol + rtol max(|x|, |y|).
         n5 = 0.0
         n3 = 0.0
@@ -264,16 +351,6 @@ if AVAILABLE:
         return err, ok
 
 
-#: From this many exponentials per evaluation (``H N^2``) up, NumPy's vectorised ``exp`` is called
-#: (measured per evaluation of a dop853 step, one head: equal at N = 32, 1.7x faster at 64, 2x at 128).
-VECTOR_EXP_FROM = 2048
-
-
-def vector_exp(N: int, H: int) -> bool:
-    """Whether an evaluation of ``N`` tokens and ``H`` heads exponentiates through NumPy."""
-    return H * N * N >= VECTOR_EXP_FROM
-
-
 def _heads_arrays(A: np.ndarray, V: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     AT = np.ascontiguousarray(np.swapaxes(A, 1, 2), dtype=np.float64)
     return AT, np.ascontiguousarray(V, dtype=np.float64), np.log(np.asarray(w, dtype=np.float64))
@@ -291,20 +368,11 @@ def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndar
     u = np.empty_like(x)
     H, d = AT.shape[0], x.shape[1]
     N = x.shape[0]
-    E = np.empty((H, N, N))
-    if not _field(
-        x,
-        AT,
-        Vc,
-        log_w,
-        np.asarray(a, dtype=np.float64),
-        MODEL_CODES[model],
-        u,
-        np.empty(H),
-        np.empty((H, d)),
-        E,
-        vector_exp(N, H),
-    ):
+    ok = _eval(
+        x, AT, Vc, log_w, np.asarray(a, dtype=np.float64), MODEL_CODES[model], u, np.empty(work_size(N, d, H)),
+        np.empty(H * N * N, dtype=np.int64), a_norm(AT),
+    )  # fmt: skip
+    if not ok:
         raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
     return u
 
@@ -325,18 +393,18 @@ def embedded_attempt(
     err, ok = _attempt(
         np.ascontiguousarray(x, dtype=np.float64), float(dt), AT, Vc, log_w, np.asarray(a, dtype=np.float64),
         MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
-        first, k1 is not None, y, ks, vector_exp(N, AT.shape[0]),
+        first, k1 is not None, y, ks, a_norm(AT),
     )  # fmt: skip
     return y, float(err), ks[0].copy(), ks[-1].copy(), bool(ok)
 
 
 if AVAILABLE:
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
     def _batched_attempt(
+        members: np.ndarray,
         X: np.ndarray,
         dts: np.ndarray,
-        active: np.ndarray,
         AT: np.ndarray,
         V: np.ndarray,
         log_w: np.ndarray,
@@ -356,19 +424,18 @@ if AVAILABLE:
         KL: np.ndarray,
         errs: np.ndarray,
         oks: np.ndarray,
-        vector_exp: bool,
+        a_nrm: np.ndarray,
     ) -> None:  # pragma: no cover - compiled
-        """:func:`_attempt` for every active member ``b`` of ``X`` ``(B, N, d)`` with its own step
-        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KL[b]`` (last stage), ``errs[b]``, ``oks[b]``."""
+        """:func:`_attempt` for each member ``b`` in ``members`` of ``X`` ``(B, N, d)`` with its own step
+        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KL[b]`` (last stage), ``errs[b]``, ``oks[b]``.
+        Releases the GIL, so threads can run disjoint ``members`` at once."""
         B, N, d = X.shape
         S = c_.shape[0]
         ks = np.empty((S, N, d))
-        for b in range(B):
-            if not active[b]:
-                continue
+        for b in members:
             err, ok = _attempt(
                 X[b], dts[b], AT[b], V[b], log_w, a, model, c_, A_, b_, e5, e3, fsal, rtol, atol, K1[b],
-                have_k1[b], Y[b], ks, vector_exp,
+                have_k1[b], Y[b], ks, a_nrm[b],
             )  # fmt: skip
             KL[b] = ks[S - 1]
             errs[b] = err
@@ -378,19 +445,62 @@ if AVAILABLE:
 def batched_attempt(
     X: np.ndarray, dts: np.ndarray, active: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray,
     a: np.ndarray, model: str, tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
-    rtol: float, atol: float, K1: np.ndarray, have_k1: np.ndarray,
+    rtol: float, atol: float, K1: np.ndarray, have_k1: np.ndarray, *, threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """One trial step of every active member of an ensemble ``X`` ``(B, N, d)``, each with its own step
     ``dts`` ``(B,)`` and heads ``A``, ``V`` ``(B, H, d, d)``: ``(Y, errs, K_last, oks)`` (inactive
-    members' rows are left unset). ``K1`` ``(B, N, d)``: the first stage where ``have_k1``."""
-    B, N, d = X.shape
-    AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
-    c_, A_, b_, e5, e3, fsal = tableau
-    Y, KL = np.empty_like(X), np.empty_like(X)
-    errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
-    _batched_attempt(
-        X, dts, active, AT, np.ascontiguousarray(V, dtype=np.float64), np.log(np.asarray(w, dtype=np.float64)),
-        np.asarray(a, dtype=np.float64), MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
-        K1, have_k1, Y, KL, errs, oks, vector_exp(N, A.shape[1]),
-    )  # fmt: skip
-    return Y, errs, KL, oks
+    members' rows are left unset). ``K1`` ``(B, N, d)``: the first stage where ``have_k1``.
+    ``threads``: the members are shared out to this many threads (the compiled loop releases the GIL)."""
+    return BatchedStep(A, V, w, a, model, tableau, rtol, atol, threads)(X, dts, active, K1, have_k1)
+
+
+class BatchedStep:
+    """:func:`batched_attempt` with the heads' arrays converted once (an ensemble calls it every round)."""
+
+    def __init__(
+        self, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str,
+        tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], rtol: float, atol: float,
+        threads: int = 1,
+    ) -> None:  # fmt: skip
+        self.AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
+        self.V = np.ascontiguousarray(V, dtype=np.float64)
+        self.log_w = np.log(np.asarray(w, dtype=np.float64))
+        self.a = np.asarray(a, dtype=np.float64)
+        self.model = MODEL_CODES[model]
+        self.tableau = tableau
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.a_nrm = np.array([a_norm(at) for at in self.AT])
+        self.threads = max(1, int(threads))
+        self._pool: Any = None
+
+    def __call__(
+        self, X: np.ndarray, dts: np.ndarray, active: np.ndarray, K1: np.ndarray, have_k1: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        B = X.shape[0]
+        c_, A_, b_, e5, e3, fsal = self.tableau
+        Y, KL = np.empty_like(X), np.empty_like(X)
+        errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
+        idx = np.flatnonzero(active).astype(np.int64)
+
+        def run(members: np.ndarray) -> None:
+            _batched_attempt(
+                members, X, dts, self.AT, self.V, self.log_w, self.a, self.model, c_, A_, b_, e5, e3, fsal,
+                self.rtol, self.atol, K1, have_k1, Y, KL, errs, oks, self.a_nrm,
+            )  # fmt: skip
+
+        n = min(self.threads, len(idx))
+        if n <= 1:
+            run(idx)
+        else:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.threads)
+            # Interleaved shares: members of similar step counts spread over the threads alike.
+            list(self._pool.map(run, [idx[k::n] for k in range(n)]))
+        return Y, errs, KL, oks
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

@@ -22,6 +22,7 @@ from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy, available_cores
 from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
@@ -212,7 +213,7 @@ def simulate_ensemble(
         return _adaptive_ensemble(
             X, processes, beta_arr, seed_list, model=model, t0=float(t0), t_end=float(t_end), dt=float(dt),
             method=method, save_every=every, token_weights=token_weights, head_weights=head_weights,
-            options=options, progress=progress,
+            options=options, progress=progress, threads=threads,
             controller=PIController(
                 1e-6 if rtol is None else rtol, 1e-9 if atol is None else atol, dt, dt_min, dt_max
             ),
@@ -361,11 +362,29 @@ class _EnsembleSaver:
             self.record(state.t, state.x)
 
 
+#: An adaptive ensemble shares its members out to the cores (threads=None) from this much work per
+#: round up (members x stages x H N^2 kernel values; about 1 ms of compiled arithmetic) and at least
+#: two members a thread: below it the threads' hand-over costs more than they save.
+ENSEMBLE_THREAD_PAIRS = 2**20
+
+
+def ensemble_threads(threads: int | None, B: int, N: int, H: int, stages: int) -> int:
+    """Threads an adaptive ensemble of ``B`` members uses: ``threads`` when given
+    (:class:`~attnflow.core.threads.ThreadPolicy` checks it), else the cores for work of at least
+    :data:`ENSEMBLE_THREAD_PAIRS` per round, at most ``B // 2``."""
+    policy = ThreadPolicy(threads)
+    if policy.threads is not None:
+        return policy.threads
+    if B * stages * H * N * N < ENSEMBLE_THREAD_PAIRS:
+        return 1
+    return max(1, min(available_cores(), B // 2))
+
+
 def _adaptive_ensemble(
     X: torch.Tensor, processes: list[WeightProcess], betas: np.ndarray, seeds: list[int | None], *, model: str,
     t0: float, t_end: float, dt: float, method: str, save_every: int, token_weights: ArrayLike | None,
     head_weights: ArrayLike | None, options: KernelOptions, controller: PIController,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int], None] | None, threads: int | None = None,
 ) -> Ensemble:  # fmt: skip
     """Every member with its own PI step control, all members' trial steps in one compiled call per
     round; each member lands exactly on every save time, proposing its steps as a single run does
@@ -411,39 +430,43 @@ def _adaptive_ensemble(
     h = np.zeros(B)
     hit = np.zeros(B, dtype=np.bool_)
     a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
+    n_threads = ensemble_threads(threads, B, N, heads[0].H, pair.stages)
+    step = _small.BatchedStep(A, V, w_np, a_np, model, tab, controller.rtol, controller.atol, n_threads)
     start = _time.perf_counter()
     rounds = 0
-    while True:
-        active = nxt < len(saves)
-        if not active.any():
-            break
-        for m in np.flatnonzero(active).tolist():
-            h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), saves[nxt[m]])
-        Y, err, KL, ok = _small.batched_attempt(x, h, active, A, V, w_np, a_np, model, tab, controller.rtol,
-                                                controller.atol, K1, have)  # fmt: skip
-        evals[active] += pair.stages - have[active]
-        for m in np.flatnonzero(active).tolist():
-            e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
-            if e <= 1.0:
-                members[m].accept(e, float(h[m]))
-                x[m], K1[m], have[m] = Y[m], KL[m], True
-                T[m] = saves[nxt[m]] if hit[m] else T[m] + h[m]
-                if hit[m]:
-                    out[nxt[m], m] = x[m]
-                    nxt[m] += 1
-                accepted[m] += 1
-            else:
-                rejected[m] += 1
-                if not members[m].reject(e, float(h[m]), float(T[m])):
-                    why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
-                    raise NumericalInstability(
-                        f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, "
-                        "lower dt_min, or lower its beta",
-                        step=int(accepted[m]), t=float(T[m]),
-                    )  # fmt: skip
-        rounds += 1
-        if progress is not None and rounds % 64 == 0:
-            progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    try:
+        while True:
+            active = nxt < len(saves)
+            if not active.any():
+                break
+            for m in np.flatnonzero(active).tolist():
+                h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), saves[nxt[m]])
+            Y, err, KL, ok = step(x, h, active, K1, have)
+            evals[active] += pair.stages - have[active]
+            for m in np.flatnonzero(active).tolist():
+                e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
+                if e <= 1.0:
+                    members[m].accept(e, float(h[m]))
+                    x[m], K1[m], have[m] = Y[m], KL[m], True
+                    T[m] = saves[nxt[m]] if hit[m] else T[m] + h[m]
+                    if hit[m]:
+                        out[nxt[m], m] = x[m]
+                        nxt[m] += 1
+                    accepted[m] += 1
+                else:
+                    rejected[m] += 1
+                    if not members[m].reject(e, float(h[m]), float(T[m])):
+                        why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
+                        raise NumericalInstability(
+                            f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, "
+                            "lower dt_min, or lower its beta",
+                            step=int(accepted[m]), t=float(T[m]),
+                        )  # fmt: skip
+            rounds += 1
+            if progress is not None and rounds % 64 == 0:
+                progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    finally:
+        step.close()
     f = EnsembleField(
         model, [p.sampler(sd) for p, sd in zip(processes, seeds)], betas, a, w, X.dtype, X.device, options
     )
@@ -458,6 +481,7 @@ def _adaptive_ensemble(
             "wall_time_s": _time.perf_counter() - start, "rounds": rounds,
             "adaptive": {"accepted_steps": accepted.tolist(), "rejected_steps": rejected.tolist(),
                          "field_evaluations": evals.tolist(), "rtol": float(controller.rtol),
-                         "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "compiled": True},
+                         "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "compiled": True,
+                         "threads": n_threads},
         },
     )  # fmt: skip
