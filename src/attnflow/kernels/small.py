@@ -110,6 +110,75 @@ if AVAILABLE:
 
     # Reassociation lets LLVM vectorise the token sums; no "nnan"/"ninf": the overflow checks must stay.
     @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+    def _head_rows(
+        h: int, x: np.ndarray, xT: np.ndarray, AT: np.ndarray, V: np.ndarray, a: np.ndarray, E: np.ndarray,
+        kk: np.ndarray, q: np.ndarray, num: np.ndarray, logZ: np.ndarray, OUT: np.ndarray, shift_free: bool,
+    ) -> None:  # pragma: no cover - compiled
+        """Head ``h``, every row: ``OUT[i] = V_h out_h(x_i)``, ``logZ[i] = log Z_h(x_i)`` (row maximum
+        subtracted before ``exp`` unless ``shift_free``); ``E`` ``(N, N)``: scratch for the exponents."""
+        N, d = x.shape
+        for i in range(N):
+            # q = A_h^T x_i, so s_j = x_i^T A_h x_j = q . x_j
+            for c in range(d):
+                acc = 0.0
+                for r in range(d):
+                    acc += AT[h, c, r] * x[i, r]
+                q[c] = acc
+            s = E[i]
+            if d == 3:  # tokens on S^2: one fused loop (few long SIMD loops beat many short ones)
+                q0, q1, q2 = q[0], q[1], q[2]
+                x0, x1, x2 = xT[0], xT[1], xT[2]
+                for j in range(N):
+                    s[j] = q0 * x0[j] + q1 * x1[j] + q2 * x2[j]
+            else:
+                q0 = q[0]
+                for j in range(N):
+                    s[j] = q0 * xT[0, j]
+                for c in range(1, d):
+                    qc = q[c]
+                    for j in range(N):
+                        s[j] += qc * xT[c, j]
+            mi = 0.0
+            if not shift_free:
+                mi = s[0]
+                for j in range(1, N):
+                    mi = max(mi, s[j])
+                for j in range(N):
+                    s[j] -= mi
+            logZ[i] = mi
+        # One exp loop over all N^2 exponents: long SIMD loops, no per-row start-up.
+        _exp_row(E.reshape(N * N), 0.0, kk, N * N)
+        for i in range(N):
+            s = E[i]
+            Z = 0.0
+            if d == 3:
+                x0, x1, x2 = xT[0], xT[1], xT[2]
+                n0 = n1 = n2 = 0.0
+                for j in range(N):
+                    ej = a[j] * s[j]
+                    Z += ej
+                    n0 += ej * x0[j]
+                    n1 += ej * x1[j]
+                    n2 += ej * x2[j]
+                num[0], num[1], num[2] = n0, n1, n2
+            else:
+                for j in range(N):
+                    ej = a[j] * s[j]
+                    s[j] = ej
+                    Z += ej
+                for c in range(d):
+                    acc = 0.0
+                    for j in range(N):
+                        acc += s[j] * xT[c, j]
+                    num[c] = acc
+            logZ[i] += math.log(Z)
+            for r in range(d):
+                acc = 0.0
+                for c in range(d):
+                    acc += V[h, r, c] * num[c]
+                OUT[i, r] = acc / Z
+
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
     def _field(
         x: np.ndarray,
         AT: np.ndarray,
@@ -124,75 +193,35 @@ if AVAILABLE:
     ) -> bool:  # pragma: no cover - compiled
         """``u`` ``(N, d)`` <- the projected field ``P_x sum_h c_h out_h``; returns False on overflow (usa).
 
-        ``work``: float scratch of at least :func:`work_size` values, ``kk``: int64 scratch of ``H N^2``.
+        ``work``: float scratch of at least :func:`work_size` values, ``kk``: int64 scratch of ``N^2``.
         ``shift_free``: the caller checked ``|A_h|_F max |x_j|^2 <= SHIFT_FREE_BOUND`` for this state
         (the row maximum need not be subtracted before ``exp``; see :func:`_shift_free`).
         """
         N, d = x.shape
         H = AT.shape[0]
         xT = work[: d * N].reshape((d, N))  # token-contiguous rows: the j loops below run over unit strides
-        E = work[d * N : d * N + H * N * N].reshape((H, N, N))
-        o = d * N + H * N * N
+        E = work[d * N : d * N + N * N].reshape((N, N))
+        o = d * N + N * N
         q = work[o : o + d]
         num = work[o + d : o + 2 * d]
-        logZ = work[o + 2 * d : o + 2 * d + H * N].reshape((H, N))
-        outs = work[o + 2 * d + H * N : o + 2 * d + H * N + H * d].reshape((H, d))
+        o += 2 * d
+        logZ = work[o : o + H * N].reshape((H, N))
+        o += H * N
+        OUT = work[o : o + H * N * d].reshape((H, N, d))
         for j in range(N):
             for c in range(d):
                 xT[c, j] = x[j, c]
-        ok = True
         for h in range(H):
-            for i in range(N):
-                # q = A_h^T x_i, so s_j = x_i^T A_h x_j = q . x_j
-                for c in range(d):
-                    acc = 0.0
-                    for r in range(d):
-                        acc += AT[h, c, r] * x[i, r]
-                    q[c] = acc
-                s = E[h, i]
-                q0 = q[0]
-                for j in range(N):
-                    s[j] = q0 * xT[0, j]
-                for c in range(1, d):
-                    qc = q[c]
-                    for j in range(N):
-                        s[j] += qc * xT[c, j]
-                mi = 0.0
-                if not shift_free:
-                    mi = s[0]
-                    for j in range(1, N):
-                        mi = max(mi, s[j])
-                    for j in range(N):
-                        s[j] -= mi
-                logZ[h, i] = mi
-        # One exp loop over all H N^2 exponents: long SIMD loops, no per-row start-up.
-        _exp_row(E.reshape(H * N * N), 0.0, kk, H * N * N)
+            _head_rows(h, x, xT, AT, V, a, E, kk, q, num, logZ[h], OUT[h], shift_free)
+        ok = True
         for i in range(N):
-            for h in range(H):
-                s = E[h, i]
-                Z = 0.0
-                for j in range(N):
-                    ej = a[j] * s[j]
-                    s[j] = ej
-                    Z += ej
-                for c in range(d):
-                    acc = 0.0
-                    for j in range(N):
-                        acc += s[j] * xT[c, j]
-                    num[c] = acc
-                logZ[h, i] += math.log(Z)
-                for r in range(d):
-                    acc = 0.0
-                    for c in range(d):
-                        acc += V[h, r, c] * num[c]
-                    outs[h, r] = acc / Z
             for c in range(d):
                 u[i, c] = 0.0
             if model == 0:  # mha: c_h = w_h
                 for h in range(H):
                     wh = math.exp(log_w[h])
                     for c in range(d):
-                        u[i, c] += wh * outs[h, c]
+                        u[i, c] += wh * OUT[h, i, c]
             elif model == 1:  # gf: c_h = softmax_h(log Z_h + log w_h)
                 mm = -np.inf
                 for h in range(H):
@@ -203,7 +232,7 @@ if AVAILABLE:
                     ch = math.exp(logZ[h, i] + log_w[h] - mm)
                     tot += ch
                     for c in range(d):
-                        u[i, c] += ch * outs[h, c]
+                        u[i, c] += ch * OUT[h, i, c]
                 for c in range(d):
                     u[i, c] /= tot
             else:  # usa: c_h = w_h Z_h
@@ -212,7 +241,7 @@ if AVAILABLE:
                     if not math.isfinite(ch):
                         ok = False
                     for c in range(d):
-                        u[i, c] += ch * outs[h, c]
+                        u[i, c] += ch * OUT[h, i, c]
             dot = 0.0
             for c in range(d):
                 dot += x[i, c] * u[i, c]
@@ -236,7 +265,7 @@ if AVAILABLE:
 
 def work_size(N: int, d: int, H: int) -> int:
     """Float scratch one compiled field evaluation needs (``xT``, the exponents, ``q``, sums, ``log Z``, outputs)."""
-    return d * N + H * N * N + 2 * d + H * N + H * d
+    return d * N + N * N + 2 * d + H * N + H * N * d
 
 
 def a_norm(AT: np.ndarray) -> float:
@@ -285,8 +314,8 @@ if AVAILABLE:
         N, d = x.shape
         S = c_.shape[0]
         H = AT.shape[0]
-        work = np.empty(d * N + H * N * N + 2 * d + H * N + H * d)  # work_size(N, d, H)
-        kk = np.empty(H * N * N, dtype=np.int64)
+        work = np.empty(d * N + N * N + 2 * d + H * N + H * N * d)  # work_size(N, d, H)
+        kk = np.empty(N * N, dtype=np.int64)
         z = np.empty((N, d))
         ok = True
         if have_k1:
@@ -370,7 +399,7 @@ def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndar
     N = x.shape[0]
     ok = _eval(
         x, AT, Vc, log_w, np.asarray(a, dtype=np.float64), MODEL_CODES[model], u, np.empty(work_size(N, d, H)),
-        np.empty(H * N * N, dtype=np.int64), a_norm(AT),
+        np.empty(N * N, dtype=np.int64), a_norm(AT),
     )  # fmt: skip
     if not ok:
         raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
