@@ -65,7 +65,7 @@ def test_adaptive_ensemble_refuses_time_dependent_weights():
 def test_threads_share_members_without_changing_them():
     """Members shared out to two threads step exactly as on one (the compiled loop releases the GIL)."""
     X = clouds(5, 10, seed=2)
-    heads = Heads(K=torch.tensor(4.0 * np.eye(3)[None]), V=torch.tensor(np.eye(3)[None]))
+    heads = Heads(K=torch.tensor(4.0 * np.eye(3)[None]))
     kw = dict(model="gf", t_end=3.0, dt=0.05, save_every=20, method="dop853", rtol=1e-8, atol=1e-10)
     one = simulate_ensemble(X, heads, threads=1, **kw)
     two = simulate_ensemble(X, heads, threads=2, **kw)
