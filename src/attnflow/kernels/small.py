@@ -37,7 +37,7 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt", "batched_attempt", "BatchedStep"]
+__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt", "batched_attempt", "BatchedStep", "SmallStep", "dense_value"]
 
 #: The models as the compiled code numbers them.
 MODEL_CODES = {"mha": 0, "gf": 1, "usa": 2}
@@ -413,18 +413,102 @@ def embedded_attempt(
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, bool]:  # fmt: skip
     """One trial step of an embedded pair (``tableau = (c, A, b, e5, e3, fsal)``, see the module
     docstring): ``(y, err, k_first, k_last, ok)``. ``k1``: the field at ``x`` if already known (FSAL)."""
-    AT, Vc, log_w = _heads_arrays(A, V, w)
-    c_, A_, b_, e5, e3, fsal = tableau
-    N, d = x.shape
-    ks = np.empty((c_.shape[0], N, d))
-    y = np.empty((N, d))
-    first = ks[0] if k1 is None else np.ascontiguousarray(k1, dtype=np.float64)
-    err, ok = _attempt(
-        np.ascontiguousarray(x, dtype=np.float64), float(dt), AT, Vc, log_w, np.asarray(a, dtype=np.float64),
-        MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
-        first, k1 is not None, y, ks, a_norm(AT),
-    )  # fmt: skip
-    return y, float(err), ks[0].copy(), ks[-1].copy(), bool(ok)
+    y, err, ks, ok = SmallStep(A, V, w, a, model, tableau, rtol, atol).attempt(x, dt, k1)
+    return y, err, ks[0].copy(), ks[-1].copy(), ok
+
+
+class SmallStep:
+    """One cloud's compiled trial steps with the heads' arrays converted once: :meth:`attempt`, and the
+    dense output of an accepted step (:meth:`dense`, pairs with one: ``dense = (c_extra, A_extra, D)``)."""
+
+    def __init__(
+        self, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str,
+        tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], rtol: float, atol: float,
+        dense: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:  # fmt: skip
+        self.AT, self.V, self.log_w = _heads_arrays(A, V, w)
+        self.a = np.ascontiguousarray(a, dtype=np.float64)
+        self.model = MODEL_CODES[model]
+        self.tableau, self.dense_tab = tableau, dense
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.a_nrm = a_norm(self.AT)
+
+    def attempt(
+        self, x: np.ndarray, dt: float, k1: np.ndarray | None = None
+    ) -> tuple[np.ndarray, float, np.ndarray, bool]:
+        """``(y, err, ks, ok)``: the new point, the error norm, every stage ``(S, N, d)``, and False if
+        the field overflowed or a state is not finite."""
+        c_, A_, b_, e5, e3, fsal = self.tableau
+        N, d = x.shape
+        ks = np.empty((c_.shape[0], N, d))
+        y = np.empty((N, d))
+        first = ks[0] if k1 is None else np.ascontiguousarray(k1, dtype=np.float64)
+        err, ok = _attempt(
+            np.ascontiguousarray(x, dtype=np.float64), float(dt), self.AT, self.V, self.log_w, self.a, self.model,
+            c_, A_, b_, e5, e3, fsal, self.rtol, self.atol, first, k1 is not None, y, ks, self.a_nrm,
+        )  # fmt: skip
+        return y, float(err), ks, bool(ok)
+
+    def dense(self, x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float) -> tuple[np.ndarray, bool]:
+        """The interpolant's coefficients ``F`` ``(7, N, d)`` of the step ``x -> y`` (``ks``: its 13
+        stages), as :meth:`attnflow.schemes.integrators.DOP853Pair.dense_coefficients`; three more
+        evaluations. Evaluate with :func:`dense_value`."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        ok = _dense(
+            np.ascontiguousarray(x, dtype=np.float64), y, ks, float(dt), self.AT, self.V, self.log_w, self.a,
+            self.model, cx, Ax, D, F, self.a_nrm,
+        )  # fmt: skip
+        return F, bool(ok)
+
+
+def dense_value(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
+    """The interpolant at ``t + theta dt`` in ``R^d`` (SciPy's nesting; not retracted)."""
+    out = np.zeros_like(x)
+    for i in range(F.shape[0] - 1, -1, -1):
+        out = (out + F[i]) * (theta if (F.shape[0] - 1 - i) % 2 == 0 else 1.0 - theta)
+    return x + out
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense(
+        x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float, AT: np.ndarray, V: np.ndarray, log_w: np.ndarray,
+        a: np.ndarray, model: int, cx: np.ndarray, Ax: np.ndarray, D: np.ndarray, F: np.ndarray, a_nrm: float,
+    ) -> bool:  # pragma: no cover - compiled
+        """``F`` <- the dense output's coefficients (see :meth:`SmallStep.dense`); False on overflow."""
+        S, N, d = ks.shape
+        E = Ax.shape[0]
+        K = np.empty((S + E, N, d))
+        K[:S] = ks
+        z = np.empty((N, d))
+        H = AT.shape[0]
+        work = np.empty(d * N + N * N + 2 * d + H * N + H * N * d)  # work_size(N, d, H)
+        kk = np.empty(N * N, dtype=np.int64)
+        ok = True
+        for e in range(E):
+            s = S + e
+            for i in range(N):
+                for c in range(d):
+                    acc = 0.0
+                    for r in range(s):
+                        acc += Ax[e, r] * K[r, i, c]
+                    z[i, c] = x[i, c] + dt * acc
+            ok = _eval(z, AT, V, log_w, a, model, K[s], work, kk, a_nrm) and ok
+        for i in range(N):
+            for c in range(d):
+                dy = y[i, c] - x[i, c]
+                F[0, i, c] = dy
+                F[1, i, c] = dt * K[0, i, c] - dy
+                F[2, i, c] = 2.0 * dy - dt * (K[S - 1, i, c] + K[0, i, c])
+                for m in range(D.shape[0]):
+                    acc = 0.0
+                    for r in range(S + E):
+                        acc += D[m, r] * K[r, i, c]
+                    F[3 + m, i, c] = dt * acc
+        return ok
 
 
 if AVAILABLE:
