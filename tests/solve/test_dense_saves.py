@@ -13,7 +13,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
 from attnflow.kernels import small
 from attnflow.schemes.integrators import DOP853
-from attnflow.solve import solver
+from attnflow.solve import saveat
 
 pytestmark = pytest.mark.skipif(not small.AVAILABLE, reason="numba is not installed")
 
@@ -28,7 +28,7 @@ KW = dict(model="mha", t_end=3.0, dt=0.01, save_every=1, method="dop853", rtol=1
 
 
 def run(dense: bool, monkeypatch, **kw):
-    monkeypatch.setattr(solver, "DENSE_SAVES", dense)
+    monkeypatch.setattr(saveat, "DENSE_SAVES", dense)
     return simulate(cloud(), HEADS, **{**KW, **kw})
 
 

@@ -534,23 +534,19 @@ if AVAILABLE:
         K1: np.ndarray,
         have_k1: np.ndarray,
         Y: np.ndarray,
-        KL: np.ndarray,
+        KS: np.ndarray,
         errs: np.ndarray,
         oks: np.ndarray,
         a_nrm: np.ndarray,
     ) -> None:  # pragma: no cover - compiled
         """:func:`_attempt` for each member ``b`` in ``members`` of ``X`` ``(B, N, d)`` with its own step
-        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KL[b]`` (last stage), ``errs[b]``, ``oks[b]``.
+        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KS[b]`` (its stages), ``errs[b]``, ``oks[b]``.
         Releases the GIL, so threads can run disjoint ``members`` at once."""
-        B, N, d = X.shape
-        S = c_.shape[0]
-        ks = np.empty((S, N, d))
         for b in members:
             err, ok = _attempt(
                 X[b], dts[b], AT[b], V[b], log_w, a, model, c_, A_, b_, e5, e3, fsal, rtol, atol, K1[b],
-                have_k1[b], Y[b], ks, a_nrm[b],
+                have_k1[b], Y[b], KS[b], a_nrm[b],
             )  # fmt: skip
-            KL[b] = ks[S - 1]
             errs[b] = err
             oks[b] = ok
 
@@ -573,9 +569,11 @@ class BatchedStep:
     def __init__(
         self, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str,
         tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], rtol: float, atol: float,
-        threads: int = 1,
+        threads: int = 1, dense: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:  # fmt: skip
         self.AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
+        self.dense_tab = dense
+        self.KS = np.empty(0)
         self.V = np.ascontiguousarray(V, dtype=np.float64)
         self.log_w = np.log(np.asarray(w, dtype=np.float64))
         self.a = np.asarray(a, dtype=np.float64)
@@ -591,14 +589,15 @@ class BatchedStep:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         B = X.shape[0]
         c_, A_, b_, e5, e3, fsal = self.tableau
-        Y, KL = np.empty_like(X), np.empty_like(X)
+        Y = np.empty_like(X)
+        KS = self.KS = np.empty((B, c_.shape[0], *X.shape[1:]))
         errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
         idx = np.flatnonzero(active).astype(np.int64)
 
         def run(members: np.ndarray) -> None:
             _batched_attempt(
                 members, X, dts, self.AT, self.V, self.log_w, self.a, self.model, c_, A_, b_, e5, e3, fsal,
-                self.rtol, self.atol, K1, have_k1, Y, KL, errs, oks, self.a_nrm,
+                self.rtol, self.atol, K1, have_k1, Y, KS, errs, oks, self.a_nrm,
             )  # fmt: skip
 
         n = min(self.threads, len(idx))
@@ -611,7 +610,19 @@ class BatchedStep:
                 self._pool = ThreadPoolExecutor(self.threads)
             # Interleaved shares: members of similar step counts spread over the threads alike.
             list(self._pool.map(run, [idx[k::n] for k in range(n)]))
-        return Y, errs, KL, oks
+        return Y, errs, KS[:, -1], oks
+
+    def dense(self, b: int, x: np.ndarray, y: np.ndarray, dt: float) -> tuple[np.ndarray, bool]:
+        """Member ``b``'s dense output of its last trial step ``x -> y`` (``dense``: the pair's
+        ``(c_extra, A_extra, D)``), as :meth:`SmallStep.dense`."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        ok = _dense(
+            x, y, self.KS[b], float(dt), self.AT[b], self.V[b], self.log_w, self.a, self.model, cx, Ax, D, F,
+            float(self.a_nrm[b]),
+        )  # fmt: skip
+        return F, bool(ok)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -20,7 +20,7 @@ import torch
 
 from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
-from attnflow.core.geometry import project_tangent
+from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy, available_cores
 from attnflow.dynamics.fields import FieldStats, check_model, masses
@@ -34,6 +34,7 @@ from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepSta
 from attnflow.solve.observers import PrecisionCheck, ProgressReport
 from attnflow.solve.problem import as_dtype, check_array, initial_tokens, thread_policy
 from attnflow.solve.problem import check_model as check_model_name
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.saveat import SaveAt, save_grid, whole
 from attnflow.weights.processes import Constant, WeightProcess, WeightSampler, as_process
 
@@ -362,6 +363,21 @@ class _EnsembleSaver:
             self.record(state.t, state.x)
 
 
+def _dense_saves(
+    step: _small.BatchedStep, m: int, x: np.ndarray, y: np.ndarray, t: float, h: float, t_new: float,
+    saves: list[float], nxt: np.ndarray, out: np.ndarray, k: int,
+) -> None:  # fmt: skip
+    """Member ``m``'s save times inside its step ``t -> t_new`` from the step's dense output, retracted."""
+    F, ok = step.dense(m, x, y, h)
+    if not ok:
+        raise NumericalInstability(
+            f"member {m}: the field is not finite at t={t:.6g} (dense output); lower its beta", step=k, t=t
+        )
+    while saves[nxt[m]] < t_new:
+        out[nxt[m], m] = retract(torch.from_numpy(_small.dense_value(x, F, (saves[nxt[m]] - t) / h))).numpy()
+        nxt[m] += 1
+
+
 #: An adaptive ensemble shares its members out to the cores (threads=None) from this much work per
 #: round up (members x stages x H N^2 kernel values; about 1 ms of compiled arithmetic) and at least
 #: two members a thread: below it the threads' hand-over costs more than they save.
@@ -414,8 +430,12 @@ def _adaptive_ensemble(
     pair = ADAPTIVE[method]
     tab = pair.arrays()
     spacing = dt * save_every
-    lo, hi = controller.bounds(spacing)
-    members = [controller.start(t_end, min(pair.order, pair.embedded_order), spacing) for _ in range(B)]
+    dense_tab = pair.dense_arrays() if _saveat.DENSE_SAVES else None
+    # With dense output (dop853) steps pass the save times and are not bounded by their spacing, as in
+    # a single run (attnflow.solve.solver).
+    bound = t_end - t0 if dense_tab is not None else spacing
+    lo, hi = controller.bounds(bound)
+    members = [controller.start(t_end, min(pair.order, pair.embedded_order), bound) for _ in range(B)]
     saves = [t0, *save_grid(t0, t_end, spacing)]
     x = X.numpy().copy()
     out = np.empty((len(saves), B, N, d))
@@ -431,7 +451,7 @@ def _adaptive_ensemble(
     hit = np.zeros(B, dtype=np.bool_)
     a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
     n_threads = ensemble_threads(threads, B, N, heads[0].H, pair.stages)
-    step = _small.BatchedStep(A, V, w_np, a_np, model, tab, controller.rtol, controller.atol, n_threads)
+    step = _small.BatchedStep(A, V, w_np, a_np, model, tab, controller.rtol, controller.atol, n_threads, dense_tab)
     start = _time.perf_counter()
     rounds = 0
     try:
@@ -440,15 +460,21 @@ def _adaptive_ensemble(
             if not active.any():
                 break
             for m in np.flatnonzero(active).tolist():
-                h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), saves[nxt[m]])
+                stop = t_end if dense_tab is not None else saves[nxt[m]]
+                h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), stop)
             Y, err, KL, ok = step(x, h, active, K1, have)
             evals[active] += pair.stages - have[active]
             for m in np.flatnonzero(active).tolist():
                 e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
                 if e <= 1.0:
                     members[m].accept(e, float(h[m]))
+                    t_new = (t_end if dense_tab is not None else saves[nxt[m]]) if hit[m] else T[m] + h[m]
+                    if dense_tab is not None and saves[nxt[m]] < t_new:
+                        evals[m] += 3
+                        _dense_saves(step, m, x[m], Y[m], float(T[m]), float(h[m]), t_new, saves, nxt, out,
+                                     int(accepted[m]))  # fmt: skip
                     x[m], K1[m], have[m] = Y[m], KL[m], True
-                    T[m] = saves[nxt[m]] if hit[m] else T[m] + h[m]
+                    T[m] = t_new
                     if hit[m]:
                         out[nxt[m], m] = x[m]
                         nxt[m] += 1

@@ -39,6 +39,7 @@ from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.loop import AdaptiveStats, Costs, Evaluation, Observer, StepFailed, Trial, integrate
 from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
 from attnflow.solve.problem import Problem
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.saveat import SaveAt, save_grid
 from attnflow.weights.processes import Constant, Layers, WeightSampler
 
@@ -184,7 +185,7 @@ def _solve(
     compiled = _compiled_step(pair, p.process, x, a, w, p.options, recording) if adaptive and pair else None
     # Saves through the dense output where the compiled step has one (dop853): steps no longer stop at
     # save times, nor are they bounded by the save spacing (the default dt_max is then t_end - t0).
-    dense = DENSE_SAVES and compiled is not None and compiled.dense is not None
+    dense = _saveat.DENSE_SAVES and compiled is not None and compiled.dense is not None
     if isinstance(controller, PIController):
         assert pair is not None
         # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly, or interpolated
@@ -459,10 +460,6 @@ class _CompiledStep:
             self._last = (heads, _small.SmallStep(A, V, self.w, self.a, model, self.tableau, rtol, atol, self.dense))
         return self._last[1]
 
-
-#: Whether compiled adaptive runs save through the pair's dense output where it has one (dop853);
-#: off, every save time ends a step (the tests and the benchmark compare both).
-DENSE_SAVES = True
 
 #: Up to this many kernel values per evaluation (``H N^2``), in dimension ``d <= COMPILED_MAX_D``, an
 #: adaptive run steps through the compiled small-cloud path. Measured one field evaluation against the
