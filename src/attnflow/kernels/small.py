@@ -31,13 +31,23 @@ import numpy as np
 from attnflow.core.errors import FloatRangeError
 
 try:
-    from numba import njit, objmode
+    from numba import njit
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - numba is a declared dependency
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt", "batched_attempt", "BatchedStep", "SmallStep", "dense_value"]
+__all__ = [
+    "AVAILABLE",
+    "MODEL_CODES",
+    "supported",
+    "field",
+    "embedded_attempt",
+    "batched_attempt",
+    "BatchedStep",
+    "SmallStep",
+    "dense_value",
+]
 
 #: The models as the compiled code numbers them.
 MODEL_CODES = {"mha": 0, "gf": 1, "usa": 2}
@@ -111,8 +121,19 @@ if AVAILABLE:
     # Reassociation lets LLVM vectorise the token sums; no "nnan"/"ninf": the overflow checks must stay.
     @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
     def _head_rows(
-        h: int, x: np.ndarray, xT: np.ndarray, AT: np.ndarray, V: np.ndarray, a: np.ndarray, E: np.ndarray,
-        kk: np.ndarray, q: np.ndarray, num: np.ndarray, logZ: np.ndarray, OUT: np.ndarray, shift_free: bool,
+        h: int,
+        x: np.ndarray,
+        xT: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        a: np.ndarray,
+        E: np.ndarray,
+        kk: np.ndarray,
+        q: np.ndarray,
+        num: np.ndarray,
+        logZ: np.ndarray,
+        OUT: np.ndarray,
+        shift_free: bool,
     ) -> None:  # pragma: no cover - compiled
         """Head ``h``, every row: ``OUT[i] = V_h out_h(x_i)``, ``logZ[i] = log Z_h(x_i)`` (row maximum
         subtracted before ``exp`` unless ``shift_free``); ``E`` ``(N, N)``: scratch for the exponents."""
@@ -277,8 +298,16 @@ if AVAILABLE:
 
     @njit(cache=True, nogil=True)
     def _eval(
-        x: np.ndarray, AT: np.ndarray, V: np.ndarray, log_w: np.ndarray, a: np.ndarray, model: int, u: np.ndarray,
-        work: np.ndarray, kk: np.ndarray, a_nrm: float,
+        x: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        u: np.ndarray,
+        work: np.ndarray,
+        kk: np.ndarray,
+        a_nrm: float,
     ) -> bool:  # pragma: no cover - compiled
         """:func:`_field` with the shift-free test made for this state."""
         return _field(x, AT, V, log_w, a, model, u, work, kk, _shift_free(x, a_nrm))
@@ -475,8 +504,20 @@ if AVAILABLE:
 
     @njit(cache=True, nogil=True)
     def _dense(
-        x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float, AT: np.ndarray, V: np.ndarray, log_w: np.ndarray,
-        a: np.ndarray, model: int, cx: np.ndarray, Ax: np.ndarray, D: np.ndarray, F: np.ndarray, a_nrm: float,
+        x: np.ndarray,
+        y: np.ndarray,
+        ks: np.ndarray,
+        dt: float,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        cx: np.ndarray,
+        Ax: np.ndarray,
+        D: np.ndarray,
+        F: np.ndarray,
+        a_nrm: float,
     ) -> bool:  # pragma: no cover - compiled
         """``F`` <- the dense output's coefficients (see :meth:`SmallStep.dense`); False on overflow."""
         S, N, d = ks.shape

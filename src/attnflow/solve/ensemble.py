@@ -28,13 +28,13 @@ from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, Integrator, get_integrator
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.guards import Float32Monitor, NumericalInstability, PrecisionWarning, warn
 from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepState, Trial, integrate
 from attnflow.solve.observers import PrecisionCheck, ProgressReport
 from attnflow.solve.problem import as_dtype, check_array, initial_tokens, thread_policy
 from attnflow.solve.problem import check_model as check_model_name
-from attnflow.solve import saveat as _saveat
 from attnflow.solve.saveat import SaveAt, save_grid, whole
 from attnflow.weights.processes import Constant, WeightProcess, WeightSampler, as_process
 

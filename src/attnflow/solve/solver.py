@@ -35,11 +35,11 @@ from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.loop import AdaptiveStats, Costs, Evaluation, Observer, StepFailed, Trial, integrate
 from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
 from attnflow.solve.problem import Problem
-from attnflow.solve import saveat as _saveat
 from attnflow.solve.saveat import SaveAt, save_grid
 from attnflow.weights.processes import Constant, Layers, WeightSampler
 
@@ -530,7 +530,9 @@ def _dense_output(
             F, ok = small_step.dense(x, y, ks, h)
             run.evaluations += 3
             if not ok:
-                raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
+                raise FloatRangeError(
+                    "the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'."
+                )
             coef.append(F)
         return retract(torch.from_numpy(_small.dense_value(x, coef[0], (s - t) / h)))
 
