@@ -76,11 +76,13 @@ def test_threads_share_members_without_changing_them():
 
 def test_automatic_threads_follow_the_work():
     from attnflow.core.errors import InputError
-    from attnflow.solve.ensemble import ENSEMBLE_THREAD_PAIRS, ensemble_threads
+    from attnflow.core.threads import SMALL_WORK_PAIRS, available_cores
+    from attnflow.solve.ensemble import ensemble_threads
 
-    assert ensemble_threads(None, 4, 8, 1, 13) == 1  # a few small members: one thread
+    assert ensemble_threads(None, 100, 32, 1, 13) == 1  # 1.3e6 values a round: one thread
+    B = SMALL_WORK_PAIRS // (13 * 64 * 64) + 1  # a round above the policy's threshold: the cores
+    assert ensemble_threads(None, B, 64, 1, 13) == min(B, available_cores())
     assert ensemble_threads(3, 4, 8, 1, 13) == 3
-    big = ensemble_threads(None, 100, 32, 1, 13)
-    assert 100 * 13 * 32 * 32 >= ENSEMBLE_THREAD_PAIRS and big >= 1
+    assert ensemble_threads(8, 2, 8, 1, 13) == 2  # never more threads than members
     with pytest.raises(InputError):
         ensemble_threads(0, 4, 8, 1, 13)

@@ -22,7 +22,7 @@ from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
-from attnflow.core.threads import ThreadPolicy, available_cores
+from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
@@ -378,22 +378,13 @@ def _dense_saves(
         nxt[m] += 1
 
 
-#: An adaptive ensemble shares its members out to the cores (threads=None) from this much work per
-#: round up (members x stages x H N^2 kernel values; about 1 ms of compiled arithmetic) and at least
-#: two members a thread: below it the threads' hand-over costs more than they save.
-ENSEMBLE_THREAD_PAIRS = 2**20
-
-
 def ensemble_threads(threads: int | None, B: int, N: int, H: int, stages: int) -> int:
-    """Threads an adaptive ensemble of ``B`` members uses: ``threads`` when given
-    (:class:`~attnflow.core.threads.ThreadPolicy` checks it), else the cores for work of at least
-    :data:`ENSEMBLE_THREAD_PAIRS` per round, at most ``B // 2``."""
-    policy = ThreadPolicy(threads)
-    if policy.threads is not None:
-        return policy.threads
-    if B * stages * H * N * N < ENSEMBLE_THREAD_PAIRS:
-        return 1
-    return max(1, min(available_cores(), B // 2))
+    """Threads an adaptive ensemble of ``B`` members uses (at most ``B``): the
+    :class:`~attnflow.core.threads.ThreadPolicy` of ``threads`` for the work of one round
+    (``B stages H N^2`` kernel values). Every round ends when its slowest share does, so beside other
+    work a second thread loses (measured: 100 seeds of ``N = 32`` took 4.97 s on two threads against
+    2.48 s on one at load 4.8 on two cores; docs/performance.md): small rounds stay on one thread."""
+    return max(1, min(B, ThreadPolicy(threads).for_work(float(B) * stages * H * N * N)))
 
 
 def _adaptive_ensemble(
