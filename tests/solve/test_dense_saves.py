@@ -106,3 +106,17 @@ def test_compiled_dense_output_equals_torch():
         got = small.dense_value(x, F, theta)
         want = DOP853.dense_value(xt, Ft, theta).numpy()
         assert np.abs(got - want).max() < 1e-13, theta
+
+
+def test_torch_path_saves_through_the_dense_output_too(monkeypatch):
+    """The torch kernel's path (backend 'flash': not compiled) interpolates the same saves: its states
+    equal the compiled run's, with the same evaluation count, far below stopping at every save."""
+    kw = dict(t_end=1.0, backend="flash")
+    compiled = run(True, monkeypatch, t_end=1.0)
+    torch_dense = run(True, monkeypatch, **kw)
+    torch_stop = run(False, monkeypatch, **kw)
+    ad = torch_dense.provenance["adaptive"]
+    assert ad["dense_saves"] and not ad["compiled"] and compiled.provenance["adaptive"]["compiled"]
+    assert np.abs(torch_dense.x - compiled.x).max() < 1e-11
+    assert ad["field_evaluations"] == compiled.provenance["adaptive"]["field_evaluations"]
+    assert ad["field_evaluations"] * 3 < torch_stop.provenance["adaptive"]["field_evaluations"]

@@ -33,7 +33,7 @@ from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.schemes.integrators import ADAPTIVE, EmbeddedPair, Integrator, get_integrator
+from attnflow.schemes.integrators import ADAPTIVE, DOP853Pair, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
 from attnflow.solve import saveat as _saveat
 from attnflow.solve.controllers import ConstantStep, PIController
@@ -183,9 +183,13 @@ def _solve(
 
     recording = bool(record_steps or (record_steps is None and model == "gf"))
     compiled = _compiled_step(pair, p.process, x, a, w, p.options, recording) if adaptive and pair else None
-    # Saves through the dense output where the compiled step has one (dop853): steps no longer stop at
-    # save times, nor are they bounded by the save spacing (the default dt_max is then t_end - t0).
-    dense = _saveat.DENSE_SAVES and compiled is not None and compiled.dense is not None
+    # Saves through the pair's dense output where it has one (dop853): steps no longer stop at save
+    # times, nor are they bounded by the save spacing (the default dt_max is then t_end - t0). Not with
+    # the EDI step recorder (its rows are the steps') nor in float32 (the float32 check runs at saves).
+    dense = (
+        _saveat.DENSE_SAVES and pair is not None and adaptive and pair.dense_arrays() is not None
+        and not recording and x.dtype == torch.float64
+    )  # fmt: skip
     if isinstance(controller, PIController):
         assert pair is not None
         # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly, or interpolated
@@ -297,7 +301,7 @@ def _solve(
         if compiled is not None:
             attempt = _compiled_attempt(pair, compiled, heads_at, model, control, run, dense)
         else:
-            attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box)
+            attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box, dense)
     else:
         attempt = _fixed_attempt(integrator, f, recorder)
 
@@ -411,10 +415,12 @@ def _recorder_end(recorder: StepRecorder) -> Evaluation | None:
 
 
 def _adaptive_attempt(
-    pair: EmbeddedPair, f: TimeField, recorder: StepRecorder | None, control: Any, run: _Run, err_box: list
-) -> Any:
+    pair: EmbeddedPair, f: TimeField, recorder: StepRecorder | None, control: Any, run: _Run, err_box: list,
+    dense: bool = False,
+) -> Any:  # fmt: skip
     """One trial step of the embedded pair with its error norm; the first stage is the known evaluation
-    (the last step's FSAL stage, a retry's start, a saved state's pass), the last one is kept for the next."""
+    (the last step's FSAL stage, a retry's start, a saved state's pass), the last one is kept for the next.
+    ``dense``: each trial carries its dense output (:class:`~attnflow.schemes.integrators.DOP853Pair`)."""
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
         f.left_after = t
@@ -429,17 +435,41 @@ def _adaptive_attempt(
                 k1 = first.v
                 if first.fresh:  # a saved state's diagnostics pass serves as the step's first evaluation
                     run.evaluations += 1
-            y1, e, k_last = pair.attempt(_counted(f, run), t, y, h, k1=k1)
+            if dense:
+                assert isinstance(pair, DOP853Pair)
+                y1, ks = pair.stages_of(_counted(f, run), t, y, h, k1=k1)
+                e, k_last = pair.error(h, ks), ks[-1]
+            else:
+                y1, e, k_last = pair.attempt(_counted(f, run), t, y, h, k1=k1)
             return Trial(
                 y1,
                 control.norm(y, y1, e),
                 start=Evaluation(t, k1),
                 end=Evaluation(t + h, k_last) if pair.fsal else None,
+                dense=_torch_dense_output(pair, f, run, t, h, y, y1, ks) if dense else None,
             )
         finally:
             f.left_after = None
 
     return attempt
+
+
+def _torch_dense_output(
+    pair: Any, f: TimeField, run: _Run, t: float, h: float, x: torch.Tensor, y: torch.Tensor, ks: list[torch.Tensor]
+) -> Callable[[float], torch.Tensor]:
+    """``s -> retract(interpolant(s))`` on ``[t, t + h]`` (the torch field; coefficients at the first call)."""
+    coef: list[list[torch.Tensor]] = []
+
+    def at(s: float) -> torch.Tensor:
+        if not coef:
+            f.left_after = t  # the extra stages lie inside the step: the weights of its start
+            try:
+                coef.append(pair.dense_coefficients(_counted(f, run), t, x, y, ks, h))
+            finally:
+                f.left_after = None
+        return retract(pair.dense_value(x, coef[0], (s - t) / h))
+
+    return at
 
 
 @dataclass
