@@ -177,7 +177,9 @@ def simulate_ensemble(
     :func:`attnflow.simulate`) give every member its own step control (one
     :class:`~attnflow.solve.controllers.PIState` each), all members' trial steps in one compiled call
     per round (:mod:`attnflow.kernels.small`): constant weights, plain heads, float64, small clouds.
-    Member ``b`` then steps as its single run does (its states equal to 1e-12).
+    Member ``b`` then steps as its single run does (its states equal to 1e-12); with ``dop853`` the
+    saves come from each step's dense output, as in a single run. ``threads``: the members are shared
+    out to this many threads (``None``: :func:`ensemble_threads` decides from the work of a round).
     """
     options = KernelOptions(backend)
     model = check_model_name(model)
