@@ -32,6 +32,8 @@ def test_member_equals_its_single_run(method):
         assert np.array_equal(ens.t, tr.t)
         assert np.abs(ens.x[:, b] - tr.x).max() < 1e-12, b
         assert ens.provenance["adaptive"]["accepted_steps"][b] == tr.provenance["adaptive"]["accepted_steps"]
+        # dop853 saves through its dense output in both (steps pass the 6 save times), dopri5 stops at them.
+        assert tr.provenance["adaptive"]["dense_saves"] == (method == "dop853")
         # A single run counts the saver's pass at each saved state as the next step's first stage.
         n_saves = len(tr.t) - 1
         assert (
