@@ -84,7 +84,9 @@ def test_dense_saves_negative_control(monkeypatch):
     D[1, 5] += 1e-3
     monkeypatch.setattr(type(DOP853), "dense_arrays", lambda self: (cx, Ax, D))
     bad = run(True, monkeypatch)
-    assert np.abs(bad.x - ref).max() > 1e-6
+    dev = float(np.abs(bad.x - ref).max())
+    print(f"corrupted D entry: saves {dev:.1e} from the reference")
+    assert dev > 1e-6
 
 
 def test_compiled_dense_output_equals_torch():
