@@ -384,8 +384,8 @@ def ensemble_threads(threads: int | None, B: int, N: int, H: int, stages: int) -
     """Threads an adaptive ensemble of ``B`` members uses (at most ``B``): the
     :class:`~attnflow.core.threads.ThreadPolicy` of ``threads`` for the work of one round
     (``B stages H N^2`` kernel values). Every round ends when its slowest share does, so beside other
-    work a second thread loses (measured: 100 seeds of ``N = 32`` took 4.97 s on two threads against
-    2.48 s on one at load 4.8 on two cores; docs/performance.md): small rounds stay on one thread."""
+    work a second thread can lose (100 seeds of ``N = 32``: two threads took 2.0x the time of one at
+    load 4.8 on two cores, 0.85x at load 3.4; docs/performance.md): small rounds stay on one thread."""
     return max(1, min(B, ThreadPolicy(threads).for_work(float(B) * stages * H * N * N)))
 
 
