@@ -85,7 +85,10 @@ DESCRIPTIONS: dict[str, str] = {
     "integration.rtol": "Adaptive methods (`bosh3`, `dopri5`) only: relative tolerance of the local error.",
     "integration.atol": "Adaptive methods only: absolute tolerance of the local error.",
     "integration.dt_min": "Adaptive methods only: smallest step allowed (below it the run stops with the last good state).",
-    "integration.dt_max": "Adaptive methods only: largest step (default: the spacing of the save times).",
+    "integration.dt_max": (
+        "Adaptive methods only: largest step (default: the spacing of the save times; `t_end - t0` where "
+        "`dop853` saves through its dense output)."
+    ),
     "kernel": "How the attention sums are evaluated (see [Speed and scale](performance.md)).",
     "kernel.backend": "`auto` (fused dense kernel, fast summation when $d \\le 4$, many tokens and it pays), "
     "`flash`, `stream` or `fast`.",

@@ -109,3 +109,59 @@ def test_dop853_combined_estimate_matters():
     _, err_plain, _, _, _ = small.embedded_attempt(x, 0.25, A, V, w, a, "mha", (c, Am, b, e, e3[:0], fsal), 1e-6, 1e-8)
     _, err, _, _, _ = small.embedded_attempt(x, 0.25, A, V, w, a, "mha", pair.arrays(), 1e-6, 1e-8)
     assert abs(err_plain - err) > 1e-3 * err, (err_plain, err)
+
+
+def test_compiled_exp_is_numpys_to_two_ulp():
+    """The vectorised compiled exp (2^k p(r)) against NumPy's over the kernel's argument range."""
+    x = np.concatenate([-np.random.default_rng(0).uniform(0.0, 700.0, 20000), np.linspace(-30.0, 300.0, 5001)])
+    got, want = small.exp_array(x), np.exp(x)
+    ulps = np.abs(got / want - 1.0) / np.finfo(np.float64).eps
+    print(f"compiled exp: max {ulps.max():.2f} ulp")
+    assert ulps.max() <= 2.0
+
+
+def test_compiled_exp_negative_control():
+    """The same comparison sees a truncated polynomial (the Taylor series one term short)."""
+    x = np.linspace(-30.0, 30.0, 2001)
+    k = np.floor(x * small._LOG2E + 0.5)
+    r = (x - k * small._LN2_HI) - k * small._LN2_LO
+    short = sum(r**n / float(np.prod(np.arange(1, n + 1))) for n in range(12)) * 2.0**k
+    ulps = (np.abs(short / np.exp(x) - 1.0) / np.finfo(np.float64).eps).max()
+    print(f"truncated series: max {ulps:.1f} ulp")
+    assert ulps > 2.0
+
+
+@pytest.mark.parametrize("model", ["mha", "gf", "usa"])
+def test_shift_free_and_shifted_scores_both_equal_field_stats(model):
+    """Both routes of the compiled field (row maximum subtracted or not) equal FieldStats to 1e-13;
+    at a large ||A|| the automatic choice takes the shifted route and still matches."""
+    x, A, V, a, w = problem(model, N=20, d=3, H=2)
+    want = reference_velocity(x, A, V, a, w, model)
+    AT, Vc, log_w = small._heads_arrays(A, V, w)
+    N, d = x.shape
+    for shift_free in (False, True):
+        u = np.empty_like(x)
+        assert small._field(x, AT, Vc, log_w, a, small.MODEL_CODES[model], u, np.empty(small.work_size(N, d, 2)),
+                            np.empty(N * N, dtype=np.int64), shift_free)  # fmt: skip
+        assert np.abs(u - want).max() <= 1e-13 * max(1.0, np.abs(want).max()), shift_free
+    assert small._shift_free(x, small.a_norm(AT))
+    if model != "usa":  # usa overflows there by design (test_usa_overflow_is_reported)
+        big = 200.0 * A
+        assert not small._shift_free(x, small.a_norm(np.swapaxes(big, 1, 2)))
+        want = reference_velocity(x, big, V, a, w, model)
+        got = small.field(x, big, V, w, a, model)
+        assert np.abs(got - want).max() <= 1e-13 * max(1.0, np.abs(want).max())
+
+
+def test_shift_free_bound_negative_control():
+    """Scores beyond the float range without the shift: forcing the shift-free route there gives a
+    wrong field (the exponent leaves the range of 2^k), which is why the route is taken only under
+    SHIFT_FREE_BOUND; the automatic choice shifts and matches FieldStats."""
+    x, A, V, a, w = problem("mha", N=20, d=3, H=1)
+    AT, Vc, log_w = small._heads_arrays(400.0 * A, V, w)
+    N, d = x.shape
+    u = np.empty_like(x)
+    small._field(x, AT, Vc, log_w, a, 0, u, np.empty(small.work_size(N, d, 1)), np.empty(N * N, dtype=np.int64), True)
+    want = reference_velocity(x, 400.0 * A, V, a, w, "mha")
+    assert not (np.isfinite(u).all() and np.abs(u - want).max() < 1e-3)
+    assert np.abs(small.field(x, 400.0 * A, V, w, a, "mha") - want).max() <= 1e-13

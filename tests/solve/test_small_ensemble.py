@@ -32,6 +32,8 @@ def test_member_equals_its_single_run(method):
         assert np.array_equal(ens.t, tr.t)
         assert np.abs(ens.x[:, b] - tr.x).max() < 1e-12, b
         assert ens.provenance["adaptive"]["accepted_steps"][b] == tr.provenance["adaptive"]["accepted_steps"]
+        # dop853 saves through its dense output in both (steps pass the 6 save times), dopri5 stops at them.
+        assert tr.provenance["adaptive"]["dense_saves"] == (method == "dop853")
         # A single run counts the saver's pass at each saved state as the next step's first stage.
         n_saves = len(tr.t) - 1
         assert (
@@ -60,3 +62,29 @@ def test_adaptive_ensemble_refuses_time_dependent_weights():
     with pytest.raises(InputError, match="constant weights"):
         simulate_ensemble(clouds(2, 8), OrnsteinUhlenbeck(A, rate=1.0, sigma=0.1), model="gf", t_end=1.0, dt=0.1,
                           method="dopri5", seeds=[0, 1])  # fmt: skip
+
+
+def test_threads_share_members_without_changing_them():
+    """Members shared out to two threads step exactly as on one (the compiled loop releases the GIL)."""
+    X = clouds(5, 10, seed=2)
+    heads = Heads(K=torch.tensor(4.0 * np.eye(3)[None]))
+    kw = dict(model="gf", t_end=3.0, dt=0.05, save_every=20, method="dop853", rtol=1e-8, atol=1e-10)
+    one = simulate_ensemble(X, heads, threads=1, **kw)
+    two = simulate_ensemble(X, heads, threads=2, **kw)
+    assert one.provenance["adaptive"]["threads"] == 1 and two.provenance["adaptive"]["threads"] == 2
+    assert np.array_equal(one.x, two.x)
+    assert one.provenance["adaptive"]["field_evaluations"] == two.provenance["adaptive"]["field_evaluations"]
+
+
+def test_automatic_threads_follow_the_work():
+    from attnflow.core.errors import InputError
+    from attnflow.core.threads import SMALL_WORK_PAIRS, available_cores
+    from attnflow.solve.ensemble import ensemble_threads
+
+    assert ensemble_threads(None, 100, 32, 1, 13) == 1  # 1.3e6 values a round: one thread
+    B = SMALL_WORK_PAIRS // (13 * 64 * 64) + 1  # a round above the policy's threshold: the cores
+    assert ensemble_threads(None, B, 64, 1, 13) == min(B, available_cores())
+    assert ensemble_threads(3, 4, 8, 1, 13) == 3
+    assert ensemble_threads(8, 2, 8, 1, 13) == 2  # never more threads than members
+    with pytest.raises(InputError):
+        ensemble_threads(0, 4, 8, 1, 13)

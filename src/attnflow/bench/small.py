@@ -110,9 +110,13 @@ def compare_small(N: int, t_end: float = 30.0, beta: float = BETA) -> list[dict[
 
 
 def compare_ensemble(B: int = 100, N: int = 32, t_end: float = 1000.0, torch_runs: int = 3) -> list[dict[str, Any]]:
-    """``B`` seeds as one adaptive ensemble, as ``B`` compiled single runs, and (timed on
-    ``torch_runs`` seeds, scaled to ``B``) as single runs through the torch kernel."""
-    from attnflow.solve.ensemble import simulate_ensemble
+    """``B`` seeds as one adaptive ensemble (threads automatic, and on every core), as ``B`` compiled
+    single runs, (timed on ``torch_runs`` seeds, scaled to ``B``) as single runs through the torch
+    kernel, and the arithmetic floor: the ensemble's evaluations times one compiled field evaluation
+    in a tight compiled loop."""
+    from attnflow.core.threads import available_cores
+    from attnflow.kernels import small
+    from attnflow.solve.ensemble import ensemble_threads, simulate_ensemble
     from attnflow.solve.simulation import simulate
 
     X = _unit(np.random.default_rng(1).standard_normal((B, N, 3)))
@@ -120,26 +124,41 @@ def compare_ensemble(B: int = 100, N: int = 32, t_end: float = 1000.0, torch_run
     kw: dict[str, Any] = dict(model="mha", t_end=t_end, dt=0.1, save_every=int(round(t_end / 0.1)), method="dop853", rtol=1e-8,
               atol=1e-10)  # fmt: skip
     simulate_ensemble(X[:2], heads, **{**kw, "t_end": 0.5, "save_every": 5})
-    t = time.perf_counter()
-    ens = simulate_ensemble(X, heads, **kw)
-    t_ens = time.perf_counter() - t
+    auto = ensemble_threads(None, B, N, 1, 13)
+    cores = min(B, available_cores())
+    rows: list[dict[str, Any]] = []
+    for threads in (None, cores) if cores != auto else (None,):
+        t = time.perf_counter()
+        ens = simulate_ensemble(X, heads, threads=threads, **kw)
+        n_thr = ens.provenance["adaptive"]["threads"]
+        how = f"{n_thr} thread{'s' if n_thr > 1 else ''}{' (automatic)' if threads is None else ''}"
+        rows.append(
+            {"how": f"one ensemble (compiled, per-member steps, {how})", "runs": B, "wall_s": time.perf_counter() - t,
+             "evaluations": int(sum(ens.provenance["adaptive"]["field_evaluations"]))}
+        )  # fmt: skip
     t = time.perf_counter()
     evals = 0
     for b in range(B):
         evals += simulate(X[b], heads, **kw).provenance["adaptive"]["field_evaluations"]
-    t_single = time.perf_counter() - t
+    rows.append({"how": "loop of single runs (compiled)", "runs": B, "wall_s": time.perf_counter() - t,
+                 "evaluations": int(evals)})  # fmt: skip
     t = time.perf_counter()
     ev_torch = 0
     for b in range(torch_runs):
         ev_torch += simulate(X[b], heads, **kw, backend="flash").provenance["adaptive"]["field_evaluations"]
-    t_torch = (time.perf_counter() - t) * B / torch_runs
-    return [
-        {"how": "one ensemble (compiled, per-member steps)", "runs": B, "wall_s": t_ens,
-         "evaluations": int(sum(ens.provenance["adaptive"]["field_evaluations"]))},
-        {"how": "loop of single runs (compiled)", "runs": B, "wall_s": t_single, "evaluations": int(evals)},
-        {"how": f"loop of single runs (torch kernel; {torch_runs} timed, scaled)", "runs": B, "wall_s": t_torch,
-         "evaluations": int(ev_torch * B / torch_runs)},
-    ]  # fmt: skip
+    rows.append(
+        {"how": f"loop of single runs (torch kernel; {torch_runs} timed, scaled)", "runs": B,
+         "wall_s": (time.perf_counter() - t) * B / torch_runs, "evaluations": int(ev_torch * B / torch_runs)}
+    )  # fmt: skip
+    per_eval = small.field_seconds(
+        X[0], BETA * np.eye(3)[None], np.eye(3)[None], np.ones(1), np.full(N, 1.0 / N), "mha"
+    )
+    rows.append(
+        {"how": f"floor: evaluations x one field in a compiled loop ({per_eval * 1e6:.2f} us, one thread)",
+         "runs": B, "wall_s": rows[0]["evaluations"] * per_eval, "evaluations": rows[0]["evaluations"],
+         "per_eval_s": per_eval}
+    )  # fmt: skip
+    return rows
 
 
 def run_small(quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -140,7 +140,8 @@ class IntegrationConfig(_Strict):
     """How the flow is integrated. Fixed steps (``euler``, ``heun``, ``rk4``, ``jko``): ``t_end`` a
     whole number of ``dt``. Adaptive steps (``bosh3``, ``dopri5``, ``dop853``): ``dt`` is the first step, the
     state is saved at ``k dt save_every`` and ``t_end``, ``rtol``/``atol`` bound the local error and
-    ``dt_min``/``dt_max`` the step (``dt_max`` defaults to the save spacing)."""
+    ``dt_min``/``dt_max`` the step (``dt_max`` defaults to the save spacing, or to ``t_end - t0`` where
+    ``dop853`` saves through its dense output)."""
 
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02

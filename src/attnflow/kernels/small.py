@@ -4,39 +4,53 @@ Runge-Kutta step, in one compiled call (numba).
 At ``N = 32`` one field evaluation is about 10,000 multiply-adds: torch's dispatch of the dozens of
 small operations a pass makes (kernel, head mix, projection, the stage sums of a 13-stage step)
 costs 50-100 times the arithmetic. Here the kernel, the head mix of each model and the step run as
-one loop nest.
+one loop nest, the exponentials through a vectorised compiled ``exp`` (:func:`_exp_row`, within
+1 ulp of NumPy's), with no call back into Python, so the loops release the GIL.
 
 The formulas are those of :mod:`attnflow.kernels.dense` (``out_h(x_i)``, ``log Z_h(x_i)``, row
-maximum subtracted before ``exp``) and of :meth:`attnflow.dynamics.fields.FieldStats.head_mix`
-(``mha``: ``c_h = w_h``; ``gf``: ``c_h = softmax_h(log Z_h + log w_h)``; ``usa``:
-``c_h = w_h Z_h``); ``tests/kernels/test_small_kernel.py`` checks the compiled field against
+maximum subtracted before ``exp`` unless every score is provably inside ``+-SHIFT_FREE_BOUND``) and
+of :meth:`attnflow.dynamics.fields.FieldStats.head_mix` (``mha``: ``c_h = w_h``; ``gf``:
+``c_h = softmax_h(log Z_h + log w_h)``; ``usa``: ``c_h = w_h Z_h``);
+``tests/kernels/test_small_kernel.py`` checks the compiled field (both routes) against
 :class:`~attnflow.dynamics.fields.FieldStats` to 1e-13 for every model, with masses and several
-heads. Only plain heads are served (``A_h``, ``V_h``; no biases, causal mask or rotary
-positions): :func:`supported` says when.
+heads. Only plain heads are served (``A_h``, ``V_h``; no biases, causal mask or rotary positions):
+:func:`supported` says when.
 
 The step functions take the tableau as arrays (:class:`attnflow.schemes.integrators.EmbeddedPair`
 keeps it): stage ``s`` at ``x + dt sum_r a_sr k_r``, the new point ``retract(x + dt sum_s b_s k_s)``
 (FSAL: the last stage is the field there), and the error norm of
-:meth:`attnflow.solve.loop.Controller.norm`, ``sqrt(mean((e / (atol + rtol max(|x|, |y|)))^2))``,
-with DOP853's combined estimate when ``e3`` is given.
+:meth:`attnflow.solve.controllers.PIState.norm`, ``sqrt(mean((e / (atol + rtol max(|x|, |y|)))^2))``,
+with DOP853's combined estimate when ``e3`` is given. :meth:`SmallStep.dense` makes DOP853's dense
+output of a step (:meth:`attnflow.schemes.integrators.DOP853Pair.dense_coefficients`, compiled).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from attnflow.core.errors import FloatRangeError
 
 try:
-    from numba import njit, objmode
+    from numba import njit
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - numba is a declared dependency
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "MODEL_CODES", "supported", "field", "embedded_attempt"]
+__all__ = [
+    "AVAILABLE",
+    "MODEL_CODES",
+    "supported",
+    "field",
+    "embedded_attempt",
+    "batched_attempt",
+    "BatchedStep",
+    "SmallStep",
+    "dense_value",
+]
 
 #: The models as the compiled code numbers them.
 MODEL_CODES = {"mha": 0, "gf": 1, "usa": 2}
@@ -54,9 +68,141 @@ def supported(heads: object, device: str, dtype: object) -> bool:
     return str(dtype) in ("torch.float64", "torch.float32", "float64", "float32")
 
 
+#: ``exp(r)`` on ``|r| <= ln(2)/2``: the Taylor coefficients ``1/k!`` up to ``k = 12`` (truncation
+#: ``0.347^13 / 13! = 1.7e-16``); with the reduction ``x = k ln 2 + r`` the compiled ``exp`` is within
+#: 1.5 ulp of NumPy's (``tests/kernels/test_small_kernel.py``).
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 split in two so that k * _LN2_HI is exact (Cody & Waite)
+_LN2_LO = 1.90821492927058770002e-10
+#: Below this argument the compiled ``exp`` returns ``exp(-708)`` (its 2^k must stay a normal number);
+#: the kernel's arguments there are exponents 300 and more below the row's largest, far below rounding.
+_EXP_FLOOR = -708.0
+#: Scores are exponentiated without subtracting the row maximum when every ``|<x_i, A_h x_j>|`` is
+#: provably below this (``|A_h|_F max_j |x_j|^2``): ``exp(+-300)`` and sums of them stay far inside
+#: the float range, so the shift changes only the rounding.
+SHIFT_FREE_BOUND = 300.0
+
 if AVAILABLE:
+
+    @njit(cache=True, nogil=True, fastmath={"contract"})
+    def _exp_row(e: np.ndarray, shift: float, kk: np.ndarray, n: int) -> None:  # pragma: no cover - compiled
+        """``e[:n] <- exp(e[:n] - shift)`` in two loops LLVM vectorises (SIMD; about 1.5 ns a value here
+        against 4.5 ns for a loop of ``math.exp``): ``2^k p(r)`` with ``k`` added to the exponent bits.
+
+        No reassociation here: it would fold the two-part ``k ln 2`` back into one rounded product.
+        """
+        bits = e.view(np.int64)
+        for j in range(n):
+            x = max(e[j] - shift, _EXP_FLOOR)
+            k = math.floor(x * _LOG2E + 0.5)
+            r = (x - k * _LN2_HI) - k * _LN2_LO
+            p = 1.0 / 479001600.0
+            p = p * r + 1.0 / 39916800.0
+            p = p * r + 1.0 / 3628800.0
+            p = p * r + 1.0 / 362880.0
+            p = p * r + 1.0 / 40320.0
+            p = p * r + 1.0 / 5040.0
+            p = p * r + 1.0 / 720.0
+            p = p * r + 1.0 / 120.0
+            p = p * r + 1.0 / 24.0
+            p = p * r + 1.0 / 6.0
+            p = p * r + 0.5
+            p = p * r + 1.0
+            p = p * r + 1.0
+            e[j] = p
+            kk[j] = np.int64(k)
+        for j in range(n):
+            bits[j] += kk[j] << 52
+
+    @njit(cache=True, nogil=True)
+    def exp_array(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+        """The compiled ``exp`` of a 1-D array (a copy; what the tests compare with NumPy's)."""
+        e = x.copy()
+        _exp_row(e, 0.0, np.empty(e.shape[0], dtype=np.int64), e.shape[0])
+        return e
+
     # Reassociation lets LLVM vectorise the token sums; no "nnan"/"ninf": the overflow checks must stay.
-    @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+    def _head_rows(
+        h: int,
+        x: np.ndarray,
+        xT: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        a: np.ndarray,
+        E: np.ndarray,
+        kk: np.ndarray,
+        q: np.ndarray,
+        num: np.ndarray,
+        logZ: np.ndarray,
+        OUT: np.ndarray,
+        shift_free: bool,
+    ) -> None:  # pragma: no cover - compiled
+        """Head ``h``, every row: ``OUT[i] = V_h out_h(x_i)``, ``logZ[i] = log Z_h(x_i)`` (row maximum
+        subtracted before ``exp`` unless ``shift_free``); ``E`` ``(N, N)``: scratch for the exponents."""
+        N, d = x.shape
+        for i in range(N):
+            # q = A_h^T x_i, so s_j = x_i^T A_h x_j = q . x_j
+            for c in range(d):
+                acc = 0.0
+                for r in range(d):
+                    acc += AT[h, c, r] * x[i, r]
+                q[c] = acc
+            s = E[i]
+            if d == 3:  # tokens on S^2: one fused loop (few long SIMD loops beat many short ones)
+                q0, q1, q2 = q[0], q[1], q[2]
+                x0, x1, x2 = xT[0], xT[1], xT[2]
+                for j in range(N):
+                    s[j] = q0 * x0[j] + q1 * x1[j] + q2 * x2[j]
+            else:
+                q0 = q[0]
+                for j in range(N):
+                    s[j] = q0 * xT[0, j]
+                for c in range(1, d):
+                    qc = q[c]
+                    for j in range(N):
+                        s[j] += qc * xT[c, j]
+            mi = 0.0
+            if not shift_free:
+                mi = s[0]
+                for j in range(1, N):
+                    mi = max(mi, s[j])
+                for j in range(N):
+                    s[j] -= mi
+            logZ[i] = mi
+        # One exp loop over all N^2 exponents: long SIMD loops, no per-row start-up.
+        _exp_row(E.reshape(N * N), 0.0, kk, N * N)
+        for i in range(N):
+            s = E[i]
+            Z = 0.0
+            if d == 3:
+                x0, x1, x2 = xT[0], xT[1], xT[2]
+                n0 = n1 = n2 = 0.0
+                for j in range(N):
+                    ej = a[j] * s[j]
+                    Z += ej
+                    n0 += ej * x0[j]
+                    n1 += ej * x1[j]
+                    n2 += ej * x2[j]
+                num[0], num[1], num[2] = n0, n1, n2
+            else:
+                for j in range(N):
+                    ej = a[j] * s[j]
+                    s[j] = ej
+                    Z += ej
+                for c in range(d):
+                    acc = 0.0
+                    for j in range(N):
+                        acc += s[j] * xT[c, j]
+                    num[c] = acc
+            logZ[i] += math.log(Z)
+            for r in range(d):
+                acc = 0.0
+                for c in range(d):
+                    acc += V[h, r, c] * num[c]
+                OUT[i, r] = acc / Z
+
+    @njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
     def _field(
         x: np.ndarray,
         AT: np.ndarray,
@@ -65,100 +211,61 @@ if AVAILABLE:
         a: np.ndarray,
         model: int,
         u: np.ndarray,
-        logZ: np.ndarray,
-        outs: np.ndarray,
-        E: np.ndarray,
-        vector_exp: bool,
+        work: np.ndarray,
+        kk: np.ndarray,
+        shift_free: bool,
     ) -> bool:  # pragma: no cover - compiled
         """``u`` ``(N, d)`` <- the projected field ``P_x sum_h c_h out_h``; returns False on overflow (usa).
 
-        ``E`` ``(H, N, N)`` is scratch for the exponents. ``vector_exp``: exponentiate them in one
-        call to NumPy's vectorised ``exp`` (SIMD, 3 ns a value here against 24 ns for the compiled
-        scalar ``exp``; the call costs about 10 us, so it pays from a few hundred values up).
+        ``work``: float scratch of at least :func:`work_size` values, ``kk``: int64 scratch of ``N^2``.
+        ``shift_free``: the caller checked ``|A_h|_F max |x_j|^2 <= SHIFT_FREE_BOUND`` for this state
+        (the row maximum need not be subtracted before ``exp``; see :func:`_shift_free`).
         """
         N, d = x.shape
         H = AT.shape[0]
-        xT = np.empty((d, N))  # token-contiguous rows: the j loops below run over unit strides
+        xT = work[: d * N].reshape((d, N))  # token-contiguous rows: the j loops below run over unit strides
+        E = work[d * N : d * N + N * N].reshape((N, N))
+        o = d * N + N * N
+        q = work[o : o + d]
+        num = work[o + d : o + 2 * d]
+        o += 2 * d
+        logZ = work[o : o + H * N].reshape((H, N))
+        o += H * N
+        OUT = work[o : o + H * N * d].reshape((H, N, d))
         for j in range(N):
             for c in range(d):
                 xT[c, j] = x[j, c]
-        q = np.empty(d)
-        num = np.empty(d)
-        m = np.empty((H, N))
         for h in range(H):
-            for i in range(N):
-                # q = A_h^T x_i, so s_j = x_i^T A_h x_j = q . x_j
-                for c in range(d):
-                    acc = 0.0
-                    for r in range(d):
-                        acc += AT[h, c, r] * x[i, r]
-                    q[c] = acc
-                s = E[h, i]
-                for j in range(N):
-                    s[j] = q[0] * xT[0, j]
-                for c in range(1, d):
-                    qc = q[c]
-                    for j in range(N):
-                        s[j] += qc * xT[c, j]
-                mi = s.max()
-                m[h, i] = mi
-                for j in range(N):
-                    s[j] -= mi
-        if vector_exp:
-            with objmode():
-                np.exp(E, out=E)
-        else:
-            for h in range(H):
-                for i in range(N):
-                    for j in range(N):
-                        E[h, i, j] = math.exp(E[h, i, j])
+            _head_rows(h, x, xT, AT, V, a, E, kk, q, num, logZ[h], OUT[h], shift_free)
         ok = True
         for i in range(N):
-            for h in range(H):
-                s = E[h, i]
-                Z = 0.0
-                for j in range(N):
-                    e = a[j] * s[j]
-                    s[j] = e
-                    Z += e
-                for c in range(d):
-                    acc = 0.0
-                    for j in range(N):
-                        acc += s[j] * xT[c, j]
-                    num[c] = acc
-                logZ[h] = m[h, i] + math.log(Z)
-                for r in range(d):
-                    acc = 0.0
-                    for c in range(d):
-                        acc += V[h, r, c] * num[c]
-                    outs[h, r] = acc / Z
             for c in range(d):
                 u[i, c] = 0.0
             if model == 0:  # mha: c_h = w_h
                 for h in range(H):
                     wh = math.exp(log_w[h])
                     for c in range(d):
-                        u[i, c] += wh * outs[h, c]
+                        u[i, c] += wh * OUT[h, i, c]
             elif model == 1:  # gf: c_h = softmax_h(log Z_h + log w_h)
                 mm = -np.inf
                 for h in range(H):
-                    if logZ[h] + log_w[h] > mm:
-                        mm = logZ[h] + log_w[h]
+                    if logZ[h, i] + log_w[h] > mm:
+                        mm = logZ[h, i] + log_w[h]
                 tot = 0.0
                 for h in range(H):
-                    ch = math.exp(logZ[h] + log_w[h] - mm)
+                    ch = math.exp(logZ[h, i] + log_w[h] - mm)
                     tot += ch
                     for c in range(d):
-                        u[i, c] += ch * outs[h, c]
+                        u[i, c] += ch * OUT[h, i, c]
                 for c in range(d):
                     u[i, c] /= tot
             else:  # usa: c_h = w_h Z_h
                 for h in range(H):
-                    ch = math.exp(logZ[h] + log_w[h])
+                    ch = math.exp(logZ[h, i] + log_w[h])
                     if not math.isfinite(ch):
                         ok = False
                     for c in range(d):
-                        u[i, c] += ch * outs[h, c]
+                        u[i, c] += ch * OUT[h, i, c]
             dot = 0.0
             for c in range(d):
                 dot += x[i, c] * u[i, c]
@@ -166,7 +273,49 @@ if AVAILABLE:
                 u[i, c] -= dot * x[i, c]
         return ok
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
+    def _shift_free(x: np.ndarray, a_norm: float) -> bool:  # pragma: no cover - compiled
+        """Whether ``a_norm max_j |x_j|^2 <= SHIFT_FREE_BOUND`` (``a_norm``: the largest ``|A_h|_F``),
+        which bounds every score ``|<x_i, A_h x_j>|`` of the state ``x`` (a stage point need not be unit)."""
+        N, d = x.shape
+        big = 0.0
+        for j in range(N):
+            s = 0.0
+            for c in range(d):
+                s += x[j, c] * x[j, c]
+            big = max(big, s)
+        return a_norm * big <= SHIFT_FREE_BOUND
+
+
+def work_size(N: int, d: int, H: int) -> int:
+    """Float scratch one compiled field evaluation needs (``xT``, the exponents, ``q``, sums, ``log Z``, outputs)."""
+    return d * N + N * N + 2 * d + H * N + H * N * d
+
+
+def a_norm(AT: np.ndarray) -> float:
+    """The largest Frobenius norm of the heads' ``A_h`` (a bound of their spectral norms)."""
+    return float(np.sqrt((AT.reshape(AT.shape[0], -1) ** 2).sum(axis=1)).max())
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _eval(
+        x: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        u: np.ndarray,
+        work: np.ndarray,
+        kk: np.ndarray,
+        a_nrm: float,
+    ) -> bool:  # pragma: no cover - compiled
+        """:func:`_field` with the shift-free test made for this state."""
+        return _field(x, AT, V, log_w, a, model, u, work, kk, _shift_free(x, a_nrm))
+
+    @njit(cache=True, nogil=True)
     def _attempt(
         x: np.ndarray,
         dt: float,
@@ -187,7 +336,7 @@ if AVAILABLE:
         have_k1: bool,
         y: np.ndarray,
         ks: np.ndarray,
-        vector_exp: bool,
+        a_nrm: float,
     ) -> tuple[float, bool]:  # pragma: no cover
         """One trial step from ``x``: ``y`` <- the new point (retracted), ``ks[s]`` <- the stages.
 
@@ -197,15 +346,14 @@ if AVAILABLE:
         N, d = x.shape
         S = c_.shape[0]
         H = AT.shape[0]
-        logZ = np.empty(H)
-        outs = np.empty((H, d))
+        work = np.empty(d * N + N * N + 2 * d + H * N + H * N * d)  # work_size(N, d, H)
+        kk = np.empty(N * N, dtype=np.int64)
         z = np.empty((N, d))
-        E = np.empty((H, N, N))
         ok = True
         if have_k1:
             ks[0, :, :] = k1
         else:
-            ok = _field(x, AT, V, log_w, a, model, ks[0], logZ, outs, E, vector_exp) and ok
+            ok = _eval(x, AT, V, log_w, a, model, ks[0], work, kk, a_nrm) and ok
         last = S - 1 if fsal else S
         for s in range(1, last):
             for i in range(N):
@@ -214,7 +362,7 @@ if AVAILABLE:
                     for r in range(s):
                         acc += A_[s, r] * ks[r, i, c]
                     z[i, c] = x[i, c] + dt * acc
-            ok = _field(z, AT, V, log_w, a, model, ks[s], logZ, outs, E, vector_exp) and ok
+            ok = _eval(z, AT, V, log_w, a, model, ks[s], work, kk, a_nrm) and ok
         for i in range(N):
             nrm = 0.0
             for c in range(d):
@@ -230,7 +378,7 @@ if AVAILABLE:
             for c in range(d):
                 y[i, c] /= nrm
         if fsal:
-            ok = _field(y, AT, V, log_w, a, model, ks[S - 1], logZ, outs, E, vector_exp) and ok
+            ok = _eval(y, AT, V, log_w, a, model, ks[S - 1], work, kk, a_nrm) and ok
         # Error estimate: e5 = dt sum_s e5_s k_s (and e3 likewise), scaled by atol + rtol max(|x|, |y|).
         n5 = 0.0
         n3 = 0.0
@@ -264,19 +412,51 @@ if AVAILABLE:
         return err, ok
 
 
-#: From this many exponentials per evaluation (``H N^2``) up, NumPy's vectorised ``exp`` is called
-#: (measured per evaluation of a dop853 step, one head: equal at N = 32, 1.7x faster at 64, 2x at 128).
-VECTOR_EXP_FROM = 2048
-
-
-def vector_exp(N: int, H: int) -> bool:
-    """Whether an evaluation of ``N`` tokens and ``H`` heads exponentiates through NumPy."""
-    return H * N * N >= VECTOR_EXP_FROM
-
-
 def _heads_arrays(A: np.ndarray, V: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     AT = np.ascontiguousarray(np.swapaxes(A, 1, 2), dtype=np.float64)
     return AT, np.ascontiguousarray(V, dtype=np.float64), np.log(np.asarray(w, dtype=np.float64))
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _field_loop(
+        n: int,
+        x: np.ndarray,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        u: np.ndarray,
+        work: np.ndarray,
+        kk: np.ndarray,
+        a_nrm: float,
+    ) -> None:  # pragma: no cover - compiled
+        for _ in range(n):
+            _eval(x, AT, V, log_w, a, model, u, work, kk, a_nrm)
+
+
+def field_seconds(
+    x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str, n: int = 2000
+) -> float:
+    """Seconds per compiled field evaluation in a tight compiled loop (no step, no Python between
+    evaluations): the arithmetic floor of a run's evaluations at this size."""
+    import time
+
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    AT, Vc, log_w = _heads_arrays(A, V, w)
+    N, d = x.shape
+    H = AT.shape[0]
+    args = (x, AT, Vc, log_w, np.asarray(a, dtype=np.float64), MODEL_CODES[model], np.empty_like(x),
+            np.empty(work_size(N, d, H)), np.empty(N * N, dtype=np.int64), a_norm(AT))  # fmt: skip
+    _field_loop(1, *args)
+    best = math.inf
+    for _ in range(5):  # the best of five: the floor, not the machine's load
+        t = time.perf_counter()
+        _field_loop(n, *args)
+        best = min(best, (time.perf_counter() - t) / n)
+    return best
 
 
 def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str) -> np.ndarray:
@@ -291,20 +471,11 @@ def field(x: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndar
     u = np.empty_like(x)
     H, d = AT.shape[0], x.shape[1]
     N = x.shape[0]
-    E = np.empty((H, N, N))
-    if not _field(
-        x,
-        AT,
-        Vc,
-        log_w,
-        np.asarray(a, dtype=np.float64),
-        MODEL_CODES[model],
-        u,
-        np.empty(H),
-        np.empty((H, d)),
-        E,
-        vector_exp(N, H),
-    ):
+    ok = _eval(
+        x, AT, Vc, log_w, np.asarray(a, dtype=np.float64), MODEL_CODES[model], u, np.empty(work_size(N, d, H)),
+        np.empty(N * N, dtype=np.int64), a_norm(AT),
+    )  # fmt: skip
+    if not ok:
         raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
     return u
 
@@ -316,27 +487,123 @@ def embedded_attempt(
 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, bool]:  # fmt: skip
     """One trial step of an embedded pair (``tableau = (c, A, b, e5, e3, fsal)``, see the module
     docstring): ``(y, err, k_first, k_last, ok)``. ``k1``: the field at ``x`` if already known (FSAL)."""
-    AT, Vc, log_w = _heads_arrays(A, V, w)
-    c_, A_, b_, e5, e3, fsal = tableau
-    N, d = x.shape
-    ks = np.empty((c_.shape[0], N, d))
-    y = np.empty((N, d))
-    first = ks[0] if k1 is None else np.ascontiguousarray(k1, dtype=np.float64)
-    err, ok = _attempt(
-        np.ascontiguousarray(x, dtype=np.float64), float(dt), AT, Vc, log_w, np.asarray(a, dtype=np.float64),
-        MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
-        first, k1 is not None, y, ks, vector_exp(N, AT.shape[0]),
-    )  # fmt: skip
-    return y, float(err), ks[0].copy(), ks[-1].copy(), bool(ok)
+    y, err, ks, ok = SmallStep(A, V, w, a, model, tableau, rtol, atol).attempt(x, dt, k1)
+    return y, err, ks[0].copy(), ks[-1].copy(), ok
+
+
+class SmallStep:
+    """One cloud's compiled trial steps with the heads' arrays converted once: :meth:`attempt`, and the
+    dense output of an accepted step (:meth:`dense`, pairs with one: ``dense = (c_extra, A_extra, D)``)."""
+
+    def __init__(
+        self, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str,
+        tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], rtol: float, atol: float,
+        dense: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:  # fmt: skip
+        self.AT, self.V, self.log_w = _heads_arrays(A, V, w)
+        self.a = np.ascontiguousarray(a, dtype=np.float64)
+        self.model = MODEL_CODES[model]
+        self.tableau, self.dense_tab = tableau, dense
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.a_nrm = a_norm(self.AT)
+
+    def attempt(
+        self, x: np.ndarray, dt: float, k1: np.ndarray | None = None
+    ) -> tuple[np.ndarray, float, np.ndarray, bool]:
+        """``(y, err, ks, ok)``: the new point, the error norm, every stage ``(S, N, d)``, and False if
+        the field overflowed or a state is not finite."""
+        c_, A_, b_, e5, e3, fsal = self.tableau
+        N, d = x.shape
+        ks = np.empty((c_.shape[0], N, d))
+        y = np.empty((N, d))
+        first = ks[0] if k1 is None else np.ascontiguousarray(k1, dtype=np.float64)
+        err, ok = _attempt(
+            np.ascontiguousarray(x, dtype=np.float64), float(dt), self.AT, self.V, self.log_w, self.a, self.model,
+            c_, A_, b_, e5, e3, fsal, self.rtol, self.atol, first, k1 is not None, y, ks, self.a_nrm,
+        )  # fmt: skip
+        return y, float(err), ks, bool(ok)
+
+    def dense(self, x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float) -> tuple[np.ndarray, bool]:
+        """The interpolant's coefficients ``F`` ``(7, N, d)`` of the step ``x -> y`` (``ks``: its 13
+        stages), as :meth:`attnflow.schemes.integrators.DOP853Pair.dense_coefficients`; three more
+        evaluations. Evaluate with :func:`dense_value`."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        ok = _dense(
+            np.ascontiguousarray(x, dtype=np.float64), y, ks, float(dt), self.AT, self.V, self.log_w, self.a,
+            self.model, cx, Ax, D, F, self.a_nrm,
+        )  # fmt: skip
+        return F, bool(ok)
+
+
+def dense_value(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
+    """The interpolant at ``t + theta dt`` in ``R^d`` (SciPy's nesting; not retracted)."""
+    out = np.zeros_like(x)
+    for i in range(F.shape[0] - 1, -1, -1):
+        out = (out + F[i]) * (theta if (F.shape[0] - 1 - i) % 2 == 0 else 1.0 - theta)
+    return x + out
 
 
 if AVAILABLE:
 
-    @njit(cache=True)
+    @njit(cache=True, nogil=True)
+    def _dense(
+        x: np.ndarray,
+        y: np.ndarray,
+        ks: np.ndarray,
+        dt: float,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        cx: np.ndarray,
+        Ax: np.ndarray,
+        D: np.ndarray,
+        F: np.ndarray,
+        a_nrm: float,
+    ) -> bool:  # pragma: no cover - compiled
+        """``F`` <- the dense output's coefficients (see :meth:`SmallStep.dense`); False on overflow."""
+        S, N, d = ks.shape
+        E = Ax.shape[0]
+        K = np.empty((S + E, N, d))
+        K[:S] = ks
+        z = np.empty((N, d))
+        H = AT.shape[0]
+        work = np.empty(d * N + N * N + 2 * d + H * N + H * N * d)  # work_size(N, d, H)
+        kk = np.empty(N * N, dtype=np.int64)
+        ok = True
+        for e in range(E):
+            s = S + e
+            for i in range(N):
+                for c in range(d):
+                    acc = 0.0
+                    for r in range(s):
+                        acc += Ax[e, r] * K[r, i, c]
+                    z[i, c] = x[i, c] + dt * acc
+            ok = _eval(z, AT, V, log_w, a, model, K[s], work, kk, a_nrm) and ok
+        for i in range(N):
+            for c in range(d):
+                dy = y[i, c] - x[i, c]
+                F[0, i, c] = dy
+                F[1, i, c] = dt * K[0, i, c] - dy
+                F[2, i, c] = 2.0 * dy - dt * (K[S - 1, i, c] + K[0, i, c])
+                for m in range(D.shape[0]):
+                    acc = 0.0
+                    for r in range(S + E):
+                        acc += D[m, r] * K[r, i, c]
+                    F[3 + m, i, c] = dt * acc
+        return ok
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
     def _batched_attempt(
+        members: np.ndarray,
         X: np.ndarray,
         dts: np.ndarray,
-        active: np.ndarray,
         AT: np.ndarray,
         V: np.ndarray,
         log_w: np.ndarray,
@@ -353,24 +620,19 @@ if AVAILABLE:
         K1: np.ndarray,
         have_k1: np.ndarray,
         Y: np.ndarray,
-        KL: np.ndarray,
+        KS: np.ndarray,
         errs: np.ndarray,
         oks: np.ndarray,
-        vector_exp: bool,
+        a_nrm: np.ndarray,
     ) -> None:  # pragma: no cover - compiled
-        """:func:`_attempt` for every active member ``b`` of ``X`` ``(B, N, d)`` with its own step
-        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KL[b]`` (last stage), ``errs[b]``, ``oks[b]``."""
-        B, N, d = X.shape
-        S = c_.shape[0]
-        ks = np.empty((S, N, d))
-        for b in range(B):
-            if not active[b]:
-                continue
+        """:func:`_attempt` for each member ``b`` in ``members`` of ``X`` ``(B, N, d)`` with its own step
+        ``dts[b]`` and heads ``AT[b]``, ``V[b]``: ``Y[b]``, ``KS[b]`` (its stages), ``errs[b]``, ``oks[b]``.
+        Releases the GIL, so threads can run disjoint ``members`` at once."""
+        for b in members:
             err, ok = _attempt(
                 X[b], dts[b], AT[b], V[b], log_w, a, model, c_, A_, b_, e5, e3, fsal, rtol, atol, K1[b],
-                have_k1[b], Y[b], ks, vector_exp,
+                have_k1[b], Y[b], KS[b], a_nrm[b],
             )  # fmt: skip
-            KL[b] = ks[S - 1]
             errs[b] = err
             oks[b] = ok
 
@@ -378,19 +640,77 @@ if AVAILABLE:
 def batched_attempt(
     X: np.ndarray, dts: np.ndarray, active: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray,
     a: np.ndarray, model: str, tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
-    rtol: float, atol: float, K1: np.ndarray, have_k1: np.ndarray,
+    rtol: float, atol: float, K1: np.ndarray, have_k1: np.ndarray, *, threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """One trial step of every active member of an ensemble ``X`` ``(B, N, d)``, each with its own step
     ``dts`` ``(B,)`` and heads ``A``, ``V`` ``(B, H, d, d)``: ``(Y, errs, K_last, oks)`` (inactive
-    members' rows are left unset). ``K1`` ``(B, N, d)``: the first stage where ``have_k1``."""
-    B, N, d = X.shape
-    AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
-    c_, A_, b_, e5, e3, fsal = tableau
-    Y, KL = np.empty_like(X), np.empty_like(X)
-    errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
-    _batched_attempt(
-        X, dts, active, AT, np.ascontiguousarray(V, dtype=np.float64), np.log(np.asarray(w, dtype=np.float64)),
-        np.asarray(a, dtype=np.float64), MODEL_CODES[model], c_, A_, b_, e5, e3, fsal, float(rtol), float(atol),
-        K1, have_k1, Y, KL, errs, oks, vector_exp(N, A.shape[1]),
-    )  # fmt: skip
-    return Y, errs, KL, oks
+    members' rows are left unset). ``K1`` ``(B, N, d)``: the first stage where ``have_k1``.
+    ``threads``: the members are shared out to this many threads (the compiled loop releases the GIL)."""
+    return BatchedStep(A, V, w, a, model, tableau, rtol, atol, threads)(X, dts, active, K1, have_k1)
+
+
+class BatchedStep:
+    """:func:`batched_attempt` with the heads' arrays converted once (an ensemble calls it every round)."""
+
+    def __init__(
+        self, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str,
+        tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool], rtol: float, atol: float,
+        threads: int = 1, dense: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:  # fmt: skip
+        self.AT = np.ascontiguousarray(np.swapaxes(A, 2, 3), dtype=np.float64)
+        self.dense_tab = dense
+        self.KS = np.empty(0)
+        self.V = np.ascontiguousarray(V, dtype=np.float64)
+        self.log_w = np.log(np.asarray(w, dtype=np.float64))
+        self.a = np.asarray(a, dtype=np.float64)
+        self.model = MODEL_CODES[model]
+        self.tableau = tableau
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.a_nrm = np.array([a_norm(at) for at in self.AT])
+        self.threads = max(1, int(threads))
+        self._pool: Any = None
+
+    def __call__(
+        self, X: np.ndarray, dts: np.ndarray, active: np.ndarray, K1: np.ndarray, have_k1: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        B = X.shape[0]
+        c_, A_, b_, e5, e3, fsal = self.tableau
+        Y = np.empty_like(X)
+        KS = self.KS = np.empty((B, c_.shape[0], *X.shape[1:]))
+        errs, oks = np.full(B, np.inf), np.zeros(B, dtype=np.bool_)
+        idx = np.flatnonzero(active).astype(np.int64)
+
+        def run(members: np.ndarray) -> None:
+            _batched_attempt(
+                members, X, dts, self.AT, self.V, self.log_w, self.a, self.model, c_, A_, b_, e5, e3, fsal,
+                self.rtol, self.atol, K1, have_k1, Y, KS, errs, oks, self.a_nrm,
+            )  # fmt: skip
+
+        n = min(self.threads, len(idx))
+        if n <= 1:
+            run(idx)
+        else:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.threads)
+            # Interleaved shares: members of similar step counts spread over the threads alike.
+            list(self._pool.map(run, [idx[k::n] for k in range(n)]))
+        return Y, errs, KS[:, -1], oks
+
+    def dense(self, b: int, x: np.ndarray, y: np.ndarray, dt: float) -> tuple[np.ndarray, bool]:
+        """Member ``b``'s dense output of its last trial step ``x -> y`` (``dense``: the pair's
+        ``(c_extra, A_extra, D)``), as :meth:`SmallStep.dense`."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        ok = _dense(
+            x, y, self.KS[b], float(dt), self.AT[b], self.V[b], self.log_w, self.a, self.model, cx, Ax, D, F,
+            float(self.a_nrm[b]),
+        )  # fmt: skip
+        return F, bool(ok)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

@@ -177,6 +177,10 @@ class EmbeddedPair:
         """``(e, e3)``: the stage weights of the error estimate (``e3`` empty: no second estimate)."""
         return tuple(bs - bh for bs, bh in zip(self.b, self.b_hat)), ()
 
+    def dense_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The dense output's ``(c_extra, A_extra, D)`` as float64 arrays (``None``: the pair has none)."""
+        return None
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
         """The tableau as float64 arrays ``(c, A, b, e, e3, fsal)`` for compiled steps
         (:func:`attnflow.kernels.small.embedded_attempt`); ``A`` is ``(S, S)``, lower triangular."""
@@ -252,9 +256,41 @@ class DOP853Pair(EmbeddedPair):
 
     e5: tuple[float, ...] = ()
     e3: tuple[float, ...] = ()
+    #: Dense output: the three extra stages' times and rows (16 entries each), and the rows ``D``.
+    c_extra: tuple[float, ...] = ()
+    a_extra: tuple[tuple[float, ...], ...] = ()
+    d: tuple[tuple[float, ...], ...] = ()
+
+    def dense_coefficients(
+        self, f: Callable[[float, torch.Tensor], torch.Tensor], t: float, x: torch.Tensor, y: torch.Tensor,
+        ks: list[torch.Tensor], dt: float,
+    ) -> list[torch.Tensor]:  # fmt: skip
+        """The seven coefficients ``F_0 .. F_6`` of the 7th-order interpolant of the step ``x -> y`` on
+        ``[t, t + dt]`` (Hairer, Norsett & Wanner I, II.6; SciPy's ``Dop853DenseOutput``) from its 13
+        stages ``ks`` (the last one the field at ``y``); evaluates the field three more times."""
+        K = list(ks)
+        for c, row in zip(self.c_extra, self.a_extra):
+            K.append(f(t + c * dt, x + dt * _combine(row, K)))
+        dy = y - x
+        F = [dy, dt * K[0] - dy, 2.0 * dy - dt * (K[12] + K[0])]
+        return F + [dt * _combine(row, K) for row in self.d]
+
+    @staticmethod
+    def dense_value(x: torch.Tensor, F: list[torch.Tensor], theta: float) -> torch.Tensor:
+        """The interpolant at ``t + theta dt``: ``x + theta (F_0 + (1 - theta) (F_1 + theta (F_2 + ...)))``,
+        in ``R^d`` (not retracted: the caller retracts a state that lives on the sphere)."""
+        out = torch.zeros_like(x)
+        for i, coef in enumerate(reversed(F)):
+            out = (out + coef) * (theta if i % 2 == 0 else 1.0 - theta)
+        return x + out
 
     def error_weights(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return self.e5, self.e3
+
+    def dense_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if not self.d:
+            return None
+        return np.array(self.c_extra), np.array(self.a_extra), np.array(self.d)
 
     def error(self, dt: float, ks: list[torch.Tensor]) -> torch.Tensor:
         """``e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``: the 5th-order estimate damped by the 3rd-order one."""
@@ -277,6 +313,9 @@ def _dop853() -> DOP853Pair:
         b_hat=tuple(bs - es for bs, es in zip(b, tab.E5)),
         e5=tab.E5,
         e3=tab.E3,
+        c_extra=tab.C_EXTRA,
+        a_extra=tab.A_EXTRA,
+        d=tab.D,
     )  # fmt: skip
 
 

@@ -20,13 +20,15 @@ import torch
 
 from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
-from attnflow.core.geometry import project_tangent
+from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels import small as _small
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, Integrator, get_integrator
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.guards import Float32Monitor, NumericalInstability, PrecisionWarning, warn
 from attnflow.solve.loop import Costs, Evaluation, Observer, StepFailed, StepState, Trial, integrate
@@ -175,7 +177,9 @@ def simulate_ensemble(
     :func:`attnflow.simulate`) give every member its own step control (one
     :class:`~attnflow.solve.controllers.PIState` each), all members' trial steps in one compiled call
     per round (:mod:`attnflow.kernels.small`): constant weights, plain heads, float64, small clouds.
-    Member ``b`` then steps as its single run does (its states equal to 1e-12).
+    Member ``b`` then steps as its single run does (its states equal to 1e-12); with ``dop853`` the
+    saves come from each step's dense output, as in a single run. ``threads``: the members are shared
+    out to this many threads (``None``: :func:`ensemble_threads` decides from the work of a round).
     """
     options = KernelOptions(backend)
     model = check_model_name(model)
@@ -212,7 +216,7 @@ def simulate_ensemble(
         return _adaptive_ensemble(
             X, processes, beta_arr, seed_list, model=model, t0=float(t0), t_end=float(t_end), dt=float(dt),
             method=method, save_every=every, token_weights=token_weights, head_weights=head_weights,
-            options=options, progress=progress,
+            options=options, progress=progress, threads=threads,
             controller=PIController(
                 1e-6 if rtol is None else rtol, 1e-9 if atol is None else atol, dt, dt_min, dt_max
             ),
@@ -361,11 +365,35 @@ class _EnsembleSaver:
             self.record(state.t, state.x)
 
 
+def _dense_saves(
+    step: _small.BatchedStep, m: int, x: np.ndarray, y: np.ndarray, t: float, h: float, t_new: float,
+    saves: list[float], nxt: np.ndarray, out: np.ndarray, k: int,
+) -> None:  # fmt: skip
+    """Member ``m``'s save times inside its step ``t -> t_new`` from the step's dense output, retracted."""
+    F, ok = step.dense(m, x, y, h)
+    if not ok:
+        raise NumericalInstability(
+            f"member {m}: the field is not finite at t={t:.6g} (dense output); lower its beta", step=k, t=t
+        )
+    while saves[nxt[m]] < t_new:
+        out[nxt[m], m] = retract(torch.from_numpy(_small.dense_value(x, F, (saves[nxt[m]] - t) / h))).numpy()
+        nxt[m] += 1
+
+
+def ensemble_threads(threads: int | None, B: int, N: int, H: int, stages: int) -> int:
+    """Threads an adaptive ensemble of ``B`` members uses (at most ``B``): the
+    :class:`~attnflow.core.threads.ThreadPolicy` of ``threads`` for the work of one round
+    (``B stages H N^2`` kernel values). Every round ends when its slowest share does, so beside other
+    work a second thread can lose (100 seeds of ``N = 32``: two threads took 2.0x the time of one at
+    load 4.8 on two cores, 0.85x at load 3.4; docs/performance.md): small rounds stay on one thread."""
+    return max(1, min(B, ThreadPolicy(threads).for_work(float(B) * stages * H * N * N)))
+
+
 def _adaptive_ensemble(
     X: torch.Tensor, processes: list[WeightProcess], betas: np.ndarray, seeds: list[int | None], *, model: str,
     t0: float, t_end: float, dt: float, method: str, save_every: int, token_weights: ArrayLike | None,
     head_weights: ArrayLike | None, options: KernelOptions, controller: PIController,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int], None] | None, threads: int | None = None,
 ) -> Ensemble:  # fmt: skip
     """Every member with its own PI step control, all members' trial steps in one compiled call per
     round; each member lands exactly on every save time, proposing its steps as a single run does
@@ -395,8 +423,12 @@ def _adaptive_ensemble(
     pair = ADAPTIVE[method]
     tab = pair.arrays()
     spacing = dt * save_every
-    lo, hi = controller.bounds(spacing)
-    members = [controller.start(t_end, min(pair.order, pair.embedded_order), spacing) for _ in range(B)]
+    dense_tab = pair.dense_arrays() if _saveat.DENSE_SAVES else None
+    # With dense output (dop853) steps pass the save times and are not bounded by their spacing, as in
+    # a single run (attnflow.solve.solver).
+    bound = t_end - t0 if dense_tab is not None else spacing
+    lo, hi = controller.bounds(bound)
+    members = [controller.start(t_end, min(pair.order, pair.embedded_order), bound) for _ in range(B)]
     saves = [t0, *save_grid(t0, t_end, spacing)]
     x = X.numpy().copy()
     out = np.empty((len(saves), B, N, d))
@@ -411,39 +443,49 @@ def _adaptive_ensemble(
     h = np.zeros(B)
     hit = np.zeros(B, dtype=np.bool_)
     a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
+    n_threads = ensemble_threads(threads, B, N, heads[0].H, pair.stages)
+    step = _small.BatchedStep(A, V, w_np, a_np, model, tab, controller.rtol, controller.atol, n_threads, dense_tab)
     start = _time.perf_counter()
     rounds = 0
-    while True:
-        active = nxt < len(saves)
-        if not active.any():
-            break
-        for m in np.flatnonzero(active).tolist():
-            h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), saves[nxt[m]])
-        Y, err, KL, ok = _small.batched_attempt(x, h, active, A, V, w_np, a_np, model, tab, controller.rtol,
-                                                controller.atol, K1, have)  # fmt: skip
-        evals[active] += pair.stages - have[active]
-        for m in np.flatnonzero(active).tolist():
-            e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
-            if e <= 1.0:
-                members[m].accept(e, float(h[m]))
-                x[m], K1[m], have[m] = Y[m], KL[m], True
-                T[m] = saves[nxt[m]] if hit[m] else T[m] + h[m]
-                if hit[m]:
-                    out[nxt[m], m] = x[m]
-                    nxt[m] += 1
-                accepted[m] += 1
-            else:
-                rejected[m] += 1
-                if not members[m].reject(e, float(h[m]), float(T[m])):
-                    why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
-                    raise NumericalInstability(
-                        f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, "
-                        "lower dt_min, or lower its beta",
-                        step=int(accepted[m]), t=float(T[m]),
-                    )  # fmt: skip
-        rounds += 1
-        if progress is not None and rounds % 64 == 0:
-            progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    try:
+        while True:
+            active = nxt < len(saves)
+            if not active.any():
+                break
+            for m in np.flatnonzero(active).tolist():
+                stop = t_end if dense_tab is not None else saves[nxt[m]]
+                h[m], _, hit[m] = members[m].propose(float(T[m]), int(accepted[m]), stop)
+            Y, err, KL, ok = step(x, h, active, K1, have)
+            evals[active] += pair.stages - have[active]
+            for m in np.flatnonzero(active).tolist():
+                e = float(err[m]) if ok[m] and np.isfinite(Y[m]).all() else math.inf
+                if e <= 1.0:
+                    members[m].accept(e, float(h[m]))
+                    t_new = (t_end if dense_tab is not None else saves[nxt[m]]) if hit[m] else T[m] + h[m]
+                    if dense_tab is not None and saves[nxt[m]] < t_new:
+                        evals[m] += 3
+                        _dense_saves(step, m, x[m], Y[m], float(T[m]), float(h[m]), t_new, saves, nxt, out,
+                                     int(accepted[m]))  # fmt: skip
+                    x[m], K1[m], have[m] = Y[m], KL[m], True
+                    T[m] = t_new
+                    if hit[m]:
+                        out[nxt[m], m] = x[m]
+                        nxt[m] += 1
+                    accepted[m] += 1
+                else:
+                    rejected[m] += 1
+                    if not members[m].reject(e, float(h[m]), float(T[m])):
+                        why = "the field is not finite" if not ok[m] else "the tolerance cannot be met"
+                        raise NumericalInstability(
+                            f"member {m}: {why} at t={T[m]:.6g} with the smallest allowed step; loosen rtol/atol, "
+                            "lower dt_min, or lower its beta",
+                            step=int(accepted[m]), t=float(T[m]),
+                        )  # fmt: skip
+            rounds += 1
+            if progress is not None and rounds % 64 == 0:
+                progress(int(1000 * float(np.mean((T - t0) / (t_end - t0)))), 1000)
+    finally:
+        step.close()
     f = EnsembleField(
         model, [p.sampler(sd) for p, sd in zip(processes, seeds)], betas, a, w, X.dtype, X.device, options
     )
@@ -458,6 +500,7 @@ def _adaptive_ensemble(
             "wall_time_s": _time.perf_counter() - start, "rounds": rounds,
             "adaptive": {"accepted_steps": accepted.tolist(), "rejected_steps": rejected.tolist(),
                          "field_evaluations": evals.tolist(), "rtol": float(controller.rtol),
-                         "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "compiled": True},
+                         "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "compiled": True,
+                         "threads": n_threads},
         },
     )  # fmt: skip

@@ -54,12 +54,17 @@ class Evaluation:
 @dataclass(frozen=True)
 class Trial:
     """One trial step: the new state ``y``, its error norm ``err`` (``<= 1`` accepts; 0 for fixed steps),
-    and the evaluations it made at its start and end (``None`` when it made none)."""
+    and the evaluations it made at its start and end (``None`` when it made none).
+
+    ``dense``: the step's dense output, ``s -> x(s)`` for ``s`` inside the step (on the sphere), when
+    the stepper has one and the run saves through it (:func:`integrate`'s ``dense_saves``).
+    """
 
     y: torch.Tensor
     err: float
     start: Evaluation | None = None
     end: Evaluation | None = None
+    dense: Callable[[float], torch.Tensor] | None = None
 
 
 #: ``attempt(t, x, h, first) -> Trial``: one trial step from ``x`` at ``t``; ``first`` is the known
@@ -187,6 +192,7 @@ def integrate(
     guard: Guard | None = None,
     costs: Costs | None = None,
     stats: AdaptiveStats | None = None,
+    dense_saves: bool = False,
 ) -> torch.Tensor:
     """Step from ``x`` (the state after ``k0`` steps, at time ``t``) until ``control.done``; returns the final state.
 
@@ -202,6 +208,10 @@ def integrate(
     ``first``: the evaluation known at the initial state. ``on_accept(t_new, h, hit_break)`` runs
     after each accepted step, before the observers; it returns ``True`` when the weights jumped at
     ``t_new`` (the evaluations carried over from the step no longer hold there).
+
+    ``dense_saves``: steps do not stop at save times; a save time inside an accepted step is given to
+    the recorders as the step's dense output there (:attr:`Trial.dense`, which every trial must then
+    carry), before the step's own new state. The observers see only the steps' states.
     """
     costs = Costs({}) if costs is None else costs
     stats = AdaptiveStats() if stats is None else stats
@@ -210,7 +220,7 @@ def integrate(
     k = k0
     while not control.done(t, k):
         brk = next_break(t)
-        h, t_new, hit = control.propose(t, k, min(saves.next_stop(t), brk))
+        h, t_new, hit = control.propose(t, k, brk if dense_saves else min(saves.next_stop(t), brk))
         undo = rollback(t) if rollback is not None else None
         why: str | None = None
         trial: Trial | None = None
@@ -236,6 +246,17 @@ def integrate(
             continue
         k += 1
         last = control.done(t_new, k)
+        if dense_saves:
+            assert trial.dense is not None, "dense_saves needs trials with dense output"
+            try:
+                while (s := saves.next_stop(t)) < t_new:
+                    saves.due(k, s)  # consumes s
+                    inner = StepState(k=k, n_steps=control.n_steps(k, last), t=s, x=trial.dense(s), save=True, dt=h)
+                    _notify(recorders, inner, costs)
+            except (OverflowError, StateRejected) as e:
+                if undo is not None:
+                    undo()
+                raise StepFailed(k, t, x, _reason(e)) from None
         state = StepState(
             k=k, n_steps=control.n_steps(k, last), t=t_new, x=trial.y, save=saves.due(k, t_new) or last, dt=h,
             evaluation=trial.end,

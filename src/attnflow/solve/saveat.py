@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from attnflow.core.errors import Hint, InputError
 
-__all__ = ["SaveAt", "whole", "save_grid"]
+__all__ = ["SaveAt", "whole", "save_grid", "DENSE_SAVES"]
+
+#: Whether compiled adaptive runs and ensembles save through the pair's dense output where it has one
+#: (``dop853``): steps then pass save times and the states there are interpolated (and retracted).
+#: Off, every save time ends a step (the tests and the benchmark compare both).
+DENSE_SAVES = True
 
 
 def whole(name: str, value: object, *, least: int = 1) -> int:

@@ -24,8 +24,8 @@ import torch
 from attnflow.analysis.edi import StepRecorder
 from attnflow.config.spec import RunSpec
 from attnflow.core.arrays import to_numpy
-from attnflow.core.errors import Hint, InputError
-from attnflow.core.geometry import project_tangent
+from attnflow.core.errors import FloatRangeError, Hint, InputError
+from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
@@ -33,8 +33,9 @@ from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
-from attnflow.schemes.integrators import ADAPTIVE, EmbeddedPair, Integrator, get_integrator
+from attnflow.schemes.integrators import ADAPTIVE, DOP853Pair, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
+from attnflow.solve import saveat as _saveat
 from attnflow.solve.controllers import ConstantStep, PIController
 from attnflow.solve.loop import AdaptiveStats, Costs, Evaluation, Observer, StepFailed, Trial, integrate
 from attnflow.solve.observers import CheckpointWriter, PrecisionCheck, ProgressReport, Saver
@@ -180,12 +181,22 @@ def _solve(
     dt = controller.dt if isinstance(controller, ConstantStep) else float(controller.dt0)
     run = _Run(t=t0)
 
+    recording = bool(record_steps or (record_steps is None and model == "gf"))
+    compiled = _compiled_step(pair, p.process, x, a, w, p.options, recording) if adaptive and pair else None
+    # Saves through the pair's dense output where it has one (dop853): steps no longer stop at save
+    # times, nor are they bounded by the save spacing (the default dt_max is then t_end - t0). Not with
+    # the EDI step recorder (its rows are the steps') nor in float32 (the float32 check runs at saves).
+    dense = (
+        _saveat.DENSE_SAVES and pair is not None and adaptive and pair.dense_arrays() is not None
+        and not recording and x.dtype == torch.float64
+    )  # fmt: skip
     if isinstance(controller, PIController):
         assert pair is not None
-        # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly) and t_end.
+        # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly, or interpolated
+        # with dense saves) and t_end.
         spacing = dt * every if every is not None else t_end - t0
-        lo, hi = controller.bounds(spacing)
-        control: Any = controller.start(t_end, min(pair.order, pair.embedded_order), spacing)
+        lo, hi = controller.bounds(t_end - t0 if dense else spacing)
+        control: Any = controller.start(t_end, min(pair.order, pair.embedded_order), t_end - t0 if dense else spacing)
         times = save_grid(t0, t_end, spacing) if saveat.times is None else [*saveat.times, float(t_end)]
         save_at = SaveAt(times=tuple(sorted(set(times))))
         sampler: WeightSampler = p.process.adaptive_sampler(p.seed, dt)
@@ -285,13 +296,12 @@ def _solve(
     if checkpoint is not None and resume is None:
         checkpoint.write(snapshot(0, x))
 
-    compiled = _compiled_step(pair, p.process, x, a, w, options, recorder is not None) if adaptive and pair else None
     if adaptive:
         assert pair is not None
         if compiled is not None:
-            attempt = _compiled_attempt(pair, compiled, heads_at, model, control, run)
+            attempt = _compiled_attempt(pair, compiled, heads_at, model, control, run, dense)
         else:
-            attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box)
+            attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box, dense)
     else:
         attempt = _fixed_attempt(integrator, f, recorder)
 
@@ -332,7 +342,7 @@ def _solve(
             attempt, x, t=t_start, control=control, saves=save_at.start(t_start), k0=run.k0,
             first=first, next_break=sampler.next_break if adaptive else (lambda t: float("inf")),
             recorders=[saver], observers=observers, rollback=rollback, on_accept=on_accept if adaptive else None,
-            costs=costs, stats=run.stats,
+            costs=costs, stats=run.stats, dense_saves=dense,
         )  # fmt: skip
     except StepFailed as e:
         raise _instability(
@@ -352,7 +362,7 @@ def _solve(
         provenance["adaptive"] = {
             **run.stats.as_dict(), "field_evaluations": run.evaluations, "rtol": float(controller.rtol),
             "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "dt_next": control.dt,
-            "compiled": compiled is not None,
+            "compiled": compiled is not None, "dense_saves": dense,
         }  # fmt: skip
     if resume is not None:
         provenance["resumed_from_step"] = run.k0
@@ -405,10 +415,12 @@ def _recorder_end(recorder: StepRecorder) -> Evaluation | None:
 
 
 def _adaptive_attempt(
-    pair: EmbeddedPair, f: TimeField, recorder: StepRecorder | None, control: Any, run: _Run, err_box: list
-) -> Any:
+    pair: EmbeddedPair, f: TimeField, recorder: StepRecorder | None, control: Any, run: _Run, err_box: list,
+    dense: bool = False,
+) -> Any:  # fmt: skip
     """One trial step of the embedded pair with its error norm; the first stage is the known evaluation
-    (the last step's FSAL stage, a retry's start, a saved state's pass), the last one is kept for the next."""
+    (the last step's FSAL stage, a retry's start, a saved state's pass), the last one is kept for the next.
+    ``dense``: each trial carries its dense output (:class:`~attnflow.schemes.integrators.DOP853Pair`)."""
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
         f.left_after = t
@@ -423,12 +435,18 @@ def _adaptive_attempt(
                 k1 = first.v
                 if first.fresh:  # a saved state's diagnostics pass serves as the step's first evaluation
                     run.evaluations += 1
-            y1, e, k_last = pair.attempt(_counted(f, run), t, y, h, k1=k1)
+            if dense:
+                assert isinstance(pair, DOP853Pair)
+                y1, ks = pair.stages_of(_counted(f, run), t, y, h, k1=k1)
+                e, k_last = pair.error(h, ks), ks[-1]
+            else:
+                y1, e, k_last = pair.attempt(_counted(f, run), t, y, h, k1=k1)
             return Trial(
                 y1,
                 control.norm(y, y1, e),
                 start=Evaluation(t, k1),
                 end=Evaluation(t + h, k_last) if pair.fsal else None,
+                dense=_torch_dense_output(pair, f, run, t, h, y, y1, ks) if dense else None,
             )
         finally:
             f.left_after = None
@@ -436,20 +454,41 @@ def _adaptive_attempt(
     return attempt
 
 
+def _torch_dense_output(
+    pair: Any, f: TimeField, run: _Run, t: float, h: float, x: torch.Tensor, y: torch.Tensor, ks: list[torch.Tensor]
+) -> Callable[[float], torch.Tensor]:
+    """``s -> retract(interpolant(s))`` on ``[t, t + h]`` (the torch field; coefficients at the first call)."""
+    coef: list[list[torch.Tensor]] = []
+
+    def at(s: float) -> torch.Tensor:
+        if not coef:
+            f.left_after = t  # the extra stages lie inside the step: the weights of its start
+            try:
+                coef.append(pair.dense_coefficients(_counted(f, run), t, x, y, ks, h))
+            finally:
+                f.left_after = None
+        return retract(pair.dense_value(x, coef[0], (s - t) / h))
+
+    return at
+
+
 @dataclass
 class _CompiledStep:
-    """What :mod:`attnflow.kernels.small` needs besides the state: the tableau, masses, the heads' arrays."""
+    """What :mod:`attnflow.kernels.small` needs besides the state: the tableau (and the dense output's
+    arrays, ``None`` for pairs without one), masses, and the compiled step of the last heads."""
 
     tableau: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]
     a: np.ndarray
     w: np.ndarray
-    _last: tuple[Heads, np.ndarray, np.ndarray] | None = None
+    dense: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _last: tuple[Heads, _small.SmallStep] | None = None
 
-    def matrices(self, heads: Heads) -> tuple[np.ndarray, np.ndarray]:
-        """``(A, V)`` as float64 arrays, converted once per distinct heads object."""
+    def step(self, heads: Heads, model: str, rtol: float, atol: float) -> _small.SmallStep:
+        """The compiled step of ``heads``, made once per distinct heads object."""
         if self._last is None or self._last[0] is not heads:
-            self._last = (heads, heads.A.double().numpy(), heads.values.double().numpy())
-        return self._last[1], self._last[2]
+            A, V = heads.A.double().numpy(), heads.values.double().numpy()
+            self._last = (heads, _small.SmallStep(A, V, self.w, self.a, model, self.tableau, rtol, atol, self.dense))
+        return self._last[1]
 
 
 #: Up to this many kernel values per evaluation (``H N^2``), in dimension ``d <= COMPILED_MAX_D``, an
@@ -479,32 +518,55 @@ def _compiled_step(
         return None
     if not all(_small.supported(h, "cpu", x.dtype) for h in all_heads):
         return None
-    return _CompiledStep(pair.arrays(), to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64))
+    return _CompiledStep(
+        pair.arrays(), to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64), pair.dense_arrays()
+    )
 
 
 def _compiled_attempt(
     pair: EmbeddedPair, compiled: _CompiledStep, heads_at: Callable[[float], Heads], model: str, control: Any,
-    run: _Run,
+    run: _Run, dense: bool = False,
 ) -> Any:  # fmt: skip
-    """:func:`_adaptive_attempt` as one compiled call (:func:`attnflow.kernels.small.embedded_attempt`); the
-    heads are those of the step's start (constant or layer weights, whose breaks the loop steps onto)."""
+    """:func:`_adaptive_attempt` as one compiled call (:class:`attnflow.kernels.small.SmallStep`); the
+    heads are those of the step's start (constant or layer weights, whose breaks the loop steps onto).
+    ``dense``: each trial carries its dense output (three more evaluations, made only when a save
+    time falls inside the step), retracted onto the sphere."""
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
-        A_np, V_np = compiled.matrices(heads_at(t))
+        small_step = compiled.step(heads_at(t), model, control.rtol, control.atol)
+        x_np = y.numpy()
         k1 = None if first is None else first.v.numpy()
-        y_np, err, k_first, k_last, ok = _small.embedded_attempt(
-            y.numpy(), h, A_np, V_np, compiled.w, compiled.a, model, compiled.tableau, control.rtol, control.atol,
-            k1=k1,
-        )  # fmt: skip
+        y_np, err, ks, ok = small_step.attempt(x_np, h, k1)
         # The stages the call made (a saved state's fresh pass serves as the first, as in _adaptive_attempt).
         run.evaluations += pair.stages - (1 if first is not None and not first.fresh else 0)
-        start = Evaluation(t, first.v if first is not None else torch.from_numpy(k_first))
+        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0].copy()))
         return Trial(
             torch.from_numpy(y_np), err if ok else float("inf"), start=start,
-            end=Evaluation(t + h, torch.from_numpy(k_last)) if pair.fsal else None,
+            end=Evaluation(t + h, torch.from_numpy(ks[-1].copy())) if pair.fsal else None,
+            dense=_dense_output(small_step, t, h, x_np, y_np, ks, run) if dense else None,
         )  # fmt: skip
 
     return attempt
+
+
+def _dense_output(
+    small_step: _small.SmallStep, t: float, h: float, x: np.ndarray, y: np.ndarray, ks: np.ndarray, run: _Run
+) -> Callable[[float], torch.Tensor]:
+    """``s -> retract(interpolant(s))`` on ``[t, t + h]``; the coefficients are made at the first call."""
+    coef: list[np.ndarray] = []
+
+    def at(s: float) -> torch.Tensor:
+        if not coef:
+            F, ok = small_step.dense(x, y, ks, h)
+            run.evaluations += 3
+            if not ok:
+                raise FloatRangeError(
+                    "the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'."
+                )
+            coef.append(F)
+        return retract(torch.from_numpy(_small.dense_value(x, coef[0], (s - t) / h)))
+
+    return at
 
 
 def _restore(
