@@ -45,11 +45,12 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 # -rs: the summary lists each skipped test with its reason (the browser tests without Chromium).
+# -n auto (pytest-xdist): one test process per core; PYTEST_ARGS='-n 0 ...' runs in this process.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -n auto $(PYTEST_ARGS)
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -m '' $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs -n auto -m '' $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
