@@ -20,6 +20,14 @@ The slope ``|dF|(mu_t, Theta_t)`` (the cloud's metric speed) is judged against t
 scale ``s_H`` (:func:`floor_scale`): the rms slope that ``H`` heads drawn from the stationary law give
 a cloud at the limit's stationary point. OU weights: the late-window rms slope is at most
 ``FLOOR_FACTOR s_H``; oscillating weights keep it above.
+
+The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
+(:func:`_continued`) while the late window would hold less than one ``max(tau, 1/g)``, up to
+``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time, ``g`` the cluster's slowest
+rate, :func:`slow_rate`); what stays short is reported ("did not settle within the cap", "slow mode
+beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over the settling window is below
+``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H`` (:class:`Settling`), ``w_H`` the finite-``H``
+wander measured by replica runs with independent heads' noise (:func:`wander_scale`).
 """
 
 from __future__ import annotations
