@@ -559,15 +559,16 @@ def _length_note(length: RunLength, window: Window) -> str:
     """Why a window is too short, from the run's length, its cap and its relaxation times ('' when it is not)."""
     if window.ok:
         return ""
-    if length.slow_beyond_cap and window.tau >= length.tau_slow:
+    if length.slow_beyond_cap and length.tau_slow > length.tau and math.isclose(window.tau, length.tau_slow):
         return (
             f"Slow mode beyond the cap: the cluster's slowest direction relaxes at rate g = {fmt(1 / length.tau_slow)} "
-            f"(1/g = {fmt(length.tau_slow)}: the heads' mean is nearly degenerate there), so a conclusive run needs "
+            f"(1/g = {fmt(length.tau_slow)}, longer than the energy's tau = {fmt(length.tau)}), so a conclusive run needs "
             f"T >= {WINDOW_TAUS + MIN_WINDOW_TAUS:g}/g = {fmt((WINDOW_TAUS + MIN_WINDOW_TAUS) * length.tau_slow)}, "
             f"beyond the cap {length.cap:g}; the run was not extended for it. Inconclusive, counted as a FAIL."
         )
     return (
-        f"Did not settle within the cap: the run continued to T = {length.T:g} (cap {length.cap:g}) and its late "
+        f"Did not settle within the cap: the run ended at T = {length.T:g} (t_end {length.base:g}, cap {length.cap:g}) "
+        "and its late "
         f"window is still only {window.length_taus:.2g} of its relaxation time tau = {fmt(window.tau)} long "
         f"(at least {MIN_WINDOW_TAUS:g} needed). Inconclusive, counted as a FAIL."
     )
@@ -941,8 +942,9 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     ]
     for i, (p, note) in enumerate(zip(preds, notes)):
         if not p.ok:
-            short_note = "" if i == 1 else _length_note(length, window)
-            p.explanation = (note + " " + short_note + " " + p.explanation).strip()
+            # A window too short for the run's relaxation time is the reason, whatever the numbers say.
+            note = note if i == 1 or window.ok else _length_note(length, window)
+            p.explanation = (note + " " + p.explanation).strip()
     res = ExperimentResult(
         "ou",
         headline,
@@ -1114,7 +1116,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     ]
     clusters_ou = int(trajs["ou"].diagnostics["clusters"][-1])
     notes = [_SEE_FIGURES] * 3 + [
-        _floor_note(fl),
+        (_floor_note(fl) + " " + _length_note(length, window)).strip(),
         _settle_note(cfg, st, length, clusters_ou, fl["ou"]["ratio"]),
     ]
     for p, note in zip(preds, notes):
