@@ -22,7 +22,8 @@ a cloud at the limit's stationary point. OU weights: the late-window rms slope i
 ``FLOOR_FACTOR s_H``; oscillating weights keep it above.
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
-(:func:`_continued`) while the late window would hold less than one ``max(tau, 1/g)``, up to
+(:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
+``max(tau, 1/g)``, up to
 ``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time, ``g`` the cluster's slowest
 rate, :func:`slow_rate`); what stays short is reported ("did not settle within the cap", "slow mode
 beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over the settling window is below
@@ -73,9 +74,9 @@ from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
 #: of its final state, plus :data:`WANDER_FACTOR` times the wander scale of the heads' finite-H noise.
 SETTLED_FRACTION = 0.1
 #: The settling bound's allowance for the finite-H wander: :data:`WANDER_FACTOR` times ``w_H``, the rms over
-#: :data:`WANDER_REPLICAS` replicas of ``W2`` between the run's final cloud and a replica run from the late
-#: window's start with independent heads' noise (:func:`wander_scale`). A common deterministic drift cancels
-#: in ``w_H``; the noise-driven wander does not. A settled cloud's largest late distance ``max_t W2(mu_t, mu_T)``
+#: :data:`WANDER_REPLICAS` replicas of ``W2`` between the run's final cloud and a replica run with independent
+#: heads' noise from the run's state one memory time before the settling window (:func:`wander_scale`). A
+#: common deterministic drift cancels in ``w_H``; the noise-driven wander does not. A settled cloud's largest late distance ``max_t W2(mu_t, mu_T)``
 #: is one path's wander over lags up to the window length: in expectation ``1/sqrt(2)`` of ``w_H`` (two
 #: independent paths) times at most ~1.6 (the largest lag's excursion over its end value), so about
 #: ``0.7 .. 1.1 w_H``; the factor 2 covers that and the scatter of an rms of a few replicas (stated before
@@ -231,6 +232,20 @@ def slow_rate(A_bar: np.ndarray) -> float:
     return float(rates.min())
 
 
+def settling_window(t: np.ndarray, tau: float, tau_slow: float) -> Window:
+    """The settling window ``[max(WINDOW_TAUS (tau + tau_slow), T/2), T]``, long enough when it holds
+    ``MIN_WINDOW_TAUS`` of ``max(tau, tau_slow)``.
+
+    The slow mode starts relaxing once the cluster has formed, about when the energy has (``WINDOW_TAUS tau``),
+    and from an amplitude of order one (the cluster forms anywhere): it needs ``WINDOW_TAUS`` of its own time
+    ``tau_slow = 1/g`` after that."""
+    T0, T = float(t[0]), float(t[-1])
+    if not (math.isfinite(tau) and math.isfinite(tau_slow)):
+        return Window(T, T, math.inf)
+    start = max(WINDOW_TAUS * (tau + tau_slow), T0 + 0.5 * (T - T0))
+    return Window(min(start, T), T, max(tau, tau_slow))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunLength:
     """How long the runs went and why: the base ``t_end``, the final ``T``, the cap, the OU run's energy
@@ -244,8 +259,9 @@ class RunLength:
 
     @property
     def needed(self) -> float:
-        """The length at which the late window holds ``MIN_WINDOW_TAUS`` of the longer relaxation time."""
-        return (WINDOW_TAUS + MIN_WINDOW_TAUS) * max(self.tau, self.tau_slow)
+        """The length at which the settling window (:func:`settling_window`) holds ``MIN_WINDOW_TAUS`` of the
+        longer relaxation time."""
+        return WINDOW_TAUS * (self.tau + self.tau_slow) + MIN_WINDOW_TAUS * max(self.tau, self.tau_slow)
 
     @property
     def capped(self) -> bool:
@@ -317,7 +333,7 @@ def _simulate_pair(cfg_yaml: str, seed: int):
         o = trajs["ou"]
         T = float(o.t[-1])
         length = RunLength(t_end, T, cap, relaxation_time(o.t, o.diagnostics["energy"]), tau_slow)
-        need = (WINDOW_TAUS + MIN_WINDOW_TAUS) * (length.tau if length.slow_beyond_cap else max(length.tau, tau_slow))
+        need = (WINDOW_TAUS + MIN_WINDOW_TAUS) * length.tau if length.slow_beyond_cap else length.needed
         if not math.isfinite(need):
             need = 2.0 * T
         if T >= need - 1e-9 or T >= cap - 1e-9:
@@ -496,12 +512,19 @@ def _settle_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     trajs, procs, length = _simulate_pair(cfg_yaml, seed)
     o = trajs["ou"]
     # The settling window is in units of the longer of the two relaxation times: the energy's and the slow mode's.
-    win = late_window(o.t, max(length.tau, length.tau_slow))
-    k = int(np.flatnonzero(o.t >= win.start - 1e-12)[0])
+    win = settling_window(o.t, length.tau, length.tau_slow)
+    # The replicas start one memory time before the window: the wander a path shows in the window also carries
+    # the noise of the heads' correlation time 1/rate and of the cloud's relaxation time before it (started at
+    # the window itself, the replicas would share that and underestimate the wander); never before
+    # (WINDOW_TAUS - 1) relaxation times, where the cluster has formed.
+    memory = win.tau + 1.0 / procs["ou"].rate
+    t_rep = max(win.start - memory, (WINDOW_TAUS - 1.0) * win.tau) if math.isfinite(win.tau) else win.start
+    k = int(np.flatnonzero(o.t >= min(t_rep, win.start) - 1e-12)[0])
     reps = wander_scale(o, procs["ou"], k, WANDER_REPLICAS, float(cfg["integration"]["dt"]), _seeds(seed)[5] + 4)
     w = float(np.sqrt(np.mean(reps**2)))
     return {
         "window": win,
+        "replicas_from": float(o.t[k]),
         "replicas": reps,
         "wander": w,
         "ou": settling(o, win.start, w),
@@ -563,7 +586,7 @@ def _length_note(length: RunLength, window: Window) -> str:
         return (
             f"Slow mode beyond the cap: the cluster's slowest direction relaxes at rate g = {fmt(1 / length.tau_slow)} "
             f"(1/g = {fmt(length.tau_slow)}, longer than the energy's tau = {fmt(length.tau)}), so a conclusive run needs "
-            f"T >= {WINDOW_TAUS + MIN_WINDOW_TAUS:g}/g = {fmt((WINDOW_TAUS + MIN_WINDOW_TAUS) * length.tau_slow)}, "
+            f"T >= {fmt(length.needed)} ({WINDOW_TAUS:g} (tau + 1/g) + max(tau, 1/g)), "
             f"beyond the cap {length.cap:g}; the run was not extended for it. Inconclusive, counted as a FAIL."
         )
     return (
@@ -866,6 +889,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settling_over_bound_oscillating": s_osc.ratio,
         "wander_scale": st["wander"],
         "wander_replicas": st["replicas"],
+        "wander_replicas_from": st["replicas_from"],
         "settling_window": [swin.start, swin.end],
         "w2_to_final_late": w2_ou,
         "run_length": dataclasses.asdict(length) | {"needed": length.needed, "capped": length.capped},
@@ -885,7 +909,10 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     }
     short = "" if window.ok else f" (the window is only {window.length_taus:.2g} relaxation times long)"
     sshort = "" if swin.ok else f" (the window is only {swin.length_taus:.2g} of the slow time {fmt(swin.tau)} long)"
-    swin_text = f"t in [{swin.start:.3g}, {swin.end:.3g}] (from {WINDOW_TAUS:g} x max(tau, 1/g) = {fmt(swin.tau)})"
+    swin_text = (
+        f"t in [{swin.start:.3g}, {swin.end:.3g}] (from {WINDOW_TAUS:g} x (tau + 1/g), tau = {fmt(length.tau)}, "
+        f"1/g = {fmt(length.tau_slow)})"
+    )
     why_model = "the theory's relaxation statements are about the gradient flow (docs/model.md)"
     preds = [
         Prediction(
@@ -963,7 +990,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"Abar_h = diag{tuple(cfg['heads']['spectrum'])} + {cfg['heads']['variety']} x GOE_h. "
             f"The late window starts {WINDOW_TAUS:g} relaxation times tau into the run (tau = {fmt(window.tau)}: the "
             "OU run's energy reaches 1/e of its initial distance to its late level), never before T/2; the settling "
-            f"window starts {WINDOW_TAUS:g} x max(tau, 1/g), 1/g the cluster's slow mode (slow_rate). Run length: "
+            f"window starts {WINDOW_TAUS:g} x (tau + 1/g), 1/g the cluster's slow mode (slow_rate). Run length: "
             f"{length.describe()}.",
             HYPOTHESES["ou"],
             f"Model: gf, because the theory's statements are proven for the gradient flow. The gap to real multi-head "
