@@ -619,9 +619,18 @@ def _settle_note(cfg: dict[str, Any], st: dict[str, Any], length: RunLength, clu
             )
         extra = f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H)." if floor_ratio <= FLOOR_FACTOR else ""
         return head + why + extra
+    g, omega = 1.0 / length.tau_slow, float(cfg["oscillating"]["omega"])
+    why = (
+        f" The cluster's slow rate g = {fmt(g)} is below the weights' frequency omega = {fmt(omega)}: the cluster "
+        "averages the oscillation and moves by only about g / omega of the stationary point's swing; and the heads' "
+        f"{cfg['heads']['count']} independent phases shrink the swing of their average."
+        if g < omega
+        else ""
+    )
     return (
         f"the oscillating run stays within {fmt(osc.ratio)} of the settling bound in the window ({osc.text()}): its "
-        "weights move the stationary point too little (a small amplitude or frequency) to tell it from a settled cloud."
+        "weights move the stationary point too little (a small amplitude or frequency) to tell it from a settled "
+        "cloud." + why
     )
 
 
