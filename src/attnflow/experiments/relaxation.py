@@ -23,8 +23,7 @@ a cloud at the limit's stationary point. OU weights: the late-window rms slope i
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
-``max(tau, 1/g)``, up to
-``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time, ``g`` the cluster's slowest
+``max(tau, 1/g)``, up to ``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time, ``g`` the cluster's slowest
 rate, :func:`slow_rate`); what stays short is reported ("did not settle within the cap", "slow mode
 beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over the settling window is below
 ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H`` (:class:`Settling`), ``w_H`` the finite-``H``
@@ -76,8 +75,8 @@ SETTLED_FRACTION = 0.1
 #: The settling bound's allowance for the finite-H wander: :data:`WANDER_FACTOR` times ``w_H``, the rms over
 #: :data:`WANDER_REPLICAS` replicas of ``W2`` between the run's final cloud and a replica run with independent
 #: heads' noise from the run's state one memory time before the settling window (:func:`wander_scale`). A
-#: common deterministic drift cancels in ``w_H``; the noise-driven wander does not. A settled cloud's largest late distance ``max_t W2(mu_t, mu_T)``
-#: is one path's wander over lags up to the window length: in expectation ``1/sqrt(2)`` of ``w_H`` (two
+#: common deterministic drift cancels in ``w_H``; the noise-driven wander does not. A settled cloud's largest
+#: late distance ``max_t W2(mu_t, mu_T)`` is one path's wander over lags up to the window length: in expectation ``1/sqrt(2)`` of ``w_H`` (two
 #: independent paths) times at most ~1.6 (the largest lag's excursion over its end value), so about
 #: ``0.7 .. 1.1 w_H``; the factor 2 covers that and the scatter of an rms of a few replicas (stated before
 #: any run was measured with it).
