@@ -23,11 +23,12 @@ a cloud at the limit's stationary point. OU weights: the late-window rms slope i
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
-``max(tau, 1/g)``, up to ``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time, ``g`` the cluster's slowest
-rate, :func:`slow_rate`); what stays short is reported ("did not settle within the cap", "slow mode
-beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over the settling window is below
-``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H`` (:class:`Settling`), ``w_H`` the finite-``H``
-wander measured by replica runs with independent heads' noise (:func:`wander_scale`).
+``max(tau, 1/g)``, up to ``integration.max_extension x t_end`` (``tau`` the energy's ``1/e`` time,
+``g`` the cluster's slowest rate, :func:`slow_rate`); what stays short is reported ("did not settle
+within the cap", "slow mode beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over
+the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H``
+(:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
+noise (:func:`wander_scale`).
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ SETTLED_FRACTION = 0.1
 #: :data:`WANDER_REPLICAS` replicas of ``W2`` between the run's final cloud and a replica run with independent
 #: heads' noise from the run's state one memory time before the settling window (:func:`wander_scale`). A
 #: common deterministic drift cancels in ``w_H``; the noise-driven wander does not. A settled cloud's largest
-#: late distance ``max_t W2(mu_t, mu_T)`` is one path's wander over lags up to the window length: in expectation ``1/sqrt(2)`` of ``w_H`` (two
-#: independent paths) times at most ~1.6 (the largest lag's excursion over its end value), so about
-#: ``0.7 .. 1.1 w_H``; the factor 2 covers that and the scatter of an rms of a few replicas (stated before
-#: any run was measured with it).
+#: late distance ``max_t W2(mu_t, mu_T)`` is one path's wander over lags up to the window length: in
+#: expectation ``1/sqrt(2)`` of ``w_H`` (two independent paths) times at most ~1.6 (the largest lag's
+#: excursion over its end value), so about ``0.7 .. 1.1 w_H``; the factor 2 covers that and the scatter of an
+#: rms of a few replicas (stated before any run was measured with it).
 WANDER_FACTOR = 2.0
 #: Replica runs behind the wander scale ``w_H``.
 WANDER_REPLICAS = 4
@@ -584,7 +585,8 @@ def _length_note(length: RunLength, window: Window) -> str:
     if length.slow_beyond_cap and length.tau_slow > length.tau and math.isclose(window.tau, length.tau_slow):
         return (
             f"Slow mode beyond the cap: the cluster's slowest direction relaxes at rate g = {fmt(1 / length.tau_slow)} "
-            f"(1/g = {fmt(length.tau_slow)}, longer than the energy's tau = {fmt(length.tau)}), so a conclusive run needs "
+            f"(1/g = {fmt(length.tau_slow)}, longer than the energy's tau = {fmt(length.tau)}), so a conclusive "
+            "run needs "
             f"T >= {fmt(length.needed)} ({WINDOW_TAUS:g} (tau + 1/g) + max(tau, 1/g)), "
             f"beyond the cap {length.cap:g}; the run was not extended for it. Inconclusive, counted as a FAIL."
         )
@@ -1004,7 +1006,8 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"Model: gf, because the theory's statements are proven for the gradient flow. The gap to real multi-head "
             f"attention (mha) with the same heads, measured: relative field difference {fmt(field_gaps[0])} at t = 0 "
             f"and {fmt(field_gaps[1])} at t = T (attnflow.analysis.model_gap.field_gap); W2 between the gf and mha "
-            f"clouds at t_end {fmt(gap.final_w2)}, largest angle between a token's two positions {gap.largest_angle:.3g} "
+            f"clouds at t_end {fmt(gap.final_w2)}, largest angle between a token's two positions "
+            f"{gap.largest_angle:.3g} "
             "degrees (trajectory_gap).",
             RUNS_NOTE,
         ],
