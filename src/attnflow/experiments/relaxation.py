@@ -54,6 +54,7 @@ from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.experiments.common import (
+    MIN_MARGIN,
     ExperimentParams,
     ExperimentResult,
     Prediction,
@@ -972,8 +973,20 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             model_reason=why_model,
         ),
     ]
+    # The control's power: how far the t = 0 law's mean is from the limit's, relative to the limit's mean.
+    shift = float(np.linalg.norm(ou.A0.mean(0) - ou.A_bar.mean(0)) / np.linalg.norm(ou.A_bar.mean(0)))
+    stat_note = (
+        _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H."
+        if st_0 > FLOOR_FACTOR * (1 + MIN_MARGIN)
+        else (
+            f"The control has no power at this set: the t = 0 law's mean is only {fmt(shift)} of the limit's mean "
+            f"away from it (the heads start {cfg['ou']['init_spread']} x GOE from their means, and the average of "
+            f"{ou.H} heads moves by about that over sqrt(H)), so a cloud stationary for one law is nearly stationary "
+            f"for the other ({fmt(st_0)} s_H against {FLOOR_FACTOR:g} s_H)."
+        )
+    )
     notes = [
-        _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H.",
+        stat_note,
         _settle_note(cfg, st, length, int(traj.diagnostics["clusters"][-1]), fl["ou"]["ratio"]),
         _floor_note(fl),
     ]
