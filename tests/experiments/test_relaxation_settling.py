@@ -1,0 +1,104 @@
+"""Issue 28, ``ou`` / ``oscillating``: the run's length follows its own relaxation time, the settling check
+allows the finite-H wander measured by independent-noise replicas (a drift fails it), and the cluster's slow
+mode is the rate the simulator shows."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from attnflow.core.heads import goe_heads
+from attnflow.experiments import experiment_config, relaxation, run_experiment
+from attnflow.experiments.floors import MIN_WINDOW_TAUS, WINDOW_TAUS
+from attnflow.experiments.relaxation import Settling, build, settling, slow_rate
+from attnflow.solve.simulation import simulate
+from attnflow.weights.processes import Oscillating
+
+#: A small, fast ou/oscillating configuration (d = 3, a clear spectral gap).
+SMALL = ["tokens.n=24", "heads.count=8", "integration.t_end=8", "law.paths=2000", "law.t_ends=[4, 8]"]
+
+
+def _decay_rate(A: np.ndarray) -> float:
+    """The late exponential rate at which a slightly displaced cluster returns to its resting point (simulated)."""
+    d = A.shape[-1]
+    x = np.ones((1, d)) / np.sqrt(d)
+    xs = simulate(np.repeat(x, 2, 0), A, model="gf", t_end=60, dt=0.05, save_every=1200).x[-1, 0]
+    e = np.random.default_rng(0).standard_normal(d)
+    e -= (e @ xs) * xs
+    x0 = xs + 0.05 * e / np.linalg.norm(e)
+    tr = simulate(np.repeat((x0 / np.linalg.norm(x0))[None], 2, 0), A, model="gf", t_end=10, dt=0.01, save_every=10)
+    dist = np.arccos(np.clip(tr.x[:, 0] @ xs, -1, 1))
+    keep = np.flatnonzero(dist > 1e-6)  # above arccos's rounding
+    late = keep[int(0.7 * len(keep)) :]  # the last 30%: the faster modes have died out
+    return float(-np.polyfit(tr.t[late], np.log(dist[late]), 1)[0])
+
+
+@pytest.mark.parametrize(
+    ("spectrum", "variety", "H"), [([2.0, 1.7, 0.5], 0.0, 1), ([1.5, 1.45], 0.3, 4), ([1.0, 0.9, 0.2], 1.5, 2)]
+)
+def test_slow_rate_is_the_simulated_return_rate_of_a_displaced_cluster(spectrum, variety, H):
+    A = np.diag(spectrum)[None] + goe_heads(H, len(spectrum), variety, 3)
+    g, sim = slow_rate(A), _decay_rate(A)
+    assert g == pytest.approx(sim, rel=0.02)
+    if variety > 0:
+        # Control: the plain mean's gap ignores gf's head weighting exp(x^T A_h x) and its covariance term.
+        w = np.linalg.eigvalsh(A.mean(0))
+        assert abs((w[-1] - w[-2]) - sim) > 0.2 * sim
+
+
+def test_the_continued_oscillating_run_is_the_uninterrupted_run():
+    """A continuation from the last state, with the weights at their phase, reproduces one long run."""
+    cfg = experiment_config("ou", quick=True, sets=SMALL)
+    x0, _, osc, _ = build(cfg, 0)
+    it = {"dt": 0.05, "save_every": 2}
+    first = simulate(x0, osc, model="gf", t_end=4.0, dt=0.05, save_every=2)
+    nxt = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * 4.0)
+    joined = relaxation._continued(first, nxt, 4.0, it, None)
+    whole = simulate(x0, osc, model="gf", t_end=8.0, dt=0.05, save_every=2)
+    assert np.allclose(joined.t, whole.t, atol=1e-12)
+    assert np.abs(joined.x - whole.x).max() < 1e-9
+    assert np.allclose(joined.diagnostics["energy"], whole.diagnostics["energy"], atol=1e-9)
+    assert np.allclose(joined.steps["step_time"], whole.steps["step_time"], atol=1e-12)
+
+
+def test_the_run_continues_until_its_window_holds_a_relaxation_time():
+    cfg = experiment_config("ou", quick=True, sets=[*SMALL, "integration.t_end=3"])
+    trajs, _ = relaxation._runs(cfg, 0)
+    length = relaxation._run_length(cfg, 0)
+    T = float(trajs["ou"].t[-1])
+    assert T == pytest.approx(length.T) and T > 3.0 and T <= length.cap
+    assert T >= length.needed - 1e-9 >= (WINDOW_TAUS + MIN_WINDOW_TAUS) * max(length.tau, length.tau_slow) - 1e-9
+    assert np.allclose(trajs["ou"].t, trajs["oscillating"].t)
+    assert np.all(np.diff(trajs["ou"].t) > 0) and len(trajs["ou"].t) == len(trajs["ou"].x) == len(trajs["ou"].A)
+    assert relaxation.run_window(trajs["ou"]).ok
+
+
+def test_a_run_stopped_too_early_is_reported_as_not_settled():
+    """Negative control of the run-length rule: no extension allowed, a run far shorter than its relaxation."""
+    res = run_experiment("ou", quick=True, seed=0, sets=[*SMALL, "integration.t_end=2", "integration.max_extension=1"])
+    assert not any(p.ok for p in res.predictions)
+    assert all("within the cap" in p.explanation or "Slow mode" in p.explanation for p in res.predictions)
+    assert res.headline["run_length"]["capped"]
+
+
+def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
+    cfg = experiment_config("ou", quick=True, sets=SMALL)
+    trajs, _ = relaxation._runs(cfg, 0)
+    st = relaxation._settle(cfg, 0)
+    o, win = trajs["ou"], st["window"]
+    assert win.ok and st["wander"] > 0 and len(st["replicas"]) == relaxation.WANDER_REPLICAS
+    assert st["ou"].ratio < 1.0 <= st["oscillating"].ratio
+    # A planted non-stationary run: the same clouds turned about an axis, the angle growing through the window
+    # by twice the bound (in radians, the distance it moves a cluster on the great circle at most).
+    ang = np.clip((o.t - win.start) / (o.t[-1] - win.start), 0, 1) * 2.0 * st["ou"].bound
+    ang = ang[-1] - ang  # the planted drift ends at the final state
+    c, s = np.cos(ang), np.sin(ang)
+    R = np.zeros((len(o.t), 3, 3))
+    R[:, 0, 0], R[:, 0, 1], R[:, 1, 0], R[:, 1, 1], R[:, 2, 2] = c, -s, s, c, 1.0
+    axis = np.linalg.svd(o.x[-1] - o.x[-1].mean(0))[2][-1]  # a frame in which the final cloud moves when turned
+    frame = np.linalg.qr(np.stack([o.x[-1].mean(0), axis, np.cross(o.x[-1].mean(0), axis)], 1))[0]
+    planted = dataclasses.replace(o, x=np.einsum("ij,tjk,lk,tnl->tni", frame, R, frame, o.x))
+    drift = settling(planted, win.start, st["wander"])
+    assert drift.ratio > 1.0, drift.text()
+    # The bound itself: a fraction of the displacement plus the wander allowance.
+    assert Settling(0.3, 2.0, 0.1).bound == pytest.approx(0.1 * 2.0 + 2.0 * 0.1)
