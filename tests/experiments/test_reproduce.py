@@ -37,6 +37,7 @@ MUST_HOLD = {
     ("heads", 1),  # quick: 1/H against H^(-1/2) as competing laws
     ("stability-input", 0),
     ("stability-input", 1),
+    ("stability-input", 2),  # continuous dependence: sup_t W2 ~ W2_0 (the other-weight-path pair has order 0)
     ("stability-weights", 0),
     ("stability-weights", 1),
 }

@@ -7,10 +7,13 @@ path. Per seed (:mod:`attnflow.experiments.floors`):
 
 * the run's own relaxation time ``tau`` (the energy's ``1/e`` time) and the late window
   ``[max(3 tau, T/2), T]``;
-* the floor: the window's time average of ``|dF|^2``, with its batch-means standard error;
+* the floor: the window's time average of ``|dF|^2``, with its standard error from the integrated
+  autocorrelation time ``tau_int`` of ``|dF|^2`` (Sokal's windowing, pooled over the seeds of one
+  ``(set, H)``: they are draws of one stationary process);
 * whether the seed settled: one cluster at the window's start and end (around ``beta I``, ``beta > 0``,
   the minimisers of the limiting energy are single clusters; two or more clusters are a saddle, e.g.
-  two antipodal clusters that merge only later) and a window at least one ``tau`` long;
+  two antipodal clusters that merge only later), a window at least one ``tau`` long, and a pooled
+  window at least ``MIN_TAUS = 50`` ``tau_int`` long (else ``tau_int``, and every error, is not trusted);
 * its predicted floor: the central-limit constant ``E |dF|^2`` of ``H`` heads drawn from the stationary
   OU law at the seed's final cloud (Monte Carlo with its standard error; docs/model.md).
 
@@ -53,6 +56,8 @@ from attnflow.experiments.common import (
     margin_below,
 )
 from attnflow.experiments.floors import (
+    MIN_TAUS,
+    correlated_means,
     late_window,
     predicted_floor,
     relaxation_time,
@@ -81,7 +86,8 @@ QUICK_CRITERION = "hypotheses"
 #: The relative accuracy claimed for the predicted floor constant, stated before measuring: the
 #: pooled geometric mean of measured / predicted over the settled tail seeds lies within 1 +- RATIO_TOL
 #: (in log: |mean log ratio| <= log(1 + RATIO_TOL)), and each seed within that plus three of its own
-#: standard errors (the window's batch-means error and the Monte Carlo error). What it leaves out: a
+#: standard errors (the window's error from its integrated autocorrelation time, and the Monte Carlo
+#: error). What it leaves out: a
 #: cluster that partly follows the heads' noise sits lower than the frozen-cloud constant.
 RATIO_TOL = 0.2
 #: The planted wrong constant of the negative control: the prediction times this factor.
@@ -284,6 +290,11 @@ class SeedFloor:
     predicted: float
     predicted_se: float
     closed_form: float | None
+    #: The integrated autocorrelation time of ``|dF|^2`` (pooled over the seeds of this ``(set, H)``).
+    tau_int: float = math.nan
+    #: The batch-means error (:data:`~attnflow.experiments.floors.BATCHES` blocks), for comparison only:
+    #: blocks shorter than ``tau_int`` make it too small.
+    se_batch: float = math.nan
 
     @property
     def ratio(self) -> float:
@@ -297,12 +308,20 @@ class SeedFloor:
 
 
 def _seed_floors(mem: Members, cfg: dict[str, Any], H: int, seeds: list[int], draw_seed: int) -> list[SeedFloor]:
+    """Per seed: the floor, its error from the integrated autocorrelation time, and whether it settled.
+
+    The seeds of one ``(set, H)`` are draws of one stationary process (a single cluster under the
+    rotation-invariant OU law around ``beta I``), so ``tau_int`` of ``|dF|^2`` is estimated from their
+    windows pooled (:func:`~attnflow.experiments.floors.correlated_means`); when the pooled length is
+    under :data:`~attnflow.experiments.floors.MIN_TAUS` ``tau_int`` the estimate (and every error built
+    on it) is not trusted and those seeds are reported as too short, not averaged in.
+    """
     beta, d = float(cfg["heads"]["beta"]), int(cfg["tokens"]["d"])
-    out = []
-    for b, s in enumerate(seeds):
+    base = []
+    for b in range(len(seeds)):
         tau = relaxation_time(mem.t, mem.energy[:, b])
         win = late_window(mem.t, tau)
-        floor, se = time_average(mem.t, mem.slope[:, b] ** 2, win.start)
+        floor, se_batch = time_average(mem.t, mem.slope[:, b] ** 2, win.start)
         ab, _ = time_average(mem.t, mem.slope[:, b], win.start)
         k0 = min(int(np.searchsorted(mem.t, win.start - 1e-12)), len(mem.t) - 1)
         c0 = count_clusters(torch.from_numpy(mem.x[k0, b]), CLUSTER_EPS)
@@ -315,11 +334,32 @@ def _seed_floors(mem: Members, cfg: dict[str, Any], H: int, seeds: list[int], dr
                 f"{c0} -> {c1} clusters through the window (more than one: a saddle of the limiting energy, e.g. "
                 "clusters that merge only later)"
             )
-        pred, pse = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, int(cfg["draws"]), draw_seed + 7919 * b)
-        closed = single_cluster_constant(beta, mem.c, d) / H if c1 == 1 else None
-        out.append(
-            SeedFloor(s, floor, se, ab, tau, (win.start, win.end), (c0, c1), not why, "; ".join(why), pred, pse, closed)
+        base.append((tau, win, floor, se_batch, ab, k0, (c0, c1), why))
+    # tau_int from the seeds that settled otherwise (all seeds when none did: the estimate is then reported only).
+    use = [b for b, r in enumerate(base) if not r[7]] or list(range(len(seeds)))
+    cm = correlated_means(mem.t, [mem.slope[base[b][5] :, b] ** 2 for b in use])
+    se_iat = dict(zip(use, cm.se))
+    short = ""
+    if not cm.trusted:
+        short = (
+            f"the window is too short for its correlation time: tau_int of |dF|^2 = {cm.tau_int:.3g} (pooled over "
+            f"{len(use)} seeds), pooled window {cm.length_taus:.3g} tau_int < {MIN_TAUS:g}"
+            + ("" if cm.window_closed else " (Sokal's window did not close: the seeds' means differ or drift)")
         )
+    out = []
+    for b, s in enumerate(seeds):
+        tau, win, floor, se_batch, ab, _, cc, why = base[b]
+        if short and b in se_iat:
+            why = [*why, short]
+        pred, pse = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, int(cfg["draws"]), draw_seed + 7919 * b)
+        closed = single_cluster_constant(beta, mem.c, d) / H if cc[1] == 1 else None
+        se = float(se_iat.get(b, math.nan))
+        out.append(
+            SeedFloor(
+                s, floor, se, ab, tau, (win.start, win.end), cc, not why, "; ".join(why), pred, pse, closed,
+                cm.tau_int, se_batch,
+            )
+        )  # fmt: skip
     return out
 
 
@@ -497,6 +537,11 @@ def experiment_heads(
         n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in main["tail_H"])
         tail_txt = ", ".join(str(int(h)) for h in main["tail_H"]) or "none"
         worst = const["worst"]
+        tail_len = [
+            sum(r.window[1] - r.window[0] for r in row if r.settled) / row[0].tau_int
+            for H, row in zip(Hs, per_H)
+            if H in main["tail_H"] and row[0].tau_int > 0
+        ]
         preds.append(
             Prediction(
                 "heads",
@@ -506,7 +551,9 @@ def experiment_heads(
                 + (
                     f"geometric mean {fmt(math.exp(const['pooled']))} (se of its log {fmt(const['pooled_se'])}), "
                     f"range {fmt(float(np.min(const['ratios'])))}..{fmt(float(np.max(const['ratios'])))}; "
-                    f"worst seed {worst[0]}: {fmt(worst[1])} against its bound {fmt(math.exp(worst[2]))}"
+                    f"worst seed {worst[0]}: {fmt(worst[1])} against its bound {fmt(math.exp(worst[2]))}; "
+                    f"errors from tau_int of |dF|^2 = {', '.join(fmt(row[0].tau_int) for H, row in zip(Hs, per_H) if H in main['tail_H'])} "
+                    f"(pooled windows {', '.join(fmt(float(tail_len[i])) for i in range(len(tail_len)))} tau_int long)"
                     if const["n"]
                     else "no settled seed"
                 ),
@@ -589,6 +636,9 @@ def experiment_heads(
                     int(r["config"]["tokens"]["d"]),
                 ),
                 "settled": r["settled"],
+                "tau_int": [row[0].tau_int for row in r["per_H"]],
+                "se_iat": [[x.se for x in row] for row in r["per_H"]],
+                "se_batch_means": [[x.se_batch for x in row] for row in r["per_H"]],
                 "local_exponents": r["main"]["local_exponents"],
                 "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
                 "asymptotic_from_H": r["main"]["asymptotic_from_H"],
