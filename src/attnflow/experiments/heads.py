@@ -569,6 +569,12 @@ def experiment_heads(
             )
         )
         asym = main["asymptotic_from_H"]
+        # The per-seed predictions' own H-dependence at the tail (central-limit constants at finite H):
+        # where it is not -1 either, a tail exponent off -1 is the constants' finite-H correction.
+        pmed = _medians(pred, settled)
+        tail_i = [i for i, H in enumerate(Hs) if H in main["tail_H"] and math.isfinite(pmed[i])]
+        pred_exp = loglog_fit(Hs[tail_i], pmed[tail_i])[0] if len(tail_i) >= 2 else math.nan
+        main["predicted_exponent"] = pred_exp
         n_settled = int(settled[[i for i, H in enumerate(Hs) if H in main["tail_H"]]].sum())
         preds.append(
             Prediction(
@@ -581,7 +587,8 @@ def experiment_heads(
                     f"asymptotic (local exponents within {LOCAL_BAND} of -1) from H = {asym}"
                     if asym
                     else "asymptotic range not reached"
-                ),
+                )
+                + f"; the predicted constants' own exponent over the same H {fmt(pred_exp)} (information)",
                 _criterion_text(hyp),
                 _criterion(main["ci"], hypotheses=hyp),
                 "the same fit on the late mean of |dF| (not squared; scales like H^(-1/2))",
@@ -642,6 +649,7 @@ def experiment_heads(
                 "local_exponents": r["main"]["local_exponents"],
                 "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
                 "asymptotic_from_H": r["main"]["asymptotic_from_H"],
+                "predicted_exponent": r["main"]["predicted_exponent"],
                 "control": {"exponent": r["control"]["exponent"], "ci": r["control"]["ci"]},
                 "parameters": r["config"],
             }
