@@ -68,3 +68,14 @@ def test_too_short_windows_and_differing_means_are_not_trusted():
     # A constant series: its mean is exact.
     const = correlated_means(t, [np.ones(63)] * 8)
     assert const.tau_int == pytest.approx(1.0) and np.all(const.se == 0.0)
+
+
+def test_series_of_different_lengths_pool():
+    """Seeds' windows start at their own relaxation times: series of different lengths pool (a regression:
+    a list of unequal arrays once failed), and agree with the closed form."""
+    rng = np.random.default_rng(4)
+    ys = [y[: 3000 + 500 * i] for i, y in enumerate(_ar1(rng, 0.8, 6000, 8))]
+    tau, closed = integrated_time(ys)
+    assert closed and tau == pytest.approx(9.0, rel=0.2)
+    assert len(correlated_means(np.arange(6000, dtype=float), ys).se) == 8
+    assert integrated_time(np.vstack([y[:3000] for y in ys]))[0] == pytest.approx(tau, rel=0.2)  # a 2-D array

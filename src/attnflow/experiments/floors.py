@@ -173,7 +173,8 @@ def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDO
     inflates the variance of a mean: ``var(mean) = gamma_0 tau_int / n``; for AR(1) with coefficient
     ``phi`` it is ``(1 + phi) / (1 - phi)``.
     """
-    ys = [np.asarray(series, float)] if np.ndim(series) == 1 else [np.asarray(s, float) for s in series]
+    one = isinstance(series, np.ndarray) and series.ndim == 1
+    ys = [np.asarray(series, float)] if one else [np.asarray(s, float) for s in series]
     ys = [y for y in ys if len(y) >= 2]
     if not ys:
         return math.nan, False
