@@ -716,10 +716,18 @@ def _exponent_note(p: Prediction, r: dict[str, Any], hyp: bool, n_seeds: int) ->
             f"the tail CI [{lo:.2f}, {hi:.2f}] is too wide to tell -1 from -1/2 with {n_seeds} seeds: more seeds or "
             "longer runs are needed, not another criterion."
         )
+    pe = m.get("predicted_exponent", math.nan)
+    pred = (
+        f" The per-seed predicted constants themselves scale like H^{pe:.2f} over the same H (the central-limit "
+        "constant's finite-H correction): an exponent near that one is the prediction at these H, not a failure of it; "
+        "the CI is a bootstrap over seeds and uses no per-seed error."
+        if math.isfinite(pe)
+        else ""
+    )
     return (
         f"the tail exponent {m['exponent']:.2f} (CI [{lo:.2f}, {hi:.2f}], local exponents {loc}) does not meet the "
         "criterion clearly: at these H the floor has not reached its asymptotic 1/H range (a cluster can follow the "
-        "heads' noise), or the seeds' scatter is large."
+        "heads' noise), or the seeds' scatter is large." + pred
     )
 
 
