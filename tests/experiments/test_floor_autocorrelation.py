@@ -79,3 +79,15 @@ def test_series_of_different_lengths_pool():
     assert closed and tau == pytest.approx(9.0, rel=0.2)
     assert len(correlated_means(np.arange(6000, dtype=float), ys).se) == 8
     assert integrated_time(np.vstack([y[:3000] for y in ys]))[0] == pytest.approx(tau, rel=0.2)  # a 2-D array
+
+
+def test_heads_reports_seeds_too_short_for_their_correlation_time():
+    """A run whose pooled window is a few tau_int long: its seeds are reported, not averaged in."""
+    from attnflow.experiments import run_experiment
+
+    sets = ["tokens.d=2", "heads.counts=[4, 8]", "seeds=3", "integration.t_end=4", "draws=16", "tail=2"]
+    res = run_experiment("heads", quick=True, seed=0, sets=sets)
+    short = [u for u in res.headline["unsettled"] if "too short for its correlation time" in u["why"]]
+    assert short, res.headline["unsettled"]
+    tau = res.headline["sets"]["base"]["tau_int"]
+    assert all(t > 0 for t in tau) and not res.predictions[0].passed
