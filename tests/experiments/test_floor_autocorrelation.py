@@ -91,3 +91,7 @@ def test_heads_reports_seeds_too_short_for_their_correlation_time():
     assert short, res.headline["unsettled"]
     tau = res.headline["sets"]["base"]["tau_int"]
     assert all(t > 0 for t in tau) and not res.predictions[0].passed
+    # The exponent's note says which H were left out and why.
+    assert (
+        "Left out of the fit" in res.predictions[1].explanation and "correlation time" in res.predictions[1].explanation
+    )

@@ -703,6 +703,23 @@ def _constant_note(p: Prediction, r: dict[str, Any]) -> str:
     return f"measured / predicted is {g:.3g} on average, {side}; worst seed {c['worst'][0]} at {c['worst'][1]:.3g}."
 
 
+def _dropped(r: dict[str, Any]) -> str:
+    """Which ``H`` lost their settled seeds, and why (counted by reason), for a failing row's note."""
+    out = []
+    for H, row in zip(r["H"], r["per_H"]):
+        bad = [x for x in row if not x.settled]
+        if len(row) - len(bad) >= 2:
+            continue
+        why = {
+            "too short for their correlation time (pooled window under "
+            f"{MIN_TAUS:g} tau_int; tau_int = {row[0].tau_int:.3g})": sum("correlation time" in x.why for x in bad),
+            "more than one cluster": sum("clusters" in x.why for x in bad),
+            "a window shorter than one relaxation time": sum("relaxation time" in x.why for x in bad),
+        }
+        out.append(f"H = {H}: " + ", ".join(f"{n} {k}" for k, n in why.items() if n))
+    return (" Left out of the fit: " + "; ".join(out) + " (a longer run would bring them in).") if out else ""
+
+
 def _exponent_note(p: Prediction, r: dict[str, Any], hyp: bool, n_seeds: int) -> str:
     m = r["main"]
     lo, hi = m["ci"]
@@ -710,7 +727,12 @@ def _exponent_note(p: Prediction, r: dict[str, Any], hyp: bool, n_seeds: int) ->
     if not p.control_rejected:
         return "the control's CI meets the criterion: the run cannot tell the two laws apart."
     if not math.isfinite(lo):
-        return "fewer than two H had two settled seeds: no fit."
+        return "fewer than two H had two settled seeds: no fit." + _dropped(r)
+    if len(m["tail_H"]) < min(len(r["H"]), int(r["config"]["tail"])):
+        return (
+            f"the tail exponent {m['exponent']:.2f} (CI [{lo:.2f}, {hi:.2f}]) is fitted over H = "
+            f"{', '.join(str(int(h)) for h in m['tail_H'])} only." + _dropped(r)
+        )
     if lo <= -0.5 <= hi:
         return (
             f"the tail CI [{lo:.2f}, {hi:.2f}] is too wide to tell -1 from -1/2 with {n_seeds} seeds: more seeds or "
