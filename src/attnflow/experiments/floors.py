@@ -18,6 +18,12 @@ so the Gaussian moment generating function gives
 Time scales are the run's own: :func:`relaxation_time` is the ``1/e`` time of the energy's approach
 to its late level, and the late window starts :data:`WINDOW_TAUS` of them in (never before half the
 run), so a window never depends on a parameter that can exceed the run.
+
+Errors of time averages come from the series' own **integrated autocorrelation time**
+(:func:`integrated_time`, Sokal's automatic windowing, as emcee's ``integrated_time``;
+:func:`correlated_means` pools the autocovariance over series of one law), not from batch means,
+which underestimate the error when a batch is no longer than the correlation time. An estimate from
+fewer than :data:`MIN_TAUS` ``tau_int`` is not trusted.
 """
 
 from __future__ import annotations
