@@ -291,7 +291,13 @@ def experiment_stability_input(
     ax[2].plot(ref.t, int_L, label=r"measured $\int_0^t L_{meas}$")
     ax[2].plot(ref.t, logratio[e2], label=f"log W2 ratio, noise {e2:g}")
     ax[2].set_yscale("symlog", linthresh=1.0)
-    ax[2].axhline(math.log(DIAMETER / w0_min), color="0.5", ls="--", lw=0.8, label=r"bound reaches $\pi$ (smallest $W_2(\mu_0, \nu_0)$)")
+    ax[2].axhline(
+        math.log(DIAMETER / w0_min),
+        color="0.5",
+        ls="--",
+        lw=0.8,
+        label=r"bound reaches $\pi$ (smallest $W_2(\mu_0, \nu_0)$)",
+    )
     ax[2].set_title(f"exponents (symlog)\nrigorous bound above pi after T* = {informative['horizon_T_star']:.3g}")
     w0s = np.array([w2s[e][0] for e in levels])
     ax[3].loglog(w0s, [sup_w2[e] for e in levels], "o-", label=f"sup_t W2 (order {order:.2f} over the smallest)")
