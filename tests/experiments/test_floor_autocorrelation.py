@@ -95,3 +95,8 @@ def test_heads_reports_seeds_too_short_for_their_correlation_time():
     assert (
         "Left out of the fit" in res.predictions[1].explanation and "correlation time" in res.predictions[1].explanation
     )
+    # The sequential design added seed batches at the tail's H up to the cap, and undecided there is a FAIL.
+    batches = res.headline["sets"]["base"]["seed_batches"]
+    assert batches["used"] == batches["cap"] == 3 and batches["size"] == 3
+    assert not res.predictions[1].passed and "the cap" in res.predictions[1].explanation
+    assert len(res.headline["seeds"]) == 9
