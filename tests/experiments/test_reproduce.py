@@ -92,11 +92,12 @@ def test_tail_criterion_accepts_one_over_h_and_rejects_h_to_minus_half():
 
 
 def test_exponent_decision_is_sequential_and_undecided_is_not_a_pass():
-    """The verdict against the competing law: below the midpoint passes, above fails, across it is undecided
+    """The verdict against the competing law: below the midpoint (by the minimum margin) passes, above fails, across it is undecided
     (more seeds); noisy windows leave 8 seeds undecided and 24 seeds of the same law decide; no fit and
     no gap are undecided, never a pass."""
     assert _decide([-0.2, 0.2], 0.5) == "pass" and _ratio_margin([-0.2, 0.2], 0.5) == pytest.approx(0.2)
     assert _decide([0.3, 0.7], 0.5) == "fail"
+    assert _decide([-0.2, 0.24], 0.5) == "undecided"  # below the midpoint, by less than the report's minimum margin
     assert _decide([-0.1, 0.3], 0.5) == "undecided" and _ratio_margin([-0.1, 0.3], 0.5) < 0
     assert _decide([float("nan")] * 2, 0.5) == "undecided" and _decide([-0.1, 0.1], 0.0) == "undecided"
     Hs = np.array([16.0, 32, 64])

@@ -49,6 +49,7 @@ from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
 from attnflow.experiments.common import (
+    MIN_MARGIN,
     ExperimentParams,
     ExperimentResult,
     Prediction,
@@ -450,13 +451,15 @@ def _gap(predicted_exponent: float) -> float:
 
 def _decide(ci: list[float], gap: float) -> str:
     """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent (stated before measuring):
-    ``"pass"`` when it lies wholly below the midpoint ``gap / 2`` between the prediction (0) and the
-    competing law (``gap``), ``"fail"`` when wholly above it, ``"undecided"`` when it straddles it (or there
-    is no fit, or no positive gap): then more seeds are needed (the sequential design)."""
+    ``"pass"`` when it lies below the midpoint ``gap / 2`` between the prediction (0) and the competing law
+    (``gap``) by at least the report's minimum margin (:data:`~attnflow.experiments.common.MIN_MARGIN`,
+    in units of ``gap / 2``: a smaller margin is no PASS), ``"fail"`` when it lies wholly above the
+    midpoint, ``"undecided"`` in between (or with no fit, or no positive gap): then more seeds are needed
+    (the sequential design)."""
     lo, hi = ci
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(gap)) or gap <= 0:
         return "undecided"
-    if hi < 0.5 * gap:
+    if _ratio_margin(ci, gap) >= MIN_MARGIN:
         return "pass"
     if lo > 0.5 * gap:
         return "fail"
@@ -684,8 +687,9 @@ def experiment_heads(
                 f"local exponents {', '.join(f'{v:.2f}' for v in main['local_exponents'])}, "
                 + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
                 f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
-                f"{fmt(gap)}): the ratio's CI (bootstrap over settled seeds) lies below the midpoint {fmt(0.5 * gap)}; "
-                f"while it straddles the midpoint, {S} more seeds at the tail's H, up to {cap_b} batches "
+                f"{fmt(gap)}): the ratio's CI (bootstrap over settled seeds) lies below the midpoint {fmt(0.5 * gap)} "
+                f"(by {MIN_MARGIN:g} of it); until it does or lies above it, {S} more seeds at the tail's H, up to "
+                f"{cap_b} batches "
                 "(undecided at the cap: FAIL, not enough seeds)",
                 fit["decision"] == "pass",
                 "the same on the late mean of |dF| (not squared; ~ H^(-1/2)) over the predicted floors",
@@ -857,11 +861,15 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
     if len(rf["tail_H"]) < min(len(r["H"]), int(r["config"]["tail"])):
         short = f" The fit is over H = {', '.join(str(int(h)) for h in rf['tail_H'])} only." + _dropped(r)
     gm = ", ".join(f"{v:.3g}" for v in rf["median"] if math.isfinite(v))
+    n_ok = int(sum(np.sum(r["settled"][i]) for i, H in enumerate(r["H"]) if H in rf["tail_H"]))
+    n_all = sum(len(row) for H, row in zip(r["H"], r["per_H"]) if H in rf["tail_H"])
     if f["decision"] == "undecided":
         return (
-            f"inconclusive at the cap: after {seeds} the ratio's CI [{lo:.2f}, {hi:.2f}] still straddles the "
-            f"midpoint {0.5 * gap:.2f} (geometric means of measured / predicted per H: {gm}): not enough seeds, "
-            "a FAIL by the stated design, not evidence against the law." + short
+            f"inconclusive at the cap: after {seeds} ({n_ok} of {n_all} seeds settled at H = "
+            f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] is not below the "
+            f"midpoint {0.5 * gap:.2f} by the minimum margin {MIN_MARGIN:g} of it (geometric means of measured / "
+            f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."
+            + short
         )
     return (
         f"the ratio's CI [{lo:.2f}, {hi:.2f}] lies above the midpoint {0.5 * gap:.2f}: the floor falls more slowly "
