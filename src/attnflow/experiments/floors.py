@@ -18,6 +18,12 @@ so the Gaussian moment generating function gives
 Time scales are the run's own: :func:`relaxation_time` is the ``1/e`` time of the energy's approach
 to its late level, and the late window starts :data:`WINDOW_TAUS` of them in (never before half the
 run), so a window never depends on a parameter that can exceed the run.
+
+Errors of time averages come from the series' own **integrated autocorrelation time**
+(:func:`integrated_time`, Sokal's automatic windowing, as emcee's ``integrated_time``;
+:func:`correlated_means` pools the autocovariance over series of one law), not from batch means,
+which underestimate the error when a batch is no longer than the correlation time. An estimate from
+fewer than :data:`MIN_TAUS` ``tau_int`` is not trusted.
 """
 
 from __future__ import annotations
@@ -131,3 +137,89 @@ def single_cluster_constant(beta: float, c: float, d: int) -> float:
     """``lim_{H -> inf} H floor`` at a single cluster under heads ``beta I + c S``:
     ``c^2 (d - 1) / 2 exp(beta + 3 c^2 / 2)`` (module docstring)."""
     return c * c * (d - 1) / 2.0 * math.exp(beta + 1.5 * c * c)
+
+
+#: Sokal's automatic window: the autocorrelation sum is cut at the first lag ``M >= AUTO_WINDOW_C tau(M)``
+#: (Sokal 1997; emcee's ``integrated_time`` uses the same c = 5). Beyond ``M`` the sum only adds noise.
+AUTO_WINDOW_C = 5.0
+#: A ``tau_int`` estimate is trusted only from a series at least this many ``tau_int`` long (emcee's
+#: rule of thumb): the centring of a series of length ``n`` biases every autocorrelation by about
+#: ``-tau / n``, so the windowed sum (``M ~ 5 tau`` lags, both sides) by about ``-10 tau / n``, 20% at 50.
+MIN_TAUS = 50.0
+
+
+@dataclass(frozen=True)
+class CorrelatedMeans:
+    """Time averages of series that share one law, with errors from their integrated autocorrelation time.
+
+    ``tau_int`` (in units of ``t``) is estimated from the autocovariance pooled over the series about
+    their pooled mean; ``means`` and ``se`` are each series' own average and standard error
+    ``sqrt(var_b tau_int / L_b)``; ``length_taus`` is the pooled length in ``tau_int``; ``trusted`` when it
+    is at least :data:`MIN_TAUS` and Sokal's window closed inside the series.
+    """
+
+    tau_int: float
+    means: np.ndarray
+    se: np.ndarray
+    length_taus: float
+    window_closed: bool
+
+    @property
+    def trusted(self) -> bool:
+        return self.window_closed and self.length_taus >= MIN_TAUS
+
+
+def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDOW_C) -> tuple[float, bool]:
+    """``tau_int = 1 + 2 sum_{k=1}^{M} rho_k`` in samples, and whether Sokal's window closed.
+
+    ``series``: one 1-D series or several (of any lengths) sampled at the same uniform step from one
+    stationary law; the autocovariance ``gamma_k`` is pooled over them about their pooled mean
+    (``sum_s sum_i y_i y_{i+k} / sum_s n_s``), ``rho_k = gamma_k / gamma_0``, and ``M`` is the first lag
+    with ``M >= c tau(M)`` (Sokal's automatic windowing). ``tau_int`` is the factor by which correlation
+    inflates the variance of a mean: ``var(mean) = gamma_0 tau_int / n``; for AR(1) with coefficient
+    ``phi`` it is ``(1 + phi) / (1 - phi)``.
+    """
+    one = isinstance(series, np.ndarray) and series.ndim == 1
+    ys = [np.asarray(series, float)] if one else [np.asarray(s, float) for s in series]
+    ys = [y for y in ys if len(y) >= 2]
+    if not ys:
+        return math.nan, False
+    mu = float(np.concatenate(ys).mean())
+    n_max = max(len(y) for y in ys)
+    acov = np.zeros(n_max)
+    for y in ys:
+        z = y - mu
+        n = len(z)
+        f = np.fft.rfft(z, 2 * n)
+        acov[:n] += np.fft.irfft(f * np.conj(f))[:n]
+    acov /= sum(len(y) for y in ys)
+    if acov[0] <= 0.0:
+        return 1.0, True  # a constant series: no correlation to speak of, its mean is exact
+    taus = 2.0 * np.cumsum(acov / acov[0]) - 1.0
+    ok = np.arange(n_max) >= c * taus
+    if not ok.any():
+        return float(taus[-1]), False
+    return float(taus[int(np.argmax(ok))]), True
+
+
+def correlated_means(t: np.ndarray, series: list[np.ndarray], c: float = AUTO_WINDOW_C) -> CorrelatedMeans:
+    """:class:`CorrelatedMeans` of ``series`` (each a window of one run, saved at the uniform step of ``t``).
+
+    Each series' variance is its own, corrected for the centring on its own mean
+    (``E s^2 = gamma_0 (1 - tau / n)``); the correlation time is the pooled one (:func:`integrated_time`).
+    """
+    dt = float(np.median(np.diff(np.asarray(t, float))))
+    tau, closed = integrated_time(series, c)
+    means, se, n_tot = [], [], 0
+    for y in series:
+        y = np.asarray(y, float)
+        n = len(y)
+        n_tot += n
+        means.append(float(y.mean()) if n else math.nan)
+        if n < 2 or not math.isfinite(tau):
+            se.append(math.nan)
+            continue
+        shrink = 1.0 - tau / n
+        var = float(y.var()) / shrink if shrink > 0 else math.inf
+        se.append(math.sqrt(var * tau / n))
+    return CorrelatedMeans(tau * dt, np.array(means), np.array(se), n_tot / tau if tau > 0 else math.inf, closed)

@@ -7,21 +7,27 @@ path. Per seed (:mod:`attnflow.experiments.floors`):
 
 * the run's own relaxation time ``tau`` (the energy's ``1/e`` time) and the late window
   ``[max(3 tau, T/2), T]``;
-* the floor: the window's time average of ``|dF|^2``, with its batch-means standard error;
+* the floor: the window's time average of ``|dF|^2``, with its standard error from the integrated
+  autocorrelation time ``tau_int`` of ``|dF|^2`` (Sokal's windowing, pooled over the seeds of one
+  ``(set, H)``: they are draws of one stationary process);
 * whether the seed settled: one cluster at the window's start and end (around ``beta I``, ``beta > 0``,
   the minimisers of the limiting energy are single clusters; two or more clusters are a saddle, e.g.
-  two antipodal clusters that merge only later) and a window at least one ``tau`` long;
+  two antipodal clusters that merge only later), a window at least one ``tau`` long, and a pooled
+  window at least ``MIN_TAUS = 50`` ``tau_int`` long (else ``tau_int``, and every error, is not trusted);
 * its predicted floor: the central-limit constant ``E |dF|^2`` of ``H`` heads drawn from the stationary
   OU law at the seed's final cloud (Monte Carlo with its standard error; docs/model.md).
 
 Two predictions per set. (1) The constant: at the tail's ``H``, every settled seed's measured /
 predicted ratio lies within ``RATIO_TOL`` (plus three standard errors) of 1 and the pooled geometric
-mean within ``RATIO_TOL``; control: the same with the prediction doubled. (2) The exponent: the
-least-squares slope of the median (over settled seeds) floor against ``H`` over the ``tail`` largest
-``H``, with a bootstrap interval; full runs: the interval contains -1 and excludes -1/2; quick runs
-(``H = 32..128``): -1 against -1/2 as competing laws (:func:`_criterion`). Control: the same fit on the
-late mean of ``|dF|`` (not squared), which scales like ``H^(-1/2)``. Unsettled seeds are listed, not
-averaged in.
+mean within ``RATIO_TOL``; control: the same with the prediction doubled. (2) The exponent, finite-``H``
+correct: the floors follow their per-seed predicted constants across ``H``, i.e. the least-squares
+exponent of measured / predicted (geometric mean over settled seeds) against ``H`` over the ``tail``
+largest ``H`` is 0, tested against the competing law ``H^(-1/2)`` (ratio exponent ``-1/2 - p``, ``p``
+the predicted constants' own exponent, about 1/2): the bootstrap CI lies below the midpoint
+(:func:`_decide`). While the CI straddles the midpoint the verdict is undecided and a batch of
+``seeds`` more seeds runs at the tail's ``H`` (the sequential design), up to ``seed_batches`` batches;
+undecided at the cap is a FAIL (not enough seeds). Control: the same on the late mean of ``|dF|`` (not
+squared, ``~ H^(-1/2)``) over the predicted floors. Unsettled seeds are listed, not averaged in.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
 from attnflow.experiments.common import (
+    MIN_MARGIN,
     ExperimentParams,
     ExperimentResult,
     Prediction,
@@ -53,6 +60,8 @@ from attnflow.experiments.common import (
     margin_below,
 )
 from attnflow.experiments.floors import (
+    MIN_TAUS,
+    correlated_means,
     late_window,
     predicted_floor,
     relaxation_time,
@@ -71,17 +80,16 @@ from attnflow.weights.processes import OrnsteinUhlenbeck
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
 LOCAL_BAND = 0.2
 BOOTSTRAP = 2000
-#: Midpoint of the competing exponents -1 and -1/2 (the quick criterion's dividing line).
-MIDPOINT = -0.75
-#: Why quick mode tests competing laws instead of "the CI contains -1": at its H (32..128, 8 seeds)
-#: the bootstrap CI is narrower than the finite-H curvature of log floor against log H still left at
-#: those H, so "contains -1" would test that bias, not the law. Which of the two laws the tail follows
-#: is well posed.
-QUICK_CRITERION = "hypotheses"
+#: The competing law of the exponent criterion (and the law the control plants): floor ``~ H^(-1/2)``.
+COMPETING = -0.5
+#: The sequential design's cap: seeds are added in batches of ``seeds`` at the tail's ``H`` until the
+#: exponent verdict is decided, up to this many batches (3x the seeds); undecided at the cap is a FAIL.
+SEED_BATCHES = 3
 #: The relative accuracy claimed for the predicted floor constant, stated before measuring: the
 #: pooled geometric mean of measured / predicted over the settled tail seeds lies within 1 +- RATIO_TOL
 #: (in log: |mean log ratio| <= log(1 + RATIO_TOL)), and each seed within that plus three of its own
-#: standard errors (the window's batch-means error and the Monte Carlo error). What it leaves out: a
+#: standard errors (the window's error from its integrated autocorrelation time, and the Monte Carlo
+#: error). What it leaves out: a
 #: cluster that partly follows the heads' noise sits lower than the frozen-cloud constant.
 RATIO_TOL = 0.2
 #: The planted wrong constant of the negative control: the prediction times this factor.
@@ -164,6 +172,8 @@ class HeadsParams(ExperimentParams):
     integration: IntegrationParams = IntegrationParams()
     seeds: Annotated[int, Field(ge=3)] = 8
     tail: Annotated[int, Field(ge=2)] = 3
+    #: The sequential design's cap on batches of ``seeds`` seeds at the tail's H (:data:`SEED_BATCHES`).
+    seed_batches: Annotated[int, Field(ge=1)] = SEED_BATCHES
     #: Monte Carlo draws of the H heads behind each seed's predicted floor.
     draws: Annotated[int, Field(ge=8)] = 256
     #: Further parameter sets: overrides of the parameters above (``--set`` applies on top of each).
@@ -214,6 +224,17 @@ class Members:
     x: np.ndarray
     A_bar: np.ndarray
     c: float
+
+    def joined(self, more: Members) -> Members:
+        """These members and ``more`` (the same ``(set, H)``, further seeds) as one ensemble."""
+        return Members(
+            self.t,
+            np.concatenate([self.slope, more.slope], axis=1),
+            np.concatenate([self.energy, more.energy], axis=1),
+            np.concatenate([self.x, more.x], axis=1),
+            self.A_bar,
+            self.c,
+        )
 
 
 def _run_members(cfg: dict[str, Any], H: int, seeds: list[int]) -> Members:
@@ -284,6 +305,11 @@ class SeedFloor:
     predicted: float
     predicted_se: float
     closed_form: float | None
+    #: The integrated autocorrelation time of ``|dF|^2`` (pooled over the seeds of this ``(set, H)``).
+    tau_int: float = math.nan
+    #: The batch-means error (:data:`~attnflow.experiments.floors.BATCHES` blocks), for comparison only:
+    #: blocks shorter than ``tau_int`` make it too small.
+    se_batch: float = math.nan
 
     @property
     def ratio(self) -> float:
@@ -296,13 +322,30 @@ class SeedFloor:
         return math.sqrt(sum(v * v for v in rel))
 
 
-def _seed_floors(mem: Members, cfg: dict[str, Any], H: int, seeds: list[int], draw_seed: int) -> list[SeedFloor]:
+def _seed_floors(
+    mem: Members,
+    cfg: dict[str, Any],
+    H: int,
+    seeds: list[int],
+    draw_seed: int,
+    known: dict[int, tuple[float, float]] | None = None,
+) -> list[SeedFloor]:
+    """Per seed: the floor, its error from the integrated autocorrelation time, and whether it settled.
+
+    The seeds of one ``(set, H)`` are draws of one stationary process (a single cluster under the
+    rotation-invariant OU law around ``beta I``), so ``tau_int`` of ``|dF|^2`` is estimated from their
+    windows pooled (:func:`~attnflow.experiments.floors.correlated_means`); when the pooled length is
+    under :data:`~attnflow.experiments.floors.MIN_TAUS` ``tau_int`` the estimate (and every error built
+    on it) is not trusted and those seeds are reported as too short, not averaged in. ``known``: member
+    index -> predicted floor already computed (a later batch of seeds reuses the earlier ones').
+    """
+    known = {} if known is None else known
     beta, d = float(cfg["heads"]["beta"]), int(cfg["tokens"]["d"])
-    out = []
-    for b, s in enumerate(seeds):
+    base = []
+    for b in range(len(seeds)):
         tau = relaxation_time(mem.t, mem.energy[:, b])
         win = late_window(mem.t, tau)
-        floor, se = time_average(mem.t, mem.slope[:, b] ** 2, win.start)
+        floor, se_batch = time_average(mem.t, mem.slope[:, b] ** 2, win.start)
         ab, _ = time_average(mem.t, mem.slope[:, b], win.start)
         k0 = min(int(np.searchsorted(mem.t, win.start - 1e-12)), len(mem.t) - 1)
         c0 = count_clusters(torch.from_numpy(mem.x[k0, b]), CLUSTER_EPS)
@@ -315,27 +358,55 @@ def _seed_floors(mem: Members, cfg: dict[str, Any], H: int, seeds: list[int], dr
                 f"{c0} -> {c1} clusters through the window (more than one: a saddle of the limiting energy, e.g. "
                 "clusters that merge only later)"
             )
-        pred, pse = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, int(cfg["draws"]), draw_seed + 7919 * b)
-        closed = single_cluster_constant(beta, mem.c, d) / H if c1 == 1 else None
-        out.append(
-            SeedFloor(s, floor, se, ab, tau, (win.start, win.end), (c0, c1), not why, "; ".join(why), pred, pse, closed)
+        base.append((tau, win, floor, se_batch, ab, k0, (c0, c1), why))
+    # tau_int from the seeds that settled otherwise (all seeds when none did: the estimate is then reported only).
+    use = [b for b, r in enumerate(base) if not r[7]] or list(range(len(seeds)))
+    cm = correlated_means(mem.t, [mem.slope[base[b][5] :, b] ** 2 for b in use])
+    se_iat = dict(zip(use, cm.se))
+    short = ""
+    if not cm.trusted:
+        short = (
+            f"the window is too short for its correlation time: tau_int of |dF|^2 = {cm.tau_int:.3g} (pooled over "
+            f"{len(use)} seeds), pooled window {cm.length_taus:.3g} tau_int < {MIN_TAUS:g}"
+            + ("" if cm.window_closed else " (Sokal's window did not close: the seeds' means differ or drift)")
         )
+    out = []
+    for b, s in enumerate(seeds):
+        tau, win, floor, se_batch, ab, _, cc, why = base[b]
+        if short and b in se_iat:
+            why = [*why, short]
+        if b not in known:
+            known[b] = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, int(cfg["draws"]), draw_seed + 7919 * b)
+        pred, pse = known[b]
+        closed = single_cluster_constant(beta, mem.c, d) / H if cc[1] == 1 else None
+        se = float(se_iat.get(b, math.nan))
+        out.append(
+            SeedFloor(
+                s, floor, se, ab, tau, (win.start, win.end), cc, not why, "; ".join(why), pred, pse, closed,
+                cm.tau_int, se_batch,
+            )
+        )  # fmt: skip
     return out
 
 
-def _medians(vals: np.ndarray, settled: np.ndarray) -> np.ndarray:
-    """Per-``H`` median over the settled seeds (``nan`` where fewer than two settled)."""
-    return np.array([float(np.median(v[m])) if m.sum() >= 2 else math.nan for v, m in zip(vals, settled)], dtype=float)
+def _medians(vals: np.ndarray, settled: np.ndarray, stat: Any = np.median) -> np.ndarray:
+    """Per-``H`` ``stat`` (median) over the settled seeds (``nan`` where fewer than two settled)."""
+    return np.array([float(stat(v[m])) if m.sum() >= 2 else math.nan for v, m in zip(vals, settled)], dtype=float)
 
 
 def _analyse(
-    Hs: np.ndarray, per_seed: np.ndarray, tail: int, rng: np.random.Generator, settled: np.ndarray | None = None
+    Hs: np.ndarray,
+    per_seed: np.ndarray,
+    tail: int,
+    rng: np.random.Generator,
+    settled: np.ndarray | None = None,
+    stat: Any = np.median,
 ) -> dict[str, Any]:
-    """Robust tail fit: local exponents, the least-squares slope of the median (over settled seeds) floor
-    against ``H`` over the ``tail`` largest usable ``H``, and its bootstrap CI (resampling each ``H``'s
-    settled seeds)."""
+    """Tail fit: local exponents, the least-squares slope of ``stat`` (median; over settled seeds) of
+    ``per_seed`` against ``H`` over the ``tail`` largest usable ``H``, and its bootstrap CI (resampling
+    each ``H``'s settled seeds)."""
     settled = np.ones(per_seed.shape, bool) if settled is None else settled
-    med = _medians(per_seed, settled)
+    med = _medians(per_seed, settled, stat)
     use = np.flatnonzero(np.isfinite(med))
     Hu, mu = Hs[use], med[use]
     local = np.log(mu[1:] / mu[:-1]) / np.log(Hu[1:] / Hu[:-1]) if len(use) > 1 else np.array([])
@@ -349,7 +420,7 @@ def _analyse(
     rows = [per_seed[i][settled[i]] for i in use[-k:]]
     boots = []
     for _ in range(BOOTSTRAP):
-        m = [np.median(r[rng.integers(0, len(r), len(r))]) for r in rows]
+        m = [stat(r[rng.integers(0, len(r), len(r))]) for r in rows]
         boots.append(loglog_fit(Hu[-k:], np.array(m))[0])
     lo, hi = (float(v) for v in np.percentile(boots, [2.5, 97.5]))
     start = None
@@ -368,46 +439,87 @@ def _analyse(
     }
 
 
-def _bound(hypotheses: bool) -> float:
-    return MIDPOINT if hypotheses else -0.5
+def _geomean(v: np.ndarray) -> float:
+    return float(np.exp(np.mean(np.log(v))))
 
 
-def _criterion(ci: list[float], *, hypotheses: bool = False) -> bool:
-    """The tail criterion on a 95% interval ``ci`` of the exponent.
-
-    Full runs (``hypotheses=False``): the interval contains -1 and excludes -1/2. Quick runs
-    (``hypotheses=True``, :data:`QUICK_CRITERION`): -1 and -1/2 as competing laws, the interval excludes
-    -1/2 and lies wholly on the -1 side of their midpoint -3/4.
-    """
-    if not all(math.isfinite(v) for v in ci):
-        return False
-    if hypotheses:
-        return bool(ci[1] < MIDPOINT and not (ci[0] <= -0.5 <= ci[1]))
-    return bool(ci[0] <= -1.0 <= ci[1] and not (ci[0] <= -0.5 <= ci[1]))
+def _gap(predicted_exponent: float) -> float:
+    """The distance between the prediction (the ratio's exponent 0) and the competing law ``H^(-1/2)``
+    seen through the ratio: ``-1/2 - p``, ``p`` the predicted constants' own exponent (about 1/2)."""
+    return COMPETING - predicted_exponent if math.isfinite(predicted_exponent) else math.nan
 
 
-def _exponent_margin(ci: list[float], hypotheses: bool) -> float:
-    """How clearly ``ci`` meets :func:`_criterion`: the distance of its upper end below the bound (-1/2, or
-    -3/4 in quick runs) in units of the bound's distance to -1, and (full runs) how deep -1 lies inside it
-    in half-widths; the smaller of the two. Negative when the criterion fails."""
+def _decide(ci: list[float], gap: float) -> str:
+    """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent (stated before measuring):
+    ``"pass"`` when it lies below the midpoint ``gap / 2`` between the prediction (0) and the competing law
+    (``gap``) by at least the report's minimum margin (:data:`~attnflow.experiments.common.MIN_MARGIN`,
+    in units of ``gap / 2``: a smaller margin is no PASS), ``"fail"`` when it lies wholly above the
+    midpoint, ``"undecided"`` in between (or with no fit, or no positive gap): then more seeds are needed
+    (the sequential design)."""
     lo, hi = ci
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(gap)) or gap <= 0:
+        return "undecided"
+    if _ratio_margin(ci, gap) >= MIN_MARGIN:
+        return "pass"
+    if lo > 0.5 * gap:
+        return "fail"
+    return "undecided"
+
+
+def _ratio_margin(ci: list[float], gap: float) -> float:
+    """How far the interval's upper end lies below the midpoint ``gap / 2``, in units of ``gap / 2``."""
+    if not (all(math.isfinite(v) for v in ci) and math.isfinite(gap)) or gap <= 0:
         return -math.inf
-    b = _bound(hypotheses)
-    m = (b - hi) / abs(b + 1.0)
-    if not hypotheses:
-        half = 0.5 * (hi - lo)
-        m = min(m, min(-1.0 - lo, hi + 1.0) / half if half > 0 else -math.inf)
-    return float(m)
+    return margin_below(ci[1], 0.5 * gap)
 
 
-def _criterion_text(hypotheses: bool) -> str:
-    if hypotheses:
-        return (
-            f"1/H against H^(-1/2) as competing laws: the tail CI (bootstrap over settled seeds) excludes -1/2 and "
-            f"lies below their midpoint {MIDPOINT:g}"
-        )
-    return "tail CI (bootstrap over settled seeds) contains -1 and excludes -1/2"
+def _arrays(per_H: list[list[SeedFloor]], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Floors, late ``|dF|`` means, predicted floors and settled flags ``(len(H), n)``; rows with fewer
+    seeds (``H`` outside the tail, which got no further batch) padded with ``nan`` and not settled."""
+
+    def pad(vals: list[float]) -> list[float]:
+        return vals + [math.nan] * (n - len(vals))
+
+    floors = np.array([pad([r.floor for r in row]) for row in per_H])
+    ab = np.array([pad([r.abs_slope for r in row]) for row in per_H])
+    pred = np.array([pad([r.predicted for r in row]) for row in per_H])
+    settled = np.array([[r.settled for r in row] + [False] * (n - len(row)) for row in per_H])
+    return floors, ab, pred, settled
+
+
+def _exponent_fit(
+    Hs: np.ndarray,
+    floors: np.ndarray,
+    ab: np.ndarray,
+    pred: np.ndarray,
+    settled: np.ndarray,
+    tail: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The exponent prediction's fits over the settled seeds: the ratio measured / predicted (geometric
+    mean per ``H``; prediction: exponent 0), its control ``<|dF|> / predicted`` (exponent about +1/2), the
+    predicted constants' own exponent ``p`` and the gap ``-1/2 - p`` to the competing law, the verdict
+    (:func:`_decide`), and for information the floor's and ``<|dF|>``'s own exponents (median fits)."""
+    rng = np.random.default_rng(seed)
+    main = _analyse(Hs, floors, tail, rng, settled)
+    ctrl = _analyse(Hs, ab, tail, rng, settled)
+    ratio = _analyse(Hs, floors / pred, tail, rng, settled, _geomean)
+    ratio_ctrl = _analyse(Hs, ab / pred, tail, rng, settled, _geomean)
+    pg = _medians(pred, settled, _geomean)
+    ti = [i for i, H in enumerate(Hs) if H in ratio["tail_H"] and math.isfinite(pg[i])]
+    pe = loglog_fit(Hs[ti], pg[ti])[0] if len(ti) >= 2 else math.nan
+    main["predicted_exponent"] = pe
+    gap = _gap(pe)
+    return {
+        "main": main,
+        "control": ctrl,
+        "ratio": ratio,
+        "ratio_control": ratio_ctrl,
+        "predicted_exponent": pe,
+        "gap": gap,
+        "decision": _decide(ratio["ci"], gap),
+        "control_decision": _decide(ratio_ctrl["ci"], gap),
+    }
 
 
 def _constant_check(rows: list[SeedFloor], factor: float = 1.0) -> dict[str, Any]:
@@ -442,7 +554,6 @@ def experiment_heads(
 ) -> ExperimentResult:
     """Per-seed floor constants and the 1/H law per parameter set; ``quick``: the competing-laws criterion."""
     start = time.perf_counter()
-    hyp = quick
     sets = _set_configs(cfg, user_sets or [])
     seeds = [seed + s for s in range(int(cfg["seeds"]))]
     total = sum(len(c["heads"]["counts"]) for c in sets.values())
@@ -455,25 +566,47 @@ def experiment_heads(
         if len(Hs) < 2:
             raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
         per_H: list[list[SeedFloor]] = []
+        mems: dict[int, Members] = {}
+        known: dict[int, dict[int, tuple[float, float]]] = {}
+        row_seeds: dict[int, list[int]] = {}
         for H in Hs:
+            h = int(H)
             if progress:
-                progress(done, total, f"set {name}: H = {int(H)} ({len(seeds)} seeds)")
-            mem = _run_members(sc, int(H), seeds)
-            per_H.append(_seed_floors(mem, sc, int(H), seeds, seed + 104729 * int(H)))
+                progress(done, total, f"set {name}: H = {h} ({len(seeds)} seeds)")
+            mems[h], known[h], row_seeds[h] = _run_members(sc, h, seeds), {}, list(seeds)
+            per_H.append(_seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h]))
             done += 1
-        floors = np.array([[r.floor for r in row] for row in per_H])
-        ab = np.array([[r.abs_slope for r in row] for row in per_H])
-        pred = np.array([[r.predicted for r in row] for row in per_H])
-        settled = np.array([[r.settled for r in row] for row in per_H])
+        # The sequential design (stated before measuring): while the ratio's CI straddles the midpoint
+        # between the prediction and the competing law, add a batch of as many seeds at the tail's H, up to
+        # seed_batches batches. More seeds also lengthen the pooled window that tau_int is trusted on.
+        S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
+        while True:
+            floors, ab, pred, settled = _arrays(per_H, S * batches)
+            fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
+            if fit["decision"] != "undecided" or batches >= cap_b:
+                break
+            new = [seed + batches * S + s for s in range(S)]
+            total += len(tail_H)
+            for i, H in enumerate(Hs):
+                h = int(H)
+                if h not in tail_H:
+                    continue
+                if progress:
+                    progress(
+                        done, total, f"set {name}: H = {h}, seeds batch {batches + 1} of at most {cap_b} (undecided)"
+                    )
+                mems[h] = mems[h].joined(_run_members(sc, h, new))
+                row_seeds[h] += new
+                per_H[i] = _seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h])
+                done += 1
+            batches += 1
         for H, row in zip(Hs, per_H):
             unsettled += [
                 {"set": name, "H": int(H), "seed": r.seed, "why": r.why, "floor": r.floor, "predicted": r.predicted}
                 for r in row
                 if not r.settled
             ]
-        rng = np.random.default_rng(seed)
-        main = _analyse(Hs, floors, int(sc["tail"]), rng, settled)
-        ctrl = _analyse(Hs, ab, int(sc["tail"]), rng, settled)
+        main, ctrl = fit["main"], fit["control"]
         tail_rows = [r for H, row in zip(Hs, per_H) if H in main["tail_H"] for r in row if r.settled]
         const = _constant_check(tail_rows)
         const_ctrl = _constant_check(tail_rows, CONTROL_FACTOR)
@@ -487,6 +620,9 @@ def experiment_heads(
             "per_H": per_H,
             "main": main,
             "control": ctrl,
+            "fit": fit,
+            "batches": batches,
+            "seeds_per_batch": S,
             "constant": const,
             "constant_control": const_ctrl,
         }
@@ -497,6 +633,11 @@ def experiment_heads(
         n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in main["tail_H"])
         tail_txt = ", ".join(str(int(h)) for h in main["tail_H"]) or "none"
         worst = const["worst"]
+        tail_len = [
+            sum(r.window[1] - r.window[0] for r in row if r.settled) / row[0].tau_int
+            for H, row in zip(Hs, per_H)
+            if H in main["tail_H"] and row[0].tau_int > 0
+        ]
         preds.append(
             Prediction(
                 "heads",
@@ -506,7 +647,9 @@ def experiment_heads(
                 + (
                     f"geometric mean {fmt(math.exp(const['pooled']))} (se of its log {fmt(const['pooled_se'])}), "
                     f"range {fmt(float(np.min(const['ratios'])))}..{fmt(float(np.max(const['ratios'])))}; "
-                    f"worst seed {worst[0]}: {fmt(worst[1])} against its bound {fmt(math.exp(worst[2]))}"
+                    f"worst seed {worst[0]}: {fmt(worst[1])} against its bound {fmt(math.exp(worst[2]))}; "
+                    f"errors from tau_int of |dF|^2 = {', '.join(fmt(row[0].tau_int) for H, row in zip(Hs, per_H) if H in main['tail_H'])} "
+                    f"(pooled windows {', '.join(fmt(float(tail_len[i])) for i in range(len(tail_len)))} tau_int long)"
                     if const["n"]
                     else "no settled seed"
                 ),
@@ -522,37 +665,58 @@ def experiment_heads(
             )
         )
         asym = main["asymptotic_from_H"]
-        n_settled = int(settled[[i for i, H in enumerate(Hs) if H in main["tail_H"]]].sum())
+        rf, rc, gap = fit["ratio"], fit["ratio_control"], fit["gap"]
+        n_settled = int(settled[[i for i, H in enumerate(Hs) if H in rf["tail_H"]]].sum())
+        n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in rf["tail_H"])
         preds.append(
             Prediction(
                 "heads",
-                f"OU weights ({label}): the late slope floor scales like 1/H (median over settled seeds)",
-                f"tail exponent {fmt(main['exponent'])}, 95% CI [{fmt(main['ci'][0])}, {fmt(main['ci'][1])}] over "
-                f"H = {tail_txt} ({n_settled} of {n_tail} seeds settled); local exponents "
-                f"{', '.join(f'{v:.2f}' for v in main['local_exponents'])}; "
+                f"OU weights ({label}): the late slope floor scales like 1/H, as its per-seed predicted constants "
+                "do (measured / predicted flat in H)",
+                f"measured / predicted (geometric mean over settled seeds): exponent {fmt(rf['exponent'])}, 95% CI "
+                f"[{fmt(rf['ci'][0])}, {fmt(rf['ci'][1])}] over H = "
+                f"{', '.join(str(int(h)) for h in rf['tail_H']) or 'none'} ({n_settled} of {n_tail} seeds settled; "
+                f"{batches} batch{'es' if batches > 1 else ''} of {S} seeds, at most {cap_b}); "
                 + (
-                    f"asymptotic (local exponents within {LOCAL_BAND} of -1) from H = {asym}"
-                    if asym
-                    else "asymptotic range not reached"
-                ),
-                _criterion_text(hyp),
-                _criterion(main["ci"], hypotheses=hyp),
-                "the same fit on the late mean of |dF| (not squared; scales like H^(-1/2))",
-                f"exponent {fmt(ctrl['exponent'])}, CI [{fmt(ctrl['ci'][0])}, {fmt(ctrl['ci'][1])}]",
-                not _criterion(ctrl["ci"], hypotheses=hyp),
-                margin=_exponent_margin(main["ci"], hyp),
-                control_margin=-_exponent_margin(ctrl["ci"], hyp),
+                    ("the CI contains 0" if rf["ci"][0] <= 0.0 <= rf["ci"][1] else "the CI excludes 0")
+                    if math.isfinite(rf["ci"][0])
+                    else "no fit"
+                )
+                + f"; the predicted constants' own exponent {fmt(fit['predicted_exponent'])}; for information the "
+                f"floor's exponent {fmt(main['exponent'])}, CI [{fmt(main['ci'][0])}, {fmt(main['ci'][1])}] (median), "
+                f"local exponents {', '.join(f'{v:.2f}' for v in main['local_exponents'])}, "
+                + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
+                f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
+                f"{fmt(gap)}): the ratio's CI (bootstrap over settled seeds) lies below the midpoint {fmt(0.5 * gap)} "
+                f"(by {MIN_MARGIN:g} of it); until it does or lies above it, {S} more seeds at the tail's H, up to "
+                f"{cap_b} batches "
+                "(undecided at the cap: FAIL, not enough seeds)",
+                fit["decision"] == "pass",
+                "the same on the late mean of |dF| (not squared; ~ H^(-1/2)) over the predicted floors",
+                f"exponent {fmt(rc['exponent'])}, CI [{fmt(rc['ci'][0])}, {fmt(rc['ci'][1])}] "
+                f"(|dF| itself: {fmt(ctrl['exponent'])})",
+                fit["control_decision"] != "pass",
+                margin=_ratio_margin(rf["ci"], gap),
+                control_margin=-_ratio_margin(rc["ci"], gap),
                 model="gf",
                 model_reason="the floor is of the gradient flow's slope |dF| (docs/model.md)",
             )
         )
     for p, r in zip(preds[1::2], results.values()):
         if not p.ok:
-            p.explanation = _exponent_note(p, r, hyp, len(seeds)) + " " + p.explanation
+            p.explanation = _exponent_note(p, r) + " " + p.explanation
     for p, r in zip(preds[0::2], results.values()):
         if not p.ok:
             p.explanation = _constant_note(p, r) + " " + p.explanation
     fig = _figure(results, seeds)
+    # Sets that needed more seed batches have more columns: pad every set to the most seeds used.
+    n_all = max(r["floor"].shape[1] for r in results.values())
+    seeds = [seed + s for s in range(n_all)]
+    for r in results.values():
+        k = n_all - r["floor"].shape[1]
+        for key in ("floor", "abs_slope", "predicted"):
+            r[key] = np.pad(r[key], ((0, 0), (0, k)), constant_values=math.nan)
+        r["settled"] = np.pad(r["settled"], ((0, 0), (0, k)), constant_values=False)
     ds = xr.Dataset(
         {f"floor_{n}": (("H_" + n, "seed"), r["floor"]) for n, r in results.items()}
         | {f"predicted_{n}": (("H_" + n, "seed"), r["predicted"]) for n, r in results.items()}
@@ -582,17 +746,37 @@ def experiment_heads(
                 "H": r["H"],
                 "floor_median": r["main"]["median"],
                 "ratio_per_seed": r["floor"] / r["predicted"],
-                "h_times_predicted_median": np.median(r["predicted"], axis=1) * np.array(r["H"], float),
+                "h_times_predicted_median": np.nanmedian(r["predicted"], axis=1) * np.array(r["H"], float),
                 "single_cluster_constant": single_cluster_constant(
                     float(r["config"]["heads"]["beta"]),
                     float(r["config"]["weights"]["sigma"]) / math.sqrt(2.0 * float(r["config"]["weights"]["rate"])),
                     int(r["config"]["tokens"]["d"]),
                 ),
                 "settled": r["settled"],
+                "tau_int": [row[0].tau_int for row in r["per_H"]],
+                "se_iat": [[x.se for x in row] for row in r["per_H"]],
+                "se_batch_means": [[x.se_batch for x in row] for row in r["per_H"]],
                 "local_exponents": r["main"]["local_exponents"],
                 "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
                 "asymptotic_from_H": r["main"]["asymptotic_from_H"],
+                "predicted_exponent": r["main"]["predicted_exponent"],
                 "control": {"exponent": r["control"]["exponent"], "ci": r["control"]["ci"]},
+                "ratio": {
+                    "exponent": r["fit"]["ratio"]["exponent"],
+                    "ci": r["fit"]["ratio"]["ci"],
+                    "geometric_mean": r["fit"]["ratio"]["median"],
+                    "gap": r["fit"]["gap"],
+                    "decision": r["fit"]["decision"],
+                    "control": {
+                        "exponent": r["fit"]["ratio_control"]["exponent"],
+                        "ci": r["fit"]["ratio_control"]["ci"],
+                    },
+                },
+                "seed_batches": {
+                    "used": r["batches"],
+                    "cap": int(r["config"]["seed_batches"]),
+                    "size": r["seeds_per_batch"],
+                },
                 "parameters": r["config"],
             }
             for n, r in results.items()
@@ -645,23 +829,53 @@ def _constant_note(p: Prediction, r: dict[str, Any]) -> str:
     return f"measured / predicted is {g:.3g} on average, {side}; worst seed {c['worst'][0]} at {c['worst'][1]:.3g}."
 
 
-def _exponent_note(p: Prediction, r: dict[str, Any], hyp: bool, n_seeds: int) -> str:
-    m = r["main"]
-    lo, hi = m["ci"]
-    loc = ", ".join(f"{v:.2f}" for v in m["local_exponents"])
+def _dropped(r: dict[str, Any]) -> str:
+    """Which ``H`` lost their settled seeds, and why (counted by reason), for a failing row's note."""
+    out = []
+    for H, row in zip(r["H"], r["per_H"]):
+        bad = [x for x in row if not x.settled]
+        if len(row) - len(bad) >= 2:
+            continue
+        why = {
+            "too short for their correlation time (pooled window under "
+            f"{MIN_TAUS:g} tau_int; tau_int = {row[0].tau_int:.3g})": sum("correlation time" in x.why for x in bad),
+            "more than one cluster": sum("clusters" in x.why for x in bad),
+            "a window shorter than one relaxation time": sum("relaxation time" in x.why for x in bad),
+        }
+        out.append(f"H = {H}: " + ", ".join(f"{n} {k}" for k, n in why.items() if n))
+    return (" Left out of the fit: " + "; ".join(out) + " (a longer run would bring them in).") if out else ""
+
+
+def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
+    f = r["fit"]
+    rf, gap = f["ratio"], f["gap"]
+    lo, hi = rf["ci"]
+    seeds = f"{r['batches']} batch{'es' if r['batches'] > 1 else ''} of {r['seeds_per_batch']} seeds"
     if not p.control_rejected:
-        return "the control's CI meets the criterion: the run cannot tell the two laws apart."
+        return "the control's CI meets the criterion too: the run cannot tell the two laws apart."
     if not math.isfinite(lo):
-        return "fewer than two H had two settled seeds: no fit."
-    if lo <= -0.5 <= hi:
+        return f"fewer than two H had two settled seeds after {seeds} (the cap): no fit." + _dropped(r)
+    if not (math.isfinite(gap) and gap > 0):
+        return f"the predicted constants' own exponent {f['predicted_exponent']:.2f} leaves no gap to H^(-1/2)."
+    short = ""
+    if len(rf["tail_H"]) < min(len(r["H"]), int(r["config"]["tail"])):
+        short = f" The fit is over H = {', '.join(str(int(h)) for h in rf['tail_H'])} only." + _dropped(r)
+    gm = ", ".join(f"{v:.3g}" for v in rf["median"] if math.isfinite(v))
+    n_ok = int(sum(np.sum(r["settled"][i]) for i, H in enumerate(r["H"]) if H in rf["tail_H"]))
+    n_all = sum(len(row) for H, row in zip(r["H"], r["per_H"]) if H in rf["tail_H"])
+    if f["decision"] == "undecided":
         return (
-            f"the tail CI [{lo:.2f}, {hi:.2f}] is too wide to tell -1 from -1/2 with {n_seeds} seeds: more seeds or "
-            "longer runs are needed, not another criterion."
+            f"inconclusive at the cap: after {seeds} ({n_ok} of {n_all} seeds settled at H = "
+            f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] is not below the "
+            f"midpoint {0.5 * gap:.2f} by the minimum margin {MIN_MARGIN:g} of it (geometric means of measured / "
+            f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."
+            + short
         )
     return (
-        f"the tail exponent {m['exponent']:.2f} (CI [{lo:.2f}, {hi:.2f}], local exponents {loc}) does not meet the "
-        "criterion clearly: at these H the floor has not reached its asymptotic 1/H range (a cluster can follow the "
-        "heads' noise), or the seeds' scatter is large."
+        f"the ratio's CI [{lo:.2f}, {hi:.2f}] lies above the midpoint {0.5 * gap:.2f}: the floor falls more slowly "
+        f"than its predicted constants (geometric means of measured / predicted per H: {gm}); at small H a cluster "
+        "that follows the heads' noise sits below its frozen-cloud constant, or seeds have not reached their "
+        "stationary point." + short
     )
 
 
