@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -252,7 +253,8 @@ def _check_parents(out: Path) -> None:
     if p.exists() and not p.is_dir():
         raise FileExistsError(f"cannot create {str(out)!r}: {str(p)!r} is a file, not a folder.")
     if p.is_dir() and not os.access(p, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot create {str(out)!r}: no permission to write in {str(p)!r}.")
+        # With its errno, the CLI reads it as the user's to fix (a message-only OSError is a bug there).
+        raise PermissionError(errno.EACCES, f"no permission to write in {str(p)!r}", str(out))
 
 
 def run_estimate(cfg: RunConfig) -> Estimate:
