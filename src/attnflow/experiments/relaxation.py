@@ -92,7 +92,8 @@ WANDER_REPLICAS = 4
 #: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
 #: Stationarity for the limiting law is judged on the same scale: a cloud at the finite-H floor is a
 #: stationary point of ``F(., Theta_inf)`` up to the heads' fluctuation, so its rms slope for
-#: ``Theta_inf`` is at most ``FLOOR_FACTOR s_H`` too; the slope of the same run before it relaxed is not (the row's control).
+#: ``Theta_inf`` is at most ``FLOOR_FACTOR s_H`` too; the slope of the same run before it relaxed is not (the
+#: row's control, :func:`transient_window`).
 FLOOR_FACTOR = 2.0
 #: Independent draws of the ``H`` heads from the stationary law behind ``s_H``.
 FLOOR_DRAWS = 64
