@@ -102,3 +102,24 @@ def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
     assert drift.ratio > 1.0, drift.text()
     # The bound itself: a fraction of the displacement plus the wander allowance.
     assert Settling(0.3, 2.0, 0.1).bound == pytest.approx(0.1 * 2.0 + 2.0 * 0.1)
+
+
+def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_is_not_a_pass(monkeypatch):
+    """``ou`` row 1's control is the same run's transient ``[0, 3 tau)`` against the same law, rejected with a
+    margin. Planted without power, the control is not rejected and the row is not a PASS and says why: the late
+    states given as the "transient" (row 1), a zero-amplitude oscillating run, which settles (row 2's control,
+    and ``oscillating``'s no-relaxation row, untestable by position)."""
+    res = run_experiment("ou", quick=True, seed=0, sets=SMALL)
+    h, stat = res.headline, res.predictions[0]
+    assert stat.ok and res.predictions[1].ok, (stat.explanation, res.predictions[1].explanation)
+    tr = h["slope_limit_law_transient_rms_over_s_H"]
+    assert tr > relaxation.FLOOR_FACTOR * 1.1
+    assert stat.control_margin == pytest.approx(tr / relaxation.FLOOR_FACTOR - 1.0, rel=1e-9)
+    assert h["transient_window"][0] == 0.0 and h["transient_window"][1] < h["window"][0]
+    monkeypatch.setattr(relaxation, "transient_window", lambda t, tau: np.arange(len(t) // 2, len(t)))
+    bad = run_experiment("ou", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
+    for p in bad.predictions[:2]:
+        assert p.passed and not p.control_rejected and not p.ok
+        assert "Control without power" in p.explanation, p.explanation
+    osc = run_experiment("oscillating", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
+    assert not osc.predictions[4].ok and "Untestable by position" in osc.predictions[4].explanation

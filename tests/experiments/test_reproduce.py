@@ -22,7 +22,7 @@ from helpers import random_sym, random_tokens
 
 #: Predictions whose criterion is well posed and holds, with the control rejected, in the quick run.
 MUST_HOLD = {
-    ("ou", 0),  # stationary for Theta_inf, not for Theta_0
+    ("ou", 0),  # stationary for Theta_inf (the run's own transient is not)
     ("ou", 1),  # the cloud settles (the oscillating one does not)
     ("ou", 2),  # the slope is at the finite-H floor (the oscillating one is far above)
     ("oscillating", 0),  # OU law length converges
