@@ -88,3 +88,32 @@ def skip_without_sweep_extra() -> None:
     """
     for name in ("distributed", "pandas", "pyarrow"):
         pytest.importorskip(name, reason=f"the sweep extra: pip install -e '.[sweep]' ({name})")
+
+
+# --- a smooth, time-dependent attention field on S^2 (the order tests of the high-order schemes) ---
+
+
+def smooth_field(beta: float = 1.5):
+    """``f(t, x)``: an anisotropic attention field on ``S^2`` modulated by ``1 + 0.3 sin t``."""
+    import torch
+
+    A = torch.tensor([[beta, 0.3, 0.0], [0.3, 0.5 * beta, 0.1], [0.0, 0.1, 0.8]], dtype=torch.float64)
+    V = torch.tensor([[1.0, 0.2, -0.1], [0.0, 1.0, 0.3], [0.1, 0.0, 0.9]], dtype=torch.float64)
+
+    def f(t: float, x: torch.Tensor) -> torch.Tensor:
+        s = (x @ A) @ x.T
+        p = torch.softmax(s, dim=1)
+        u = p @ (x @ V.T) * (1.0 + 0.3 * np.sin(t))  # time-dependent, smooth
+        return u - (u * x).sum(1, keepdim=True) * x
+
+    return f
+
+
+def smooth_x0():
+    """Six random unit vectors in ``R^3`` (seed 3)."""
+    import torch
+
+    from attnflow.core.geometry import retract
+
+    g = torch.Generator().manual_seed(3)
+    return retract(torch.randn(6, 3, generator=g, dtype=torch.float64))

@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from attnflow.core.geometry import retract
 from attnflow.schemes.integrators import ADAPTIVE, DOP853, EmbeddedPair
+from helpers import smooth_field as _field
+from helpers import smooth_x0 as _x0
 
 torch.set_num_threads(1)
 
@@ -28,24 +29,6 @@ def test_tableau_is_scipys_to_the_bit():
     assert all(abs(sum(DOP853.a[s]) - DOP853.c[s]) < 1e-14 for s in range(1, n))
     assert abs(sum(DOP853.b) - 1.0) < 1e-14
     assert "dop853" in ADAPTIVE
-
-
-def _field(beta: float = 1.5):
-    A = torch.tensor([[beta, 0.3, 0.0], [0.3, 0.5 * beta, 0.1], [0.0, 0.1, 0.8]], dtype=torch.float64)
-    V = torch.tensor([[1.0, 0.2, -0.1], [0.0, 1.0, 0.3], [0.1, 0.0, 0.9]], dtype=torch.float64)
-
-    def f(t: float, x: torch.Tensor) -> torch.Tensor:
-        s = (x @ A) @ x.T
-        p = torch.softmax(s, dim=1)
-        u = p @ (x @ V.T) * (1.0 + 0.3 * np.sin(t))  # time-dependent, smooth
-        return u - (u * x).sum(1, keepdim=True) * x
-
-    return f
-
-
-def _x0() -> torch.Tensor:
-    g = torch.Generator().manual_seed(3)
-    return retract(torch.randn(6, 3, generator=g, dtype=torch.float64))
 
 
 def _solve(pair: EmbeddedPair, n: int, T: float = 2.0) -> torch.Tensor:

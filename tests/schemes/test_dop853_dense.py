@@ -11,6 +11,8 @@ import torch
 
 from attnflow.core.geometry import retract
 from attnflow.schemes.integrators import DOP853, DOP853Pair
+from helpers import smooth_field as _field
+from helpers import smooth_x0 as _x0
 
 torch.set_num_threads(1)
 
@@ -24,24 +26,6 @@ def test_dense_coefficients_are_scipys_to_the_bit():
     assert DOP853.d == tuple(tuple(r) for r in dc.D)
     # Consistency: each extra stage's row sums to its time.
     assert all(abs(sum(r) - c) < 1e-14 for r, c in zip(DOP853.a_extra, DOP853.c_extra))
-
-
-def _field(beta: float = 1.5):
-    A = torch.tensor([[beta, 0.3, 0.0], [0.3, 0.5 * beta, 0.1], [0.0, 0.1, 0.8]], dtype=torch.float64)
-    V = torch.tensor([[1.0, 0.2, -0.1], [0.0, 1.0, 0.3], [0.1, 0.0, 0.9]], dtype=torch.float64)
-
-    def f(t: float, x: torch.Tensor) -> torch.Tensor:
-        s = (x @ A) @ x.T
-        p = torch.softmax(s, dim=1)
-        u = p @ (x @ V.T) * (1.0 + 0.3 * np.sin(t))  # time-dependent, smooth
-        return u - (u * x).sum(1, keepdim=True) * x
-
-    return f
-
-
-def _x0() -> torch.Tensor:
-    g = torch.Generator().manual_seed(3)
-    return retract(torch.randn(6, 3, generator=g, dtype=torch.float64))
 
 
 def _stages(f, t: float, x: torch.Tensor, h: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
