@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import matplotlib
 
@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from attnflow._version import __version__
 from attnflow.core.errors import InputError
@@ -139,6 +139,13 @@ class Section(BaseModel):
     """A section of an experiment's parameters (``heads``, ``weights``, ...): strict, like the whole."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CloudSection(Section):
+    """``tokens``: ``n`` tokens on ``S^{d-1}`` (the section of the ``edi`` and ``stability-*`` experiments)."""
+
+    n: PositiveInt = 64
+    d: Annotated[int, Field(ge=2)] = 3
 
 
 class ExperimentParams(BaseModel):

@@ -41,6 +41,7 @@ from attnflow.config import build, parse_config
 from attnflow.core.errors import InputError
 from attnflow.dynamics.fields import energy
 from attnflow.experiments.common import (
+    CloudSection,
     ExperimentParams,
     ExperimentResult,
     Prediction,
@@ -113,11 +114,6 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
 }
 
 
-class EdiTokens(Section):
-    n: PositiveInt = 64
-    d: Annotated[int, Field(ge=2)] = 3
-
-
 class EdiHeads(Section):
     count: PositiveInt = 8
     beta: PositiveFloat = 2.0
@@ -139,7 +135,7 @@ class EdiOU(Section):
 class EdiParams(ExperimentParams):
     """The parameters of ``attnflow reproduce edi``."""
 
-    tokens: EdiTokens = EdiTokens()
+    tokens: CloudSection = CloudSection()
     heads: EdiHeads = EdiHeads()
     t_end: PositiveFloat = 8.0
     dts: Annotated[list[PositiveFloat], Field(min_length=3)] = [0.1, 0.05, 0.025, 0.0125]
@@ -151,7 +147,7 @@ def default_params(quick: bool) -> EdiParams:
     """The parameters of ``attnflow reproduce edi`` (``quick``: fewer tokens, a shorter run, more OU seeds)."""
     if not quick:
         return EdiParams()
-    return EdiParams(tokens=EdiTokens(n=32), t_end=4.0, dts=[0.1, 0.05, 0.025], ou=EdiOU(seeds=24))
+    return EdiParams(tokens=CloudSection(n=32), t_end=4.0, dts=[0.1, 0.05, 0.025], ou=EdiOU(seeds=24))
 
 
 def default_config(quick: bool) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from attnflow.core.heads import goe_heads
 from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
 from attnflow.experiments.common import (
+    CloudSection,
     ExperimentParams,
     ExperimentResult,
     Prediction,
@@ -87,11 +88,6 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
 }
 
 
-class StabilityTokens(Section):
-    n: PositiveInt = 64
-    d: Annotated[int, Field(ge=2)] = 3
-
-
 class StabilityHeads(Section):
     count: PositiveInt = 8
     beta: PositiveFloat = 1.0
@@ -112,7 +108,7 @@ class StabilityIntegration(Section):
 class StabilityParams(ExperimentParams):
     """The parameters of ``attnflow reproduce stability-input`` and ``stability-weights``."""
 
-    tokens: StabilityTokens = StabilityTokens()
+    tokens: CloudSection = CloudSection()
     heads: StabilityHeads = StabilityHeads()
     weights: StabilityOU = StabilityOU()
     integration: StabilityIntegration = StabilityIntegration()
@@ -124,7 +120,7 @@ def default_params(quick: bool) -> StabilityParams:
     """The parameters of ``attnflow reproduce stability-input`` and ``stability-weights``."""
     if not quick:
         return StabilityParams()
-    return StabilityParams(tokens=StabilityTokens(n=32), integration=StabilityIntegration(t_end=3.0))
+    return StabilityParams(tokens=CloudSection(n=32), integration=StabilityIntegration(t_end=3.0))
 
 
 def default_config(quick: bool) -> dict[str, Any]:
