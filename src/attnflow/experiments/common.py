@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from attnflow._version import __version__
 from attnflow.core.errors import InputError
@@ -146,6 +146,14 @@ class CloudSection(Section):
 
     n: PositiveInt = 64
     d: Annotated[int, Field(ge=2)] = 3
+
+
+class OscillatingSection(Section):
+    """``oscillating``: the weights ``A(t)`` oscillate with this amplitude and angular frequency (the section
+    of the ``ou``/``oscillating`` and ``edi`` experiments)."""
+
+    amplitude: float = 2.0
+    omega: PositiveFloat = 1.0
 
 
 class ExperimentParams(BaseModel):

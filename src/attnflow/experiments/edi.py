@@ -44,6 +44,7 @@ from attnflow.experiments.common import (
     CloudSection,
     ExperimentParams,
     ExperimentResult,
+    OscillatingSection,
     Prediction,
     Progress,
     Section,
@@ -119,11 +120,6 @@ class EdiHeads(Section):
     beta: PositiveFloat = 2.0
 
 
-class EdiOscillating(Section):
-    amplitude: float = 2.0
-    omega: PositiveFloat = 1.0
-
-
 class EdiOU(Section):
     rate: PositiveFloat = 1.0
     sigma: PositiveFloat = 0.3
@@ -139,7 +135,7 @@ class EdiParams(ExperimentParams):
     heads: EdiHeads = EdiHeads()
     t_end: PositiveFloat = 8.0
     dts: Annotated[list[PositiveFloat], Field(min_length=3)] = [0.1, 0.05, 0.025, 0.0125]
-    oscillating: EdiOscillating = EdiOscillating()
+    oscillating: OscillatingSection = OscillatingSection()
     ou: EdiOU = EdiOU()
 
 

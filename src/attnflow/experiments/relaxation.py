@@ -57,6 +57,7 @@ from attnflow.experiments.common import (
     MIN_MARGIN,
     ExperimentParams,
     ExperimentResult,
+    OscillatingSection,
     Prediction,
     Progress,
     Section,
@@ -126,11 +127,6 @@ class RelaxOU(Section):
     init_spread: Annotated[float, Field(ge=0)] = 3.0
 
 
-class RelaxOscillating(Section):
-    amplitude: float = 2.0
-    omega: PositiveFloat = 1.0
-
-
 class RelaxIntegration(Section):
     t_end: PositiveFloat = 24.0
     dt: PositiveFloat = 0.05
@@ -152,7 +148,7 @@ class RelaxationParams(ExperimentParams):
     tokens: RelaxTokens = RelaxTokens()
     heads: RelaxHeads = RelaxHeads()
     ou: RelaxOU = RelaxOU()
-    oscillating: RelaxOscillating = RelaxOscillating()
+    oscillating: OscillatingSection = OscillatingSection()
     integration: RelaxIntegration = RelaxIntegration()
     law: LawParams = LawParams()
 
