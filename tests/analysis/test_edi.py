@@ -62,17 +62,16 @@ def test_budget_terms_against_independent_values():
     assert b.relative_residual < 1e-5
 
 
+def _oscillating_rk4_recorder() -> StepRecorder:
+    """The EDI recorder of an rk4 gf run of 12 tokens along the oscillating weights (two heads)."""
+    P = PROCESSES["oscillating"]
+    w = (torch.full((12,), 1 / 12, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64))
+    return StepRecorder(TimeField("gf", P.sampler(), *w, torch.float64, "cpu"), P.derivative, INTEGRATORS["rk4"])
+
+
 def test_weight_derivative_term_matches_finite_differences():
     P = PROCESSES["oscillating"]
-    f = TimeField(
-        "gf",
-        P.sampler(),
-        torch.full((12,), 1 / 12, dtype=torch.float64),
-        torch.full((2,), 0.5, dtype=torch.float64),
-        torch.float64,
-        "cpu",
-    )
-    rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
+    rec = _oscillating_rk4_recorder()
     x = torch.from_numpy(X0)
     t, h = 0.7, 1e-5
     _, speed2, slope2, dFdt, F = rec._evaluate(t, x)
@@ -91,15 +90,7 @@ def test_recorder_reuses_the_end_of_each_step(monkeypatch):
     real = edi.head_stats
     monkeypatch.setattr(edi, "head_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
     P = PROCESSES["oscillating"]
-    f = TimeField(
-        "gf",
-        P.sampler(),
-        torch.full((12,), 1 / 12, dtype=torch.float64),
-        torch.full((2,), 0.5, dtype=torch.float64),
-        torch.float64,
-        "cpu",
-    )
-    rec = StepRecorder(f, P.derivative, INTEGRATORS["rk4"])
+    rec = _oscillating_rk4_recorder()
     x = torch.from_numpy(X0)
     start = None  # the solver passes each step's end evaluation on as the next step's start, explicitly
     for k in range(5):
