@@ -148,8 +148,8 @@ def test_hf_run_advice_names_steps_per_layer_not_set(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "With this command: --steps-per-layer 50." in flat and "--set" not in flat
 
 
-@pytest.mark.integration
-def test_run_renders_set_for_a_config_hint(tmp_path):
+def _run_stiff(tmp_path):
+    """``attnflow run`` of a config whose step is too large for its weights (it warns, and finishes)."""
     cfg = {
         "model": "gf",
         "tokens": {"n": 8, "d": 3},
@@ -159,7 +159,12 @@ def test_run_renders_set_for_a_config_hint(tmp_path):
     }
     path = tmp_path / "stiff.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    r = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-figures"])
+    return CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-figures"])
+
+
+@pytest.mark.integration
+def test_run_renders_set_for_a_config_hint(tmp_path):
+    r = _run_stiff(tmp_path)
     flat = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
     assert "warning: the step dt = 0.25 is large" in flat and "With this command: --set integration.dt=" in flat
@@ -204,16 +209,7 @@ def test_a_warning_under_a_command_points_at_the_command_not_at_typer(monkeypatc
         return both
 
     monkeypatch.setattr(cli_app, "_show_warning", recording)
-    cfg = {
-        "model": "gf",
-        "tokens": {"n": 8, "d": 3},
-        "heads": {"count": 2, "preset": "identity", "beta": 16.0},
-        "weights": {"process": "constant"},
-        "integration": {"t_end": 0.5, "dt": 0.25, "method": "rk4", "save_every": 1},
-    }
-    path = tmp_path / "stiff.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    r = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run"), "--no-figures"])
+    r = _run_stiff(tmp_path)
     assert r.exit_code == 0, r.output
     assert seen and all(f.replace("\\", "/").endswith("attnflow/cli/main.py") for f in seen), seen
     assert not [f for f in seen if "typer" in f]
