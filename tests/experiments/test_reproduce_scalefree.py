@@ -36,7 +36,14 @@ from attnflow.experiments.floors import (
     slopes_sq,
     time_average,
 )
-from attnflow.experiments.heads import CONTROL_FACTOR, RATIO_TOL, SeedFloor, _constant_check
+from attnflow.experiments.heads import (
+    CONTROL_FACTOR,
+    FAMILY_LEVEL,
+    RATIO_TOL,
+    SeedFloor,
+    _constant_check,
+    family_z,
+)
 from attnflow.experiments.random_sets import draw
 from attnflow.experiments.relaxation import finite_h_path_length
 from attnflow.solve.simulation import simulate
@@ -87,6 +94,36 @@ def test_per_seed_constant_check_and_its_planted_wrong_constant():
     biased = _constant_check(_rows(np.full(10, 1.0 + 2 * RATIO_TOL), se=0.5))
     assert biased["margin"] < 0
     assert _constant_check([])["margin"] == -math.inf
+
+
+def test_per_seed_bound_holds_its_level_for_any_number_of_seeds():
+    """Sidak's z_n: n correct seeds with Gaussian errors fail together at FAMILY_LEVEL, for every n."""
+    from scipy import stats
+
+    assert family_z(1) == pytest.approx(3.0, abs=1e-12)  # one seed: the old 3 standard errors
+    rng = np.random.default_rng(5)
+    for n in (8, 24, 72):
+        z = family_z(n)
+        # Closed form: P(all n within z) = (1 - 2 sf(z))^n = 1 - FAMILY_LEVEL.
+        assert (1 - 2 * stats.norm.sf(z)) ** n == pytest.approx(1 - FAMILY_LEVEL, rel=1e-12)
+        # Monte Carlo of the worst of n standard normals (the errors of a correct constant).
+        worst = np.abs(rng.standard_normal((200_000, n))).max(axis=1)
+        rate = float(np.mean(worst > z))
+        assert abs(rate - FAMILY_LEVEL) < 5 * math.sqrt(FAMILY_LEVEL / 200_000)
+        # Control: the fixed per-seed 3 fails a correct constant far more often as n grows.
+        assert float(np.mean(worst > 3.0)) > 2.5 * FAMILY_LEVEL
+    # In the check: a seed 3.5 standard errors out (beyond RATIO_TOL) passes among 24 seeds, not alone.
+    tol = math.log1p(RATIO_TOL)
+    se = 0.1
+    out = math.exp(tol + 3.5 * se)
+    rows = _rows([1.0] * 23 + [out], se=se)
+    many = _constant_check(rows)
+    assert many["z"] == pytest.approx(family_z(24)) and many["margin"] > 0
+    se_log = rows[-1].se_log  # the window's error with the Monte Carlo error of the prediction
+    assert many["worst"][2] == pytest.approx(tol + family_z(24) * se_log)
+    assert math.log(out) > tol + 3.0 * se_log  # control: the old fixed 3 would have failed the set on that seed
+    # ... and 4.5 standard errors out fails among 24 seeds too.
+    assert _constant_check(_rows([1.0] * 23 + [math.exp(tol + 4.5 * se)], se=se))["margin"] < 0
 
 
 # --- the run's own time scales -------------------------------------------------------------------------
@@ -273,6 +310,9 @@ def test_random_sets_cli_small_k(tmp_path):
     data = json.loads((out / "random_sets.json").read_text())
     assert data["random_sets"] == 1 and data["predictions"] and "ranges" in data
     assert all(v["runs"] == 1 for v in data["predictions"].values())
+    # Each set keeps its measured values (a failure is explained without a rerun).
+    measured = data["sets"][0]["experiments"]["stability-weights"]["measured"]
+    assert isinstance(measured, dict) and measured
     assert (r.exit_code == 0) is data["passed"]
     assert "--random-sets 1" in (out / "report.md").read_text()
     bad = CliRunner().invoke(

@@ -189,6 +189,9 @@ def run_random_sets(
                 "overrides": overrides,
                 "verdicts": [p.verdict_text for p in res.predictions],
                 "margins": [p.margin for p in res.predictions],
+                # The measured values (and, for heads, the seed batches used): a failure is explained from
+                # them without rerunning the set.
+                "measured": res.headline,
             }
             for j, p in enumerate(res.predictions):
                 row = rs.rows.setdefault(_key(res, j), {"runs": 0, "passed": 0, "min_margin": math.inf})
