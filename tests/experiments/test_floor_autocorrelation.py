@@ -95,8 +95,11 @@ def test_heads_reports_seeds_too_short_for_their_correlation_time():
     assert (
         "Left out of the fit" in res.predictions[1].explanation and "correlation time" in res.predictions[1].explanation
     )
-    # The sequential design added seed batches at the tail's H up to the cap, and undecided there is a FAIL.
+    # Without a fit the sequential design adds seed batches up to NO_FIT_BATCHES (more seeds lengthen the
+    # pooled window), and undecided there is a FAIL.
+    from attnflow.experiments.heads import NO_FIT_BATCHES, SEED_BATCHES
+
     batches = res.headline["sets"]["base"]["seed_batches"]
-    assert batches["used"] == batches["cap"] == 3 and batches["size"] == 3
-    assert not res.predictions[1].passed and "the cap" in res.predictions[1].explanation
+    assert batches["used"] == NO_FIT_BATCHES and batches["cap"] == SEED_BATCHES and batches["size"] == 3
+    assert not res.predictions[1].passed and "no fit" in res.predictions[1].explanation
     assert len(res.headline["seeds"]) == 9

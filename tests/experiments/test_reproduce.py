@@ -14,7 +14,7 @@ from attnflow.cli.main import app
 from attnflow.dynamics.lipschitz import lipschitz_bound
 from attnflow.experiments import ExperimentConfigError, experiment_config, relaxation
 from attnflow.experiments.edi import _order, _rms
-from attnflow.experiments.heads import COMPETING, _decide, _exponent_fit, _ratio_margin
+from attnflow.experiments.heads import COMPETING, _decide, _exponent_fit, _ratio_margin, batches_needed
 from attnflow.experiments.relaxation import FLOOR_FACTOR, bures_wasserstein, floor_scale, law_path_length
 from attnflow.experiments.report import README_BEGIN, README_END
 from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
@@ -278,3 +278,30 @@ def test_reproduce_all_quick(tmp_path):
 def test_reproduce_rejects_unknown_names(tmp_path):
     r = CliRunner().invoke(app, ["reproduce", "nope", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "unknown experiment" in r.output
+
+
+def test_batches_needed_projects_the_interval_and_the_projection_decides():
+    """The sequential design's stopping rule: the CI's half-width towards the nearer decision, shrunk like
+    1/sqrt(seeds) around the estimate. Closed forms, the undecidable band, and on synthetic floors the
+    projected number of seeds decides where 8 seeds did not (control: a quarter of them does not)."""
+    # Pass side: the upper end 0.3 must come below 0.25 x 0.9 = 0.225: (0.2 / 0.125)^2 = 2.56 batches.
+    assert batches_needed([0.0, 0.3], 0.1, 0.5, 1) == pytest.approx(2.56)
+    # Fail side: the lower end 0.2 must rise above 0.25: (0.2 / 0.15)^2 x 2 batches.
+    assert batches_needed([0.2, 0.6], 0.4, 0.5, 2) == pytest.approx(2 * (0.2 / 0.15) ** 2)
+    assert math.isinf(batches_needed([0.1, 0.4], 0.24, 0.5, 1))  # inside the margin band: never decided
+    assert math.isinf(batches_needed([0.1, 0.4], 0.2, -0.1, 1))  # no gap to the competing law
+    assert math.isnan(batches_needed([math.nan, math.nan], math.nan, 0.5, 1))  # no fit: nothing to project
+    Hs = np.array([16.0, 32, 64])
+    rng = np.random.default_rng(4)
+    floors, ab, pred, ok = _synthetic_heads(rng, Hs, 8 * 40, 0.0, 0.4)
+    first = _exponent_fit(Hs, floors[:, :8], ab[:, :8], pred[:, :8], ok[:, :8], 3, 1)
+    assert first["decision"] == "undecided"
+    need = batches_needed(first["ratio"]["ci"], first["ratio"]["exponent"], first["gap"], 1)
+    assert 1 < need < 40, need
+    n = 8 * math.ceil(need)
+    at = _exponent_fit(Hs, floors[:, :n], ab[:, :n], pred[:, :n], ok[:, :n], 3, 1)
+    assert at["decision"] == "pass", (need, at["ratio"]["ci"])
+    quarter = max(8, n // 4)
+    if quarter < n:
+        few = _exponent_fit(Hs, floors[:, :quarter], ab[:, :quarter], pred[:, :quarter], ok[:, :quarter], 3, 1)
+        assert few["decision"] == "undecided", (need, few["ratio"]["ci"])

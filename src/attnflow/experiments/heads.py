@@ -26,8 +26,9 @@ exponent of measured / predicted (geometric mean over settled seeds) against ``H
 largest ``H`` is 0, tested against the competing law ``H^(-1/2)`` (ratio exponent ``-1/2 - p``, ``p``
 the predicted constants' own exponent, about 1/2): the bootstrap CI lies below the midpoint
 (:func:`_decide`). While the CI straddles the midpoint the verdict is undecided and a batch of
-``seeds`` more seeds runs at the tail's ``H`` (the sequential design), up to ``seed_batches`` batches;
-undecided at the cap is a FAIL (not enough seeds). Control: the same on the late mean of ``|dF|`` (not
+``seeds`` more seeds runs at the tail's ``H`` (the sequential design) while the run's own interval says a
+decision lies within ``seed_batches`` batches (:func:`batches_needed`); undecided when it stops is a FAIL
+(not enough seeds). Control: the same on the late mean of ``|dF|`` (not
 squared, ``~ H^(-1/2)``) over the predicted floors. Unsettled seeds are listed, not averaged in.
 """
 
@@ -84,9 +85,15 @@ LOCAL_BAND = 0.2
 BOOTSTRAP = 2000
 #: The competing law of the exponent criterion (and the law the control plants): floor ``~ H^(-1/2)``.
 COMPETING = -0.5
-#: The sequential design's cap: seeds are added in batches of ``seeds`` at the tail's ``H`` until the
-#: exponent verdict is decided, up to this many batches (3x the seeds); undecided at the cap is a FAIL.
-SEED_BATCHES = 3
+#: The sequential design's ceiling, a compute budget (each batch costs what the tail's ``H`` cost once):
+#: seeds are added in batches of ``seeds`` at the tail's ``H`` while the exponent verdict is undecided and
+#: the run's own interval says a decision is within reach (:func:`batches_needed`), up to this many
+#: batches; undecided when it stops is a FAIL, with the batches a decision would need.
+SEED_BATCHES = 12
+#: Without a fit (fewer than two ``H`` with settled seeds) there is no interval to project: batches are added
+#: up to this many (the design's first budget), since more seeds lengthen the pooled window ``tau_int``
+#: needs; a run too short for any seed to settle is not rescued by seeds.
+NO_FIT_BATCHES = 3
 #: The relative accuracy claimed for the predicted floor constant, stated before measuring: the
 #: pooled geometric mean of measured / predicted over the settled tail seeds lies within 1 +- RATIO_TOL
 #: (in log: |mean log ratio| <= log(1 + RATIO_TOL)), and each seed within that plus ``z_n`` of its own
@@ -474,6 +481,26 @@ def _decide(ci: list[float], gap: float) -> str:
     return "undecided"
 
 
+def batches_needed(ci: list[float], estimate: float, gap: float, batches: int) -> float:
+    """The batches at which an undecided exponent verdict would be decided, from the run's own interval:
+    its half-width towards the nearer decision shrinks like ``1/sqrt(seeds)`` around the ``estimate``.
+    A PASS needs the upper end below ``gap/2 (1 - MIN_MARGIN)``, a FAIL the lower end above ``gap/2``;
+    an estimate between the two is decided by no number of seeds (``inf``)."""
+    lo, hi = ci
+    mid = 0.5 * gap
+    if not all(math.isfinite(v) for v in (lo, hi, estimate, gap)):
+        return math.nan  # no fit: nothing to project (the caller's NO_FIT_BATCHES)
+    if gap <= 0:
+        return math.inf
+    if estimate < mid * (1.0 - MIN_MARGIN):
+        spread, room = hi - estimate, mid * (1.0 - MIN_MARGIN) - estimate
+    elif estimate > mid:
+        spread, room = estimate - lo, estimate - mid
+    else:
+        return math.inf
+    return batches * (max(spread, 0.0) / room) ** 2
+
+
 def _ratio_margin(ci: list[float], gap: float) -> float:
     """How far the interval's upper end lies below the midpoint ``gap / 2``, in units of ``gap / 2``."""
     if not (all(math.isfinite(v) for v in ci) and math.isfinite(gap)) or gap <= 0:
@@ -592,14 +619,18 @@ def experiment_heads(
             mems[h], known[h], row_seeds[h] = _run_members(sc, h, seeds), {}, list(seeds)
             per_H.append(_seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h]))
             done += 1
-        # The sequential design (stated before measuring): while the ratio's CI straddles the midpoint
-        # between the prediction and the competing law, add a batch of as many seeds at the tail's H, up to
-        # seed_batches batches. More seeds also lengthen the pooled window that tau_int is trusted on.
+        # The sequential design: while the ratio's CI straddles the midpoint between the prediction and the
+        # competing law, add a batch of as many seeds at the tail's H, as long as the interval says a decision
+        # lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is trusted on.
         S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
         while True:
             floors, ab, pred, settled = _arrays(per_H, S * batches)
             fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
-            if fit["decision"] != "undecided" or batches >= cap_b:
+            rf = fit["ratio"]
+            fit["batches_needed"] = batches_needed(rf["ci"], rf["exponent"], fit["gap"], batches)
+            need = fit["batches_needed"]
+            within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap_b
+            if fit["decision"] != "undecided" or batches >= cap_b or not within:
                 break
             new = [seed + batches * S + s for s in range(S)]
             total += len(tail_H)
@@ -706,9 +737,9 @@ def experiment_heads(
                 + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
                 f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
                 f"{fmt(gap)}): the ratio's CI (bootstrap over settled seeds) lies below the midpoint {fmt(0.5 * gap)} "
-                f"(by {MIN_MARGIN:g} of it); until it does or lies above it, {S} more seeds at the tail's H, up to "
-                f"{cap_b} batches "
-                "(undecided at the cap: FAIL, not enough seeds)",
+                f"(by {MIN_MARGIN:g} of it); until it does or lies above it, {S} more seeds at the tail's H while the "
+                f"interval says a decision is within {cap_b} batches "
+                "(undecided when it stops: FAIL, not enough seeds)",
                 fit["decision"] == "pass",
                 "the same on the late mean of |dF| (not squared; ~ H^(-1/2)) over the predicted floors",
                 f"exponent {fmt(rc['exponent'])}, CI [{fmt(rc['ci'][0])}, {fmt(rc['ci'][1])}] "
@@ -792,6 +823,7 @@ def experiment_heads(
                 },
                 "seed_batches": {
                     "used": r["batches"],
+                    "needed": r["fit"].get("batches_needed", math.nan),
                     "cap": int(r["config"]["seed_batches"]),
                     "size": r["seeds_per_batch"],
                 },
@@ -872,7 +904,7 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
     if not p.control_rejected:
         return "the control's CI meets the criterion too: the run cannot tell the two laws apart."
     if not math.isfinite(lo):
-        return f"fewer than two H had two settled seeds after {seeds} (the cap): no fit." + _dropped(r)
+        return f"fewer than two H had two settled seeds after {seeds}: no fit." + _dropped(r)
     if not (math.isfinite(gap) and gap > 0):
         return f"the predicted constants' own exponent {f['predicted_exponent']:.2f} leaves no gap to H^(-1/2)."
     short = ""
@@ -882,8 +914,17 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
     n_ok = int(sum(np.sum(r["settled"][i]) for i, H in enumerate(r["H"]) if H in rf["tail_H"]))
     n_all = sum(len(row) for H, row in zip(r["H"], r["per_H"]) if H in rf["tail_H"])
     if f["decision"] == "undecided":
+        need = f.get("batches_needed", math.inf)
+        cap = int(r["config"]["seed_batches"])
+        stop = (
+            "the estimate lies within the minimum margin of the midpoint, where no number of seeds decides"
+            if math.isinf(need)
+            else f"a decision would need about {math.ceil(need)} batches at this scatter, beyond the budget of {cap}"
+            if need > cap
+            else f"the budget of {cap} batches was spent"
+        )
         return (
-            f"inconclusive at the cap: after {seeds} ({n_ok} of {n_all} seeds settled at H = "
+            f"inconclusive ({stop}): after {seeds} ({n_ok} of {n_all} seeds settled at H = "
             f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] is not below the "
             f"midpoint {0.5 * gap:.2f} by the minimum margin {MIN_MARGIN:g} of it (geometric means of measured / "
             f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."
