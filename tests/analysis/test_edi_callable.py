@@ -2,7 +2,6 @@
 recorder integrates ``dF/dt`` with the scheme's stages, ``dA/dt`` by finite difference."""
 
 import numpy as np
-import pytest
 import torch
 
 from attnflow import edi_budget, simulate, tokens
@@ -32,7 +31,9 @@ def test_callable_without_derivative_closes_the_edi_at_rk4s_order():
     closed = _budgets(OSC)
     assert all(b.weights_rule == "quadrature" and b.weights_derivative == "finite difference" for b in fd)
     assert fd[0].expected_order == 4 and "finite difference" in fd[0].order_reason
-    assert "finite difference" in fd[0].residual_order_reason and "weights_derivative='finite difference'" in repr(fd[0])
+    assert "finite difference" in fd[0].residual_order_reason and "weights_derivative='finite difference'" in repr(
+        fd[0]
+    )
     assert closed[0].weights_derivative == "closed form"
     assert min(calls) >= 0.0  # the one-sided stencil at the start: fn never asked before t = 0
     rel = np.array([b.relative_residual for b in fd])

@@ -95,8 +95,9 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "process": (
         "weight process",
         "1",
-        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)) or ou "
-        "(Ornstein-Uhlenbeck around A_bar)",
+        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)), ou "
+        "(Ornstein-Uhlenbeck around A_bar) or callable (the oscillating weights as a Python function, dA/dt by "
+        "finite difference)",
     ),
     "dt": ("step dt", "1", "integrator step dt of the rk4 runs (dimensionless model time)"),
     "ou_seed": ("OU seed", "1", "seed of one OU run: its initial tokens and its one Brownian path, shared by every dt"),
@@ -111,7 +112,8 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
         "1",
         "the same residual read wrongly, from the same runs: constant and oscillating with the mobility mis-scaled "
         "by 10% (1/2 int |mu'|^2 / 1.1 + 1.1 x 1/2 int |dF|^2); ou with the weights' work as the Ito sum "
-        "dF/dA[A_{k+1} - A_k] (no Ito correction), root mean square over the seeds",
+        "dF/dA[A_{k+1} - A_k] (no Ito correction), root mean square over the seeds; callable with the "
+        "exact-increment rule (derivative='increment', a first-order splitting)",
     ),
     "ou_relative_residual": (
         "relative EDI residual per OU seed",
