@@ -56,6 +56,8 @@ def test_stencil_orders_in_h(t):
     assert abs(orders[2] - 4.0) > 0.5  # control: the 2nd-order stencil fails the order-4 check
     with pytest.raises(InputError, match="order must be 2 or 4"):
         finite_difference_derivative(P.A_at, t, 0.1, order=3)
+    with pytest.raises(InputError, match="step h must be positive"):
+        finite_difference_derivative(P.A_at, t, 0.0)
 
 
 def test_from_callable_derivative_contract():

@@ -456,6 +456,8 @@ def finite_difference_derivative(
     """
     if (order, "central") not in _STENCILS:
         raise InputError(f"order must be 2 or 4; got {order}")
+    if not h > 0:
+        raise InputError(f"the step h must be positive; got {h}")
     offsets, weights = _STENCILS[(order, "central")]
     if t + min(offsets) * h < start:
         offsets, weights = _STENCILS[(order, "forward")]
