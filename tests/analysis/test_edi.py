@@ -111,9 +111,9 @@ def test_increment_rule_for_weights_without_derivative():
     P = PROCESSES["oscillating"]
     from attnflow.weights.processes import FromCallable
 
-    Q = FromCallable(P.A_at)  # same weights, no derivative: exact increments instead of quadrature
+    Q = FromCallable(P.A_at, derivative="increment")  # same weights, no derivative: exact increments
     b = residual(Q, "rk4", 0.05)
-    assert b.weights_rule == "increment"
+    assert b.weights_rule == "increment" and b.weights_derivative == "none"
     bq = residual(P, "rk4", 0.05)
     assert bq.weights_rule == "quadrature"
     np.testing.assert_allclose(b.energy_change, bq.energy_change, rtol=1e-12)
@@ -130,8 +130,10 @@ def test_budget_survives_save_and_load_and_cli(tmp_path):
     b0, b1 = edi_budget(traj), edi_budget(load(tmp_path / "run"))
     np.testing.assert_array_equal(b0.residual, b1.residual)
     assert b1.quadrature == "heun stages" and b1.weights_rule == "quadrature"
+    assert b1.weights_derivative == b0.weights_derivative == "closed form"
     res = CliRunner().invoke(app, ["edi", str(tmp_path / "run"), "--rows", "3"])
     assert res.exit_code == 0, res.output
+    assert "dA/dt: closed form" in res.output
     assert "relative residual" in res.output and f"{b0.relative_residual:.3e}" in res.output
     assert (tmp_path / "run" / "figures" / "edi.png").stat().st_size > 1000
 

@@ -32,7 +32,7 @@ MUST_HOLD = {
     ("oscillating", 4),  # no relaxation under oscillating weights
     ("edi", 0),  # constant weights, order 4
     ("edi", 1),  # oscillating weights, order 4
-    ("edi", 3),  # a callable without derivative: order 1 (the control with derivative= has 4)
+    ("edi", 3),  # a callable without derivative: order 4 by finite difference (the increment control has 1)
     ("heads", 0),  # each settled seed's floor is its predicted constant (the doubled constant is rejected)
     ("heads", 1),  # quick: 1/H against H^(-1/2) as competing laws
     ("stability-input", 0),

@@ -169,8 +169,8 @@ def test_edi_order_is_fitted_over_the_asymptotic_range():
 
 
 def test_edi_of_a_callable_states_its_order_and_the_control_sees_it():
-    """A callable without derivative= closes the EDI at order 1 (exact-increment rule, stated by the
-    budget); with derivative= at rk4's order 4. The order-1 criterion rejects the order-4 control."""
+    """A callable without derivative= closes the EDI at rk4's order 4 (quadrature, dA/dt by finite difference,
+    stated by the budget); with derivative="increment" at order 1. The order-4 criterion rejects the control."""
     rc = parse_config(run_config(default_params("edi", quick=True).to_dict() | {"t_end": 1.0}, "oscillating", 0.1, 0))
     from attnflow.config import build
 
@@ -178,21 +178,21 @@ def test_edi_of_a_callable_states_its_order_and_the_control_sees_it():
     assert isinstance(osc, Oscillating)
     x0 = x0[:12] / np.linalg.norm(x0[:12], axis=1, keepdims=True)
     dts = [0.1, 0.05, 0.025]
-    rel = {"plain": [], "smooth": []}
+    rel = {"plain": [], "increment": []}
     for dt in dts:
         kw2 = {**kw, "dt": dt, "t_end": 1.0, "save_every": 10}
         plain = FromCallable(osc.A_at)
-        smooth = FromCallable(osc.A_at, derivative=lambda t: osc.derivative(t).numpy())
+        increment = FromCallable(osc.A_at, derivative="increment")
         b = edi_budget(simulate(x0, plain, **kw2))
-        assert b.expected_order == 1 and "first-order" in b.order_reason
+        assert b.expected_order == 4 and "finite difference" in b.order_reason
         rel["plain"].append(b.relative_residual)
-        b = edi_budget(simulate(x0, smooth, **kw2))
-        assert b.expected_order == 4
-        rel["smooth"].append(b.relative_residual)
-    p_plain = asymptotic_order(dts, np.array(rel["plain"]), 0.3)[0]
-    p_smooth = asymptotic_order(dts, np.array(rel["smooth"]), 0.5)[0]
-    assert abs(p_plain - 1.0) <= 0.3
-    assert abs(p_smooth - 1.0) > 0.3 and abs(p_smooth - 4.0) <= 0.5
+        b = edi_budget(simulate(x0, increment, **kw2))
+        assert b.expected_order == 1 and "first-order" in b.order_reason
+        rel["increment"].append(b.relative_residual)
+    p_plain = asymptotic_order(dts, np.array(rel["plain"]), 0.5)[0]
+    p_inc = asymptotic_order(dts, np.array(rel["increment"]), 0.5)[0]
+    assert abs(p_plain - 4.0) <= 0.5
+    assert abs(p_inc - 4.0) > 0.5 and abs(p_inc - 1.0) <= 0.3
 
 
 # --- finite H, the gf/mha gap -------------------------------------------------------------------------

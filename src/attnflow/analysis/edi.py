@@ -19,8 +19,16 @@ of a minimising movement: ``1/2 int |mu'|^2 ~ sum_i a_i d(x_i, y_i)^2 / (2 tau b
 the movement paid) and ``1/2 int |dF|^2 ~ tau/2 |dF|^2(mu_{k+1}, t_k)``; weights by the trapezoid
 rule; first order.
 
-Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays, callables without
-``derivative=``) contribute their exact increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this
+Where the weights' ``dA/dt`` comes from (``derivative_source``, recorded with the budget): a closed form
+(constant, oscillating), the user's ``FromCallable(fn, derivative=dfn)``, or, for a callable given without
+``derivative=``, a fourth-order finite difference of ``fn``
+(:func:`attnflow.weights.processes.finite_difference_derivative`, step ``1.2e-3`` of the path's time
+scale, relative error about ``4e-13``): far below the residual of any step used here, so a smooth callable
+closes the budget at the scheme's order too. A callable with a kink or a jump makes the finite difference
+wrong; ``FromCallable(fn, derivative="increment")`` asks for the increment rule below instead.
+
+Weights without a derivative (Ornstein-Uhlenbeck, layers, sampled arrays, ``FromCallable(fn,
+derivative="increment")``) contribute their exact increment ``F(mu_{k+1}, t_{k+1}) - F(mu_{k+1}, t_k)`` (this
 carries the Ito correction). That splits each step into "weights move" and "tokens move with the
 weights frozen", a first-order splitting: the residual is then ``O(dt)`` whatever the scheme. An OU path
 is only Hoelder-1/2 in ``t``, so within a step the field sees weights that move by
@@ -58,14 +66,17 @@ class StepRecorder:
     """A :class:`~attnflow.schemes.integrators.Field` wrapper that records the EDI integrands at each stage.
 
     ``derivative(t) -> dA/dt`` (``(H, d, d)`` or ``None``) selects the weights rule: quadrature of
-    ``dF/dt`` when it returns a matrix, exact increments otherwise.
+    ``dF/dt`` when it returns a matrix, exact increments otherwise. ``derivative_source``: where that
+    derivative comes from (``WeightProcess.derivative_source``: closed form, given, finite difference,
+    none), recorded in :meth:`info` so the budget can say it.
     """
 
-    def __init__(self, field, derivative, integrator: Integrator):
+    def __init__(self, field, derivative, integrator: Integrator, derivative_source: str | None = None):
         self.field, self.derivative, self.integrator = field, derivative, integrator
         self.model, self.a, self.w = field.model, field.a, field.w
         self.options = field.options
         self.rule = "quadrature" if derivative(0.0) is not None else "increment"
+        self.derivative_source = derivative_source or ("none" if self.rule == "increment" else "?")
         self.quadrature = f"{integrator.name} stages" if integrator.weights else "minimising movement"
         self._stages: list[tuple[float, float, float]] = []
         self.rows: list[tuple[float, float, float, float, float]] = []
@@ -175,7 +186,7 @@ class StepRecorder:
         return {name: cols[:, i] for i, name in enumerate(STEP_SERIES)}
 
     def info(self) -> dict[str, str]:
-        return {"weights_rule": self.rule, "quadrature": self.quadrature}
+        return {"weights_rule": self.rule, "quadrature": self.quadrature, "weights_derivative": self.derivative_source}
 
 
 @dataclass(frozen=True)
@@ -199,13 +210,16 @@ class EDIBudget:
     dt: float
     weights_rule: str
     quadrature: str
+    #: Where the quadrature's ``dA/dt`` came from: "closed form", "given", "finite difference", "none" (the
+    #: increment rule), "?" (runs recorded before attnflow recorded it).
+    weights_derivative: str = "?"
 
     def __repr__(self) -> str:
         """One line: the scheme, the size of the run and the totals (the arrays stay in the fields)."""
         return (
             f"EDIBudget(method={self.method!r}, order={self.order}, residual_order={self.residual_order}, "
             f"dt={self.dt:g}, steps={len(self.residual)}, t={self.t[0]:g}..{self.t[-1]:g}, "
-            f"weights_rule={self.weights_rule!r}, total_dissipation={self.total_dissipation:.6g}, "
+            f"weights_rule={self.weights_rule!r}, weights_derivative={self.weights_derivative!r}, total_dissipation={self.total_dissipation:.6g}, "
             f"relative_residual={self.relative_residual:.3e})"
         )
 
@@ -218,6 +232,7 @@ class EDIBudget:
                 ("method", f"{self.method} (order {self.order}), dt = {self.dt:g}, {len(self.residual)} steps"),
                 ("residual order", f"{self.residual_order}: {self.residual_order_reason}"),
                 ("weights rule, quadrature", f"{self.weights_rule}, {self.quadrature}"),
+                ("weights' derivative", self.weights_derivative),
                 ("t", self.t),
                 ("total dissipation", self.total_dissipation),
                 ("total residual", self.total_residual),
@@ -229,8 +244,9 @@ class EDIBudget:
     @property
     def residual_order(self) -> int:
         """The order in ``dt`` the residual shrinks at: the scheme's order, except with weights that
-        have no time derivative (OU, layers, samples), whose exact increments split each step into
-        "weights move, then tokens move" (first order; an OU path is only Hoelder-1/2 in t)."""
+        have no time derivative (OU, layers, samples, ``FromCallable(fn, derivative="increment")``), whose
+        exact increments split each step into "weights move, then tokens move" (first order; an OU path is
+        only Hoelder-1/2 in t)."""
         return 1 if self.weights_rule == "increment" else self.order
 
     @property
@@ -242,7 +258,10 @@ class EDIBudget:
                 "so each step adds their exact increment (weights move, then tokens move), and an OU path is rough "
                 "(Hoelder-1/2 in t)"
             )
-        return f"the scheme's order ({self.method}): the budget's integrands use its own stages and weights"
+        return (
+            f"the scheme's order ({self.method}): the budget's integrands use its own stages and weights"
+            f"{_derivative_note(self.weights_derivative)}"
+        )
 
     @staticmethod
     def _cum(a: np.ndarray) -> np.ndarray:
@@ -273,9 +292,10 @@ class EDIBudget:
         """The order at which the residual shrinks with the step, for weights that move inside steps.
 
         The scheme's order (:attr:`order`) with the quadrature rule (weights with a derivative: constant,
-        oscillating, ``Layers``-free smooth paths, ``FromCallable(fn, derivative=...)``); 1 with the
-        exact-increment rule (OU paths, sampled arrays, callables without ``derivative=``: a first-order
-        splitting of "weights move" and "tokens move"; rms over paths for OU) and for minimising movements.
+        oscillating, ``FromCallable(fn)`` (finite difference) and ``FromCallable(fn, derivative=dfn)``); 1 with
+        the exact-increment rule (OU paths, layers, sampled arrays, ``FromCallable(fn, derivative="increment")``:
+        a first-order splitting of "weights move" and "tokens move"; rms over paths for OU) and for minimising
+        movements.
         Piecewise-constant weights whose jumps fall on step ends keep the scheme's order under either rule.
         """
         if self.weights_rule == "quadrature" and self.quadrature != "minimising movement":
@@ -288,10 +308,13 @@ class EDIBudget:
         if self.quadrature == "minimising movement":
             return "a minimising movement's De Giorgi budget is first order"
         if self.weights_rule == "quadrature":
-            return f"the weights' work is integrated with the scheme's own stages ({self.method}, order {self.order})"
+            return (
+                f"the weights' work is integrated with the scheme's own stages ({self.method}, order {self.order})"
+                f"{_derivative_note(self.weights_derivative)}"
+            )
         return (
             "the weights have no derivative, so each step books their exact increment: a first-order splitting "
-            "(pass derivative= to FromCallable for the scheme's order with a smooth callable)"
+            "(a smooth callable gets the scheme's order from FromCallable(fn) or FromCallable(fn, derivative=dfn))"
         )
 
     @property
@@ -341,4 +364,17 @@ def edi_budget(trajectory) -> EDIBudget:
         dt=float(trajectory.dt),
         weights_rule=str(info.get("weights_rule", "?")),
         quadrature=str(info.get("quadrature", "?")),
+        weights_derivative=str(info.get("weights_derivative", "?")),
     )
+
+
+def _derivative_note(source: str) -> str:
+    """What the budget's ``dA/dt`` was, as a clause for :attr:`EDIBudget.order_reason` (empty when unknown)."""
+    return {
+        "closed form": "; dA/dt in closed form",
+        "given": "; dA/dt as given (FromCallable(fn, derivative=dfn))",
+        "finite difference": (
+            "; dA/dt by a fourth-order finite difference of the callable (right for a smooth path only: "
+            "a kink or jump needs FromCallable(fn, derivative='increment'))"
+        ),
+    }.get(source, "")

@@ -89,7 +89,8 @@ def edi(
     out_console = Console(width=160)
     out_console.print(table)
     out_console.print(
-        f"method {b.method} (order {b.order}), dt = {b.dt:g}, weights: {b.weights_rule}, quadrature: {b.quadrature}\n"
+        f"method {b.method} (order {b.order}), dt = {b.dt:g}, weights: {b.weights_rule} (dA/dt: {b.weights_derivative}), "
+        f"quadrature: {b.quadrature}\n"
         f"residual order {b.residual_order}: {b.residual_order_reason}\n"
         f"total dissipation {b.total_dissipation:.8g}   residual {b.total_residual:.3e}   "
         f"relative residual {b.relative_residual:.3e}   max relative residual over time {b.max_relative_residual:.3e}",

@@ -225,7 +225,7 @@ def _solve(
 
     if record_steps or (record_steps is None and model == "gf"):
         inner = Integrator(pair.name, pair.order, pair_step, pair.b) if adaptive and pair is not None else integrator
-        recorder = StepRecorder(f, p.process.derivative, inner)
+        recorder = StepRecorder(f, p.process.derivative, inner, p.process.derivative_source)
     options = p.options
 
     def reuse(t: float, known: Evaluation) -> bool:
