@@ -43,15 +43,19 @@ from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 import yaml
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from attnflow.analysis.diagnostics import count_clusters
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
 from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
+from attnflow.dynamics.fields import metric_speed
+from attnflow.dynamics.fields import velocity as field_velocity
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.experiments.common import (
     MIN_MARGIN,
@@ -192,20 +196,34 @@ def build(cfg: dict[str, Any], seed: int):
     return x0, ou, osc, s_noise
 
 
-def slow_rate(A_bar: np.ndarray) -> float:
-    """``g``: the slowest relaxation rate of a single cluster at its resting point under heads with means
-    ``A_bar`` ``(H, d, d)`` (model ``gf``, ``V = A``; the same for the OU limit law ``Theta_inf``, whose
-    Gaussian spread shifts both terms below by ``c^2``).
+@dataclasses.dataclass(frozen=True)
+class ClusterModes:
+    """A single cluster's resting point ``x*`` under heads with means ``A_bar`` and its linearised relaxation:
+    ``rates`` ``g_m`` (ascending) and ``vectors`` ``(d, d-1)``, column ``m`` the tangent unit vector ``u_m`` at
+    ``x*`` along which a displacement decays like ``exp(-g_m t)`` (:func:`cluster_modes`)."""
+
+    x: np.ndarray
+    rates: np.ndarray
+    vectors: np.ndarray
+
+
+def cluster_modes(A_bar: np.ndarray, x0: np.ndarray | None = None) -> ClusterModes:
+    """The resting point ``x*`` of a single cluster under heads with means ``A_bar`` ``(H, d, d)`` (model ``gf``,
+    ``V = A``; the same for the OU limit law ``Theta_inf``, whose Gaussian spread shifts both terms below by
+    ``c^2``) and its relaxation modes (:class:`ClusterModes`).
 
     A cluster at ``x`` moves by the Riemannian gradient of ``G(x) = 1/2 log (1/H) sum_h exp(x^T Abar_h x)``;
-    ``x*`` is its maximiser (ascent from the top eigenvector of the mean). The linearised flow's rates are the
-    eigenvalues of ``lambda I - P (Abar_pi + 2 Cov_pi(Abar_h x*)) P`` on the tangent space, ``pi_h`` the heads'
-    weights ``exp(x*^T Abar_h x*)`` normalised and ``lambda = x*^T Abar_pi x*``. With one head it is the gap
-    ``lambda_1 - lambda_2`` of the mean: a nearly degenerate mean is a nearly flat direction, along which the
-    cluster relaxes like ``exp(-g t)``, long after the energy did.
+    ``x*`` is the maximiser reached by ascent from ``x0`` (default: the top eigenvector of the mean). The
+    linearised flow ``delta' = -J delta`` has ``J = lambda I - P (Abar_pi + 2 Cov_pi(Abar_h x*)) P`` on the
+    tangent space (the Riemannian Hessian of ``-G``, symmetric: the modes are orthogonal), ``pi_h`` the heads'
+    weights ``exp(x*^T Abar_h x*)`` normalised and ``lambda = x*^T Abar_pi x*``; its eigenpairs are
+    ``(g_m, u_m)``.
     """
     A = np.asarray(A_bar, dtype=np.float64)
-    x = np.linalg.eigh(A.mean(0))[1][:, -1]
+    if x0 is None:
+        x = np.linalg.eigh(A.mean(0))[1][:, -1]
+    else:
+        x = np.asarray(x0, dtype=np.float64) / np.linalg.norm(x0)
     for _ in range(500):
         q = np.einsum("i,hij,j->h", x, A, x)
         pi = np.exp(q - q.max())
@@ -226,8 +244,18 @@ def slow_rate(A_bar: np.ndarray) -> float:
     hess = A_pi + 2.0 * np.einsum("h,hi,hj->ij", pi, dev, dev)
     basis = np.linalg.svd(np.eye(len(x)) - np.outer(x, x))[0][:, : len(x) - 1]
     lam = float(x @ A_pi @ x)
-    rates = np.linalg.eigvalsh(lam * np.eye(len(x) - 1) - basis.T @ hess @ basis)
-    return float(rates.min())
+    rates, vecs = np.linalg.eigh(lam * np.eye(len(x) - 1) - basis.T @ hess @ basis)
+    return ClusterModes(x=x, rates=rates, vectors=basis @ vecs)
+
+
+def slow_rate(A_bar: np.ndarray) -> float:
+    """``g``: the slowest relaxation rate of a single cluster at its resting point under heads with means
+    ``A_bar`` ``(H, d, d)`` (model ``gf``, ``V = A``; the same for the OU limit law ``Theta_inf``): the smallest
+    of :func:`cluster_modes`' rates. With one head it is the gap ``lambda_1 - lambda_2`` of the mean: a nearly
+    degenerate mean is a nearly flat direction, along which the cluster relaxes like ``exp(-g t)``, long after
+    the energy did.
+    """
+    return float(cluster_modes(A_bar).rates.min())
 
 
 def settling_window(t: np.ndarray, tau: float, tau_slow: float) -> Window:
@@ -554,6 +582,103 @@ def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int)
     rng = np.random.default_rng(seed)
     s = np.array([stationarity(x_ref, ou.A_bar + c * ou.noise(rng)).slope for _ in range(draws)])
     return float(np.sqrt(np.mean(s**2)))
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowingScale:
+    """The late slope scale a settled single cluster shows for the limit law ``Theta_inf`` while its heads
+    fluctuate (:func:`following_scale`).
+
+    ``follow`` is ``s_follow = (sum_m E[f_m^2] g_m / (g_m + r) + normal_sq)^{1/2}`` (``nan`` when the cloud is
+    not one cluster), ``s_H`` the factor-1 floor scale of the same draws (:func:`floor_scale`), ``mode_sq`` the
+    ``E[f_m^2]`` per tangent mode (slope units), ``normal_sq`` the rest of ``s_H^2`` (off the modes: the
+    cluster's width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads' ``r``, ``angle`` the
+    angle in degrees between the cloud's centre and the resting point ``x*`` the modes belong to.
+    """
+
+    follow: float
+    s_H: float
+    clusters: int
+    rate: float
+    rates: np.ndarray
+    mode_sq: np.ndarray
+    normal_sq: float
+    angle: float
+
+    @property
+    def single(self) -> bool:
+        """The final cloud is one cluster: the linear response applies."""
+        return self.clusters == 1
+
+    @property
+    def scale(self) -> float:
+        """``s_follow`` for one cluster, else ``s_H`` (the fallback)."""
+        return self.follow if self.single else self.s_H
+
+    @property
+    def factors(self) -> np.ndarray:
+        """``g_m / (g_m + r)``: the fraction of each mode's field variance the cluster's slope keeps."""
+        return self.rates / (self.rates + self.rate)
+
+    def table(self) -> list[dict[str, float]]:
+        """One row per mode: ``g``, ``E[f^2]``, ``g / (g + r)``."""
+        return [
+            {"rate": float(g), "field_sq": float(f), "factor": float(k)}
+            for g, f, k in zip(self.rates, self.mode_sq, self.factors)
+        ]
+
+    def describe(self) -> str:
+        if not self.single:
+            return (
+                f"the final cloud is {self.clusters} clusters: the single-cluster linear response does not apply, "
+                f"so the tolerance falls back to s_H = {fmt(self.s_H)}"
+            )
+        return (
+            f"s_follow = {fmt(self.follow)} = {fmt(self.follow / self.s_H)} s_H (s_H = {fmt(self.s_H)}; modes g = "
+            f"{', '.join(fmt(float(g)) for g in self.rates)} against the heads' rate r = {fmt(self.rate)})"
+        )
+
+
+def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> FollowingScale:
+    """``s_follow``: the rms slope ``|dF|(mu_t, Theta_inf)`` of a settled single cluster whose ``H`` OU heads
+    fluctuate around the limit law (linear response), with ``s_H`` (:func:`floor_scale`, the same draws).
+
+    At the resting point ``x*`` (:func:`cluster_modes`, ascent from the cloud's centre) the heads' finite-``H``
+    field ``f(t)`` is, to first order, linear in their OU deviations: an OU process with the heads' rate ``r``.
+    Along each mode ``delta_m' = -g_m delta_m + f_m``, and the cluster's slope for ``Theta_inf`` is
+    ``g_m delta_m``, of stationary variance ``E[f_m^2] g_m / (g_m + r)`` (OU input of rate ``r`` through a
+    first-order filter of rate ``g_m``). ``E[f_m^2]`` is the Monte Carlo of :func:`floor_scale` projected on
+    ``u_m`` (all tokens of one cluster share one velocity): ``||(v . u_m) u_m||_mu^2`` of the ``gf`` field of
+    ``H`` heads ``A_bar + c S`` drawn from the stationary law. A cloud of more than one cluster (the library's
+    cluster count) gets ``follow = nan`` and :attr:`FollowingScale.scale` falls back to ``s_H``.
+    """
+    x_ref = np.asarray(x_ref, dtype=np.float64)
+    clusters = count_clusters(torch.from_numpy(x_ref))
+    c = ou.sigma / math.sqrt(2.0 * ou.rate)
+    rng = np.random.default_rng(seed)
+    centre = x_ref.mean(0)
+    modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
+    U = modes.vectors
+    slope_sq, mode_sq = [], []
+    for _ in range(draws):
+        A = ou.A_bar + c * ou.noise(rng)  # the same draws as floor_scale
+        slope_sq.append(stationarity(x_ref, A).slope ** 2)
+        if clusters == 1:
+            v = np.asarray(field_velocity(x_ref, A, model="gf"))
+            along = v @ U  # (N, d-1): each token's velocity on the modes
+            mode_sq.append(
+                [float(metric_speed(x_ref, along[:, m : m + 1] * U[:, m], A)) ** 2 for m in range(U.shape[1])]
+            )
+    s_H = float(np.sqrt(np.mean(slope_sq)))
+    cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
+    angle = math.degrees(math.acos(min(1.0, cos)))
+    if clusters != 1:
+        nan = np.full(len(modes.rates), math.nan)
+        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, angle)
+    f2 = np.mean(np.asarray(mode_sq), axis=0)
+    normal = max(s_H**2 - float(f2.sum()), 0.0)
+    follow = math.sqrt(float((f2 * modes.rates / (modes.rates + ou.rate)).sum()) + normal)
+    return FollowingScale(follow, s_H, clusters, ou.rate, modes.rates, f2, normal, angle)
 
 
 def _floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
