@@ -945,7 +945,7 @@ def _figure_snapshots(trajs: dict, title: str):
     return fig
 
 
-def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl):
+def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl, unit=("s_H", 1.0)):
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
     ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
@@ -955,9 +955,13 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_
     ax[0].set_title(r"slope $|\partial F|(\mu_t, \Theta_t)$")
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law)")
-    ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label="criterion")
+    name, s_H_in_unit = unit
+    label = {"s_follow": r"$s_{follow}$", "s_H": r"$s_H$"}.get(name, name)
+    ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} {label}")
+    if name != "s_H":
+        ax[1].axhline(s_H_in_unit, color="0.5", lw=0.8, ls="--", label=r"floor scale $s_H$ (factor 1)")
     ax[1].axvspan(traj.t[idx[0]], traj.t[-1], color="0.92")
-    ax[1].set_title(r"slope $|\partial F|(\mu_t, \Theta)$ / $s_H$")
+    ax[1].set_title(r"slope $|\partial F|(\mu_t, \Theta)$ / " + label)
     # Without t = T itself (where the distance is 0).
     ax[2].semilogy(traj.t[sidx][:-1], w2_ou[:-1] / s_ou.bound, label="OU")
     ax[2].semilogy(osc.t[sidx_osc][:-1], w2_osc[:-1] / s_osc.bound, label="oscillating (control)")
@@ -1024,17 +1028,34 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
-    st_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2))) / s_H
-    st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / s_H
+    # Row 1's scale: a settled single cluster follows its heads, so for the limit law it shows s_follow <= s_H
+    # (linear response, following_scale; the same draws as s_H); more than one cluster falls back to s_H.
+    fs = following_scale(traj.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
+    scale = fs.scale
+    scale_name = "s_follow" if fs.single else "s_H"
+    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.single else ""
+    rms_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2)))
+    st_inf = rms_inf / scale
+    st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / scale
     # The stationarity row's control: the same run's transient against the same law (a cloud before it relaxed).
     tidx = transient_window(traj.t, window.tau)
-    st_tr = float(np.sqrt(np.mean(slope_inf[tidx] ** 2))) / s_H
+    rms_tr = float(np.sqrt(np.mean(slope_inf[tidx] ** 2)))
+    st_tr = rms_tr / scale
     headline = {
-        "slope_limit_law_transient_rms_over_s_H": st_tr,
+        "slope_limit_law_transient_rms_over_s_H": rms_tr / s_H,
         "transient_window": [float(traj.t[tidx[0]]), float(traj.t[tidx[-1]])],
-        "slope_limit_law_late_rms_over_s_H": st_inf,
-        "slope_t0_law_late_rms_over_s_H": st_0,
+        "slope_limit_law_late_rms_over_s_H": rms_inf / s_H,
+        "slope_t0_law_late_rms_over_s_H": st_0 * scale / s_H,
         "slope_limit_law_start_over_s_H": float(slope_inf[0]) / s_H,
+        "stationarity_scale": scale,
+        "stationarity_scale_kind": scale_name,
+        "following_scale": fs.follow if fs.single else None,
+        "following_over_s_H": scale / s_H,
+        "following_modes": fs.table() if fs.single else [],
+        "following_heads_rate": fs.rate,
+        "following_cluster_angle_degrees": fs.angle,
+        "slope_limit_law_late_rms_over_scale": st_inf,
+        "slope_limit_law_transient_rms_over_scale": st_tr,
         "settled_fraction": s_ou.late / s_ou.displacement,
         "settled_fraction_oscillating": s_osc.late / s_osc.displacement,
         "settling_over_bound": s_ou.ratio,
@@ -1071,13 +1092,20 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             "ou",
             "OU weights: the cloud relaxes to a stationary point of the limiting energy F(., Theta_inf) "
             "(anisotropic law: stationary points are isolated), up to the heads' finite-H fluctuation",
-            f"rms over {win} of |dF|(mu_t, Theta_inf) = {fmt(st_inf)} s_H (t = 0: {fmt(float(slope_inf[0]) / s_H)} "
-            f"s_H; s_H = {fmt(s_H)}){short}",
-            f"<= {FLOOR_FACTOR:g} s_H (s_H: the finite-H slope scale at the final cloud, measured)",
+            f"rms over {win} of |dF|(mu_t, Theta_inf) = {fmt(st_inf)} {scale_name}{in_s_H(rms_inf)} "
+            f"(t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}); {fs.describe()}{short}",
+            f"<= {FLOOR_FACTOR:g} {scale_name} = {fmt(FLOOR_FACTOR * scale)} ("
+            + (
+                "s_follow: the slope a settled cluster following its fluctuating heads shows for the limit law, "
+                f"sum over modes of E[f_m^2] g_m / (g_m + r); {fmt(scale / s_H)} of the floor scale s_H)"
+                if fs.single
+                else "s_H: the finite-H slope scale at the final cloud, measured; more than one cluster)"
+            ),
             bool(st_inf <= FLOOR_FACTOR) and window.ok,
             f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
             "relaxed) against the same law Theta_inf",
-            f"{fmt(st_tr)} s_H (the late states against the t = 0 law Theta_0, for reference: {fmt(st_0)} s_H)",
+            f"{fmt(st_tr)} {scale_name}{in_s_H(rms_tr)} (the late states against the t = 0 law Theta_0, "
+            f"for reference: {fmt(st_0)} {scale_name})",
             not bool(st_tr <= FLOOR_FACTOR),
             margin=margin_below(st_inf, FLOOR_FACTOR),
             control_margin=margin_above(st_tr, FLOOR_FACTOR),
@@ -1118,20 +1146,22 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     # The control's power: how far the t = 0 law's mean is from the limit's, relative to the limit's mean.
     shift = float(np.linalg.norm(ou.A0.mean(0) - ou.A_bar.mean(0)) / np.linalg.norm(ou.A_bar.mean(0)))
     stat_note = (
-        _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H."
+        _SEE_FIGURES + f" The stationarity row compares the cloud with the limit law on the scale {scale_name} "
+        f"({fs.describe()})."
         if st_tr > FLOOR_FACTOR * (1 + MIN_MARGIN)
         else (
             f"Control without power at this set: before it relaxed the cloud's slope for the limit law was only "
-            f"{fmt(st_tr)} s_H in rms (t = 0: {fmt(float(slope_inf[0]) / s_H)} s_H), against {FLOOR_FACTOR:g} s_H: "
-            f"the heads' finite-H fluctuation (s_H = {fmt(s_H)}) is as large as the cloud's whole motion, so "
-            "relaxation to a stationary point of the limit law cannot be told from the floor at this H and noise."
+            f"{fmt(st_tr)} {scale_name} in rms (t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}), against "
+            f"{FLOOR_FACTOR:g} {scale_name}: the heads' finite-H fluctuation ({fs.describe()}) is as large as the "
+            "cloud's whole motion, so relaxation to a stationary point of the limit law cannot be told from the "
+            "floor at this H and noise."
         )
     )
     if st_0 <= FLOOR_FACTOR * (1 + MIN_MARGIN):
         stat_note += (
             f" (The t = 0 law cannot be told from the limit law either: its mean is only {fmt(shift)} of the "
             f"limit's mean away from it, the heads start {cfg['ou']['init_spread']} x GOE from their means and "
-            f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} s_H on the late states.)"
+            f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} {scale_name} on the late states.)"
         )
     settle_note = _settle_note(cfg, st, length, int(traj.diagnostics["clusters"][-1]), fl["ou"]["ratio"])
     notes = [stat_note, settle_note, _floor_note(fl)]
@@ -1147,7 +1177,19 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         figures={
             "snapshots": _figure_snapshots({"ou": traj}, "OU weights around an anisotropic mean: the cloud relaxes"),
             "stationarity": _figure_ou(
-                traj, slope_inf / s_H, slope_0 / s_H, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl
+                traj,
+                slope_inf / scale,
+                slope_0 / scale,
+                idx,
+                w2_ou,
+                w2_osc,
+                osc,
+                sidx,
+                sidx_osc,
+                s_ou,
+                s_osc,
+                fl,
+                (scale_name, s_H / scale),
             ),
         },
         configs=[],
