@@ -95,5 +95,5 @@ def test_a_single_cluster_shows_s_follow_not_s_H():
     ],
 )
 def test_a_single_cluster_shows_s_follow_at_other_rates_and_on_the_circle(spectrum, r, T, seed, control):
-    """d = 3 and d = 2 at r = 0.3, 1, 3; at r = 0.3 (g/r >= 3) the two scales differ by less than the errors."""
+    """d = 3 and d = 2 at r = 0.3, 1, 3; at r = 0.3 (g/r >= 2.8) the two scales differ by less than the errors."""
     _check(spectrum, r, T, seed, control)

@@ -19,7 +19,10 @@ cross-check only.
 The slope ``|dF|(mu_t, Theta_t)`` (the cloud's metric speed) is judged against the finite-``H`` floor
 scale ``s_H`` (:func:`floor_scale`): the rms slope that ``H`` heads drawn from the stationary law give
 a cloud at the limit's stationary point. OU weights: the late-window rms slope is at most
-``FLOOR_FACTOR s_H``; oscillating weights keep it above.
+``FLOOR_FACTOR s_H``; oscillating weights keep it above. Stationarity for the limit law ``Theta_inf`` is
+judged on the scale a settled cloud actually shows for that law: a single cluster follows its fluctuating heads,
+so its slope for ``Theta_inf`` is ``s_follow <= s_H`` (:func:`following_scale`, linear response along the
+cluster's relaxation modes, :func:`cluster_modes`); a cloud of several clusters keeps ``s_H``.
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
@@ -95,10 +98,11 @@ WANDER_REPLICAS = 4
 #: stationary point feels exactly ``s_H`` (in rms) from the heads' finite-H fluctuation; following the
 #: heads lowers it. The factor 2 covers the sampling scatter of an rms over a late window of several
 #: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
-#: Stationarity for the limiting law is judged on the same scale: a cloud at the finite-H floor is a
-#: stationary point of ``F(., Theta_inf)`` up to the heads' fluctuation, so its rms slope for
-#: ``Theta_inf`` is at most ``FLOOR_FACTOR s_H`` too; the slope of the same run before it relaxed is not (the
-#: row's control, :func:`transient_window`).
+#: Stationarity for the limiting law uses the same factor on the scale a settled cloud shows for that law:
+#: ``s_follow`` for a single cluster (:func:`following_scale`: it follows the heads, which lowers its slope for
+#: ``Theta_inf`` below ``s_H``), ``s_H`` for several clusters; its rms slope for ``Theta_inf`` is at most
+#: ``FLOOR_FACTOR`` times that scale, and the slope of the same run before it relaxed is not (the row's control,
+#: :func:`transient_window`, on the same scale).
 FLOOR_FACTOR = 2.0
 #: Independent draws of the ``H`` heads from the stationary law behind ``s_H``.
 FLOOR_DRAWS = 64
