@@ -597,7 +597,8 @@ class FollowingScale:
     not one cluster), ``s_H`` the factor-1 floor scale of the same draws (:func:`floor_scale`), ``mode_sq`` the
     ``E[f_m^2]`` per tangent mode (slope units), ``normal_sq`` the rest of ``s_H^2`` (off the modes: the
     cluster's width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads' ``r``, ``angle`` the
-    angle in degrees between the cloud's centre and the resting point ``x*`` the modes belong to.
+    angle in degrees between the cloud's centre and the resting point ``x*`` the modes belong to (``nan`` for
+    several clusters).
     """
 
     follow: float
@@ -676,9 +677,9 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     s_H = float(np.sqrt(np.mean(slope_sq)))
     cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
     angle = math.degrees(math.acos(min(1.0, cos)))
-    if clusters != 1:
+    if clusters != 1:  # no one centre, no one resting point: only s_H
         nan = np.full(len(modes.rates), math.nan)
-        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, angle)
+        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, math.nan)
     f2 = np.mean(np.asarray(mode_sq), axis=0)
     normal = max(s_H**2 - float(f2.sum()), 0.0)
     follow = math.sqrt(float((f2 * modes.rates / (modes.rates + ou.rate)).sum()) + normal)
@@ -1057,7 +1058,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "following_over_s_H": scale / s_H,
         "following_modes": fs.table() if fs.single else [],
         "following_heads_rate": fs.rate,
-        "following_cluster_angle_degrees": fs.angle,
+        "following_cluster_angle_degrees": fs.angle if fs.single else None,
         "slope_limit_law_late_rms_over_scale": st_inf,
         "slope_limit_law_transient_rms_over_scale": st_tr,
         "settled_fraction": s_ou.late / s_ou.displacement,
