@@ -19,7 +19,10 @@ cross-check only.
 The slope ``|dF|(mu_t, Theta_t)`` (the cloud's metric speed) is judged against the finite-``H`` floor
 scale ``s_H`` (:func:`floor_scale`): the rms slope that ``H`` heads drawn from the stationary law give
 a cloud at the limit's stationary point. OU weights: the late-window rms slope is at most
-``FLOOR_FACTOR s_H``; oscillating weights keep it above.
+``FLOOR_FACTOR s_H``; oscillating weights keep it above. Stationarity for the limit law ``Theta_inf`` is
+judged on the scale a settled cloud actually shows for that law: a single cluster follows its fluctuating heads,
+so its slope for ``Theta_inf`` is ``s_follow <= s_H`` (:func:`following_scale`, linear response along the
+cluster's relaxation modes, :func:`cluster_modes`); a cloud of several clusters keeps ``s_H``.
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
@@ -43,15 +46,19 @@ from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 import yaml
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from attnflow.analysis.diagnostics import count_clusters
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
 from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
+from attnflow.dynamics.fields import metric_speed
+from attnflow.dynamics.fields import velocity as field_velocity
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.experiments.common import (
     MIN_MARGIN,
@@ -91,10 +98,11 @@ WANDER_REPLICAS = 4
 #: stationary point feels exactly ``s_H`` (in rms) from the heads' finite-H fluctuation; following the
 #: heads lowers it. The factor 2 covers the sampling scatter of an rms over a late window of several
 #: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
-#: Stationarity for the limiting law is judged on the same scale: a cloud at the finite-H floor is a
-#: stationary point of ``F(., Theta_inf)`` up to the heads' fluctuation, so its rms slope for
-#: ``Theta_inf`` is at most ``FLOOR_FACTOR s_H`` too; the slope of the same run before it relaxed is not (the
-#: row's control, :func:`transient_window`).
+#: Stationarity for the limiting law uses the same factor on the scale a settled cloud shows for that law:
+#: ``s_follow`` for a single cluster (:func:`following_scale`: it follows the heads, which lowers its slope for
+#: ``Theta_inf`` below ``s_H``), ``s_H`` for several clusters; its rms slope for ``Theta_inf`` is at most
+#: ``FLOOR_FACTOR`` times that scale, and the slope of the same run before it relaxed is not (the row's control,
+#: :func:`transient_window`, on the same scale).
 FLOOR_FACTOR = 2.0
 #: Independent draws of the ``H`` heads from the stationary law behind ``s_H``.
 FLOOR_DRAWS = 64
@@ -192,20 +200,34 @@ def build(cfg: dict[str, Any], seed: int):
     return x0, ou, osc, s_noise
 
 
-def slow_rate(A_bar: np.ndarray) -> float:
-    """``g``: the slowest relaxation rate of a single cluster at its resting point under heads with means
-    ``A_bar`` ``(H, d, d)`` (model ``gf``, ``V = A``; the same for the OU limit law ``Theta_inf``, whose
-    Gaussian spread shifts both terms below by ``c^2``).
+@dataclasses.dataclass(frozen=True)
+class ClusterModes:
+    """A single cluster's resting point ``x*`` under heads with means ``A_bar`` and its linearised relaxation:
+    ``rates`` ``g_m`` (ascending) and ``vectors`` ``(d, d-1)``, column ``m`` the tangent unit vector ``u_m`` at
+    ``x*`` along which a displacement decays like ``exp(-g_m t)`` (:func:`cluster_modes`)."""
+
+    x: np.ndarray
+    rates: np.ndarray
+    vectors: np.ndarray
+
+
+def cluster_modes(A_bar: np.ndarray, x0: np.ndarray | None = None) -> ClusterModes:
+    """The resting point ``x*`` of a single cluster under heads with means ``A_bar`` ``(H, d, d)`` (model ``gf``,
+    ``V = A``; the same for the OU limit law ``Theta_inf``, whose Gaussian spread shifts both terms below by
+    ``c^2``) and its relaxation modes (:class:`ClusterModes`).
 
     A cluster at ``x`` moves by the Riemannian gradient of ``G(x) = 1/2 log (1/H) sum_h exp(x^T Abar_h x)``;
-    ``x*`` is its maximiser (ascent from the top eigenvector of the mean). The linearised flow's rates are the
-    eigenvalues of ``lambda I - P (Abar_pi + 2 Cov_pi(Abar_h x*)) P`` on the tangent space, ``pi_h`` the heads'
-    weights ``exp(x*^T Abar_h x*)`` normalised and ``lambda = x*^T Abar_pi x*``. With one head it is the gap
-    ``lambda_1 - lambda_2`` of the mean: a nearly degenerate mean is a nearly flat direction, along which the
-    cluster relaxes like ``exp(-g t)``, long after the energy did.
+    ``x*`` is the maximiser reached by ascent from ``x0`` (default: the top eigenvector of the mean). The
+    linearised flow ``delta' = -J delta`` has ``J = lambda I - P (Abar_pi + 2 Cov_pi(Abar_h x*)) P`` on the
+    tangent space (the Riemannian Hessian of ``-G``, symmetric: the modes are orthogonal), ``pi_h`` the heads'
+    weights ``exp(x*^T Abar_h x*)`` normalised and ``lambda = x*^T Abar_pi x*``; its eigenpairs are
+    ``(g_m, u_m)``.
     """
     A = np.asarray(A_bar, dtype=np.float64)
-    x = np.linalg.eigh(A.mean(0))[1][:, -1]
+    if x0 is None:
+        x = np.linalg.eigh(A.mean(0))[1][:, -1]
+    else:
+        x = np.asarray(x0, dtype=np.float64) / np.linalg.norm(x0)
     for _ in range(500):
         q = np.einsum("i,hij,j->h", x, A, x)
         pi = np.exp(q - q.max())
@@ -226,8 +248,18 @@ def slow_rate(A_bar: np.ndarray) -> float:
     hess = A_pi + 2.0 * np.einsum("h,hi,hj->ij", pi, dev, dev)
     basis = np.linalg.svd(np.eye(len(x)) - np.outer(x, x))[0][:, : len(x) - 1]
     lam = float(x @ A_pi @ x)
-    rates = np.linalg.eigvalsh(lam * np.eye(len(x) - 1) - basis.T @ hess @ basis)
-    return float(rates.min())
+    rates, vecs = np.linalg.eigh(lam * np.eye(len(x) - 1) - basis.T @ hess @ basis)
+    return ClusterModes(x=x, rates=rates, vectors=basis @ vecs)
+
+
+def slow_rate(A_bar: np.ndarray) -> float:
+    """``g``: the slowest relaxation rate of a single cluster at its resting point under heads with means
+    ``A_bar`` ``(H, d, d)`` (model ``gf``, ``V = A``; the same for the OU limit law ``Theta_inf``): the smallest
+    of :func:`cluster_modes`' rates. With one head it is the gap ``lambda_1 - lambda_2`` of the mean: a nearly
+    degenerate mean is a nearly flat direction, along which the cluster relaxes like ``exp(-g t)``, long after
+    the energy did.
+    """
+    return float(cluster_modes(A_bar).rates.min())
 
 
 def settling_window(t: np.ndarray, tau: float, tau_slow: float) -> Window:
@@ -556,6 +588,104 @@ def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int)
     return float(np.sqrt(np.mean(s**2)))
 
 
+@dataclasses.dataclass(frozen=True)
+class FollowingScale:
+    """The late slope scale a settled single cluster shows for the limit law ``Theta_inf`` while its heads
+    fluctuate (:func:`following_scale`).
+
+    ``follow`` is ``s_follow = (sum_m E[f_m^2] g_m / (g_m + r) + normal_sq)^{1/2}`` (``nan`` when the cloud is
+    not one cluster), ``s_H`` the factor-1 floor scale of the same draws (:func:`floor_scale`), ``mode_sq`` the
+    ``E[f_m^2]`` per tangent mode (slope units), ``normal_sq`` the rest of ``s_H^2`` (off the modes: the
+    cluster's width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads' ``r``, ``angle`` the
+    angle in degrees between the cloud's centre and the resting point ``x*`` the modes belong to (``nan`` for
+    several clusters).
+    """
+
+    follow: float
+    s_H: float
+    clusters: int
+    rate: float
+    rates: np.ndarray
+    mode_sq: np.ndarray
+    normal_sq: float
+    angle: float
+
+    @property
+    def single(self) -> bool:
+        """The final cloud is one cluster: the linear response applies."""
+        return self.clusters == 1
+
+    @property
+    def scale(self) -> float:
+        """``s_follow`` for one cluster, else ``s_H`` (the fallback)."""
+        return self.follow if self.single else self.s_H
+
+    @property
+    def factors(self) -> np.ndarray:
+        """``g_m / (g_m + r)``: the fraction of each mode's field variance the cluster's slope keeps."""
+        return self.rates / (self.rates + self.rate)
+
+    def table(self) -> list[dict[str, float]]:
+        """One row per mode: ``g``, ``E[f^2]``, ``g / (g + r)``."""
+        return [
+            {"rate": float(g), "field_sq": float(f), "factor": float(k)}
+            for g, f, k in zip(self.rates, self.mode_sq, self.factors)
+        ]
+
+    def describe(self) -> str:
+        if not self.single:
+            return (
+                f"the final cloud is {self.clusters} clusters: the single-cluster linear response does not apply, "
+                f"so the tolerance falls back to s_H = {fmt(self.s_H)}"
+            )
+        return (
+            f"s_follow = {fmt(self.follow)} = {fmt(self.follow / self.s_H)} s_H (s_H = {fmt(self.s_H)}; modes g = "
+            f"{', '.join(fmt(float(g)) for g in self.rates)} against the heads' rate r = {fmt(self.rate)})"
+        )
+
+
+def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> FollowingScale:
+    """``s_follow``: the rms slope ``|dF|(mu_t, Theta_inf)`` of a settled single cluster whose ``H`` OU heads
+    fluctuate around the limit law (linear response), with ``s_H`` (:func:`floor_scale`, the same draws).
+
+    At the resting point ``x*`` (:func:`cluster_modes`, ascent from the cloud's centre) the heads' finite-``H``
+    field ``f(t)`` is, to first order, linear in their OU deviations: an OU process with the heads' rate ``r``.
+    Along each mode ``delta_m' = -g_m delta_m + f_m``, and the cluster's slope for ``Theta_inf`` is
+    ``g_m delta_m``, of stationary variance ``E[f_m^2] g_m / (g_m + r)`` (OU input of rate ``r`` through a
+    first-order filter of rate ``g_m``). ``E[f_m^2]`` is the Monte Carlo of :func:`floor_scale` projected on
+    ``u_m`` (all tokens of one cluster share one velocity): ``||(v . u_m) u_m||_mu^2`` of the ``gf`` field of
+    ``H`` heads ``A_bar + c S`` drawn from the stationary law. A cloud of more than one cluster (the library's
+    cluster count) gets ``follow = nan`` and :attr:`FollowingScale.scale` falls back to ``s_H``.
+    """
+    x_ref = np.asarray(x_ref, dtype=np.float64)
+    clusters = count_clusters(torch.from_numpy(x_ref))
+    c = ou.sigma / math.sqrt(2.0 * ou.rate)
+    rng = np.random.default_rng(seed)
+    centre = x_ref.mean(0)
+    modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
+    U = modes.vectors
+    slope_sq, mode_sq = [], []
+    for _ in range(draws):
+        A = ou.A_bar + c * ou.noise(rng)  # the same draws as floor_scale
+        slope_sq.append(stationarity(x_ref, A).slope ** 2)
+        if clusters == 1:
+            v = np.asarray(field_velocity(x_ref, A, model="gf"))
+            along = v @ U  # (N, d-1): each token's velocity on the modes
+            mode_sq.append(
+                [float(metric_speed(x_ref, along[:, m : m + 1] * U[:, m], A)) ** 2 for m in range(U.shape[1])]
+            )
+    s_H = float(np.sqrt(np.mean(slope_sq)))
+    cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
+    angle = math.degrees(math.acos(min(1.0, cos)))
+    if clusters != 1:  # no one centre, no one resting point: only s_H
+        nan = np.full(len(modes.rates), math.nan)
+        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, math.nan)
+    f2 = np.mean(np.asarray(mode_sq), axis=0)
+    normal = max(s_H**2 - float(f2.sum()), 0.0)
+    follow = math.sqrt(float((f2 * modes.rates / (modes.rates + ou.rate)).sum()) + normal)
+    return FollowingScale(follow, s_H, clusters, ou.rate, modes.rates, f2, normal, angle)
+
+
 def _floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
     """The slope-floor entries of one experiment's ``results.json`` (``own`` run, ``other`` its control):
     the same keys in ``ou`` and ``oscillating``, each naming its own run plainly and the other by suffix."""
@@ -820,7 +950,7 @@ def _figure_snapshots(trajs: dict, title: str):
     return fig
 
 
-def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl):
+def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl, unit=("s_H", 1.0)):
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
     ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
@@ -830,9 +960,13 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_
     ax[0].set_title(r"slope $|\partial F|(\mu_t, \Theta_t)$")
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law)")
-    ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label="criterion")
+    name, s_H_in_unit = unit
+    label = {"s_follow": r"$s_{follow}$", "s_H": r"$s_H$"}.get(name, name)
+    ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} {label}")
+    if name != "s_H":
+        ax[1].axhline(s_H_in_unit, color="0.5", lw=0.8, ls="--", label=r"floor scale $s_H$ (factor 1)")
     ax[1].axvspan(traj.t[idx[0]], traj.t[-1], color="0.92")
-    ax[1].set_title(r"slope $|\partial F|(\mu_t, \Theta)$ / $s_H$")
+    ax[1].set_title(r"slope $|\partial F|(\mu_t, \Theta)$ / " + label)
     # Without t = T itself (where the distance is 0).
     ax[2].semilogy(traj.t[sidx][:-1], w2_ou[:-1] / s_ou.bound, label="OU")
     ax[2].semilogy(osc.t[sidx_osc][:-1], w2_osc[:-1] / s_osc.bound, label="oscillating (control)")
@@ -899,17 +1033,34 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
-    st_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2))) / s_H
-    st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / s_H
+    # Row 1's scale: a settled single cluster follows its heads, so for the limit law it shows s_follow <= s_H
+    # (linear response, following_scale; the same draws as s_H); more than one cluster falls back to s_H.
+    fs = following_scale(traj.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
+    scale = fs.scale
+    scale_name = "s_follow" if fs.single else "s_H"
+    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.single else ""
+    rms_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2)))
+    st_inf = rms_inf / scale
+    st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / scale
     # The stationarity row's control: the same run's transient against the same law (a cloud before it relaxed).
     tidx = transient_window(traj.t, window.tau)
-    st_tr = float(np.sqrt(np.mean(slope_inf[tidx] ** 2))) / s_H
+    rms_tr = float(np.sqrt(np.mean(slope_inf[tidx] ** 2)))
+    st_tr = rms_tr / scale
     headline = {
-        "slope_limit_law_transient_rms_over_s_H": st_tr,
+        "slope_limit_law_transient_rms_over_s_H": rms_tr / s_H,
         "transient_window": [float(traj.t[tidx[0]]), float(traj.t[tidx[-1]])],
-        "slope_limit_law_late_rms_over_s_H": st_inf,
-        "slope_t0_law_late_rms_over_s_H": st_0,
+        "slope_limit_law_late_rms_over_s_H": rms_inf / s_H,
+        "slope_t0_law_late_rms_over_s_H": st_0 * scale / s_H,
         "slope_limit_law_start_over_s_H": float(slope_inf[0]) / s_H,
+        "stationarity_scale": scale,
+        "stationarity_scale_kind": scale_name,
+        "following_scale": fs.follow if fs.single else None,
+        "following_over_s_H": scale / s_H,
+        "following_modes": fs.table() if fs.single else [],
+        "following_heads_rate": fs.rate,
+        "following_cluster_angle_degrees": fs.angle if fs.single else None,
+        "slope_limit_law_late_rms_over_scale": st_inf,
+        "slope_limit_law_transient_rms_over_scale": st_tr,
         "settled_fraction": s_ou.late / s_ou.displacement,
         "settled_fraction_oscillating": s_osc.late / s_osc.displacement,
         "settling_over_bound": s_ou.ratio,
@@ -946,13 +1097,20 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             "ou",
             "OU weights: the cloud relaxes to a stationary point of the limiting energy F(., Theta_inf) "
             "(anisotropic law: stationary points are isolated), up to the heads' finite-H fluctuation",
-            f"rms over {win} of |dF|(mu_t, Theta_inf) = {fmt(st_inf)} s_H (t = 0: {fmt(float(slope_inf[0]) / s_H)} "
-            f"s_H; s_H = {fmt(s_H)}){short}",
-            f"<= {FLOOR_FACTOR:g} s_H (s_H: the finite-H slope scale at the final cloud, measured)",
+            f"rms over {win} of |dF|(mu_t, Theta_inf) = {fmt(st_inf)} {scale_name}{in_s_H(rms_inf)} "
+            f"(t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}); {fs.describe()}{short}",
+            f"<= {FLOOR_FACTOR:g} {scale_name} = {fmt(FLOOR_FACTOR * scale)} ("
+            + (
+                "s_follow: the slope a settled cluster following its fluctuating heads shows for the limit law, "
+                f"sum over modes of E[f_m^2] g_m / (g_m + r); {fmt(scale / s_H)} of the floor scale s_H)"
+                if fs.single
+                else "s_H: the finite-H slope scale at the final cloud, measured; more than one cluster)"
+            ),
             bool(st_inf <= FLOOR_FACTOR) and window.ok,
             f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
             "relaxed) against the same law Theta_inf",
-            f"{fmt(st_tr)} s_H (the late states against the t = 0 law Theta_0, for reference: {fmt(st_0)} s_H)",
+            f"{fmt(st_tr)} {scale_name}{in_s_H(rms_tr)} (the late states against the t = 0 law Theta_0, "
+            f"for reference: {fmt(st_0)} {scale_name})",
             not bool(st_tr <= FLOOR_FACTOR),
             margin=margin_below(st_inf, FLOOR_FACTOR),
             control_margin=margin_above(st_tr, FLOOR_FACTOR),
@@ -993,20 +1151,22 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     # The control's power: how far the t = 0 law's mean is from the limit's, relative to the limit's mean.
     shift = float(np.linalg.norm(ou.A0.mean(0) - ou.A_bar.mean(0)) / np.linalg.norm(ou.A_bar.mean(0)))
     stat_note = (
-        _SEE_FIGURES + " The stationarity row compares the cloud with the limit law on the finite-H scale s_H."
+        _SEE_FIGURES + f" The stationarity row compares the cloud with the limit law on the scale {scale_name} "
+        f"({fs.describe()})."
         if st_tr > FLOOR_FACTOR * (1 + MIN_MARGIN)
         else (
             f"Control without power at this set: before it relaxed the cloud's slope for the limit law was only "
-            f"{fmt(st_tr)} s_H in rms (t = 0: {fmt(float(slope_inf[0]) / s_H)} s_H), against {FLOOR_FACTOR:g} s_H: "
-            f"the heads' finite-H fluctuation (s_H = {fmt(s_H)}) is as large as the cloud's whole motion, so "
-            "relaxation to a stationary point of the limit law cannot be told from the floor at this H and noise."
+            f"{fmt(st_tr)} {scale_name} in rms (t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}), against "
+            f"{FLOOR_FACTOR:g} {scale_name}: the heads' finite-H fluctuation ({fs.describe()}) is as large as the "
+            "cloud's whole motion, so relaxation to a stationary point of the limit law cannot be told from the "
+            "floor at this H and noise."
         )
     )
     if st_0 <= FLOOR_FACTOR * (1 + MIN_MARGIN):
         stat_note += (
             f" (The t = 0 law cannot be told from the limit law either: its mean is only {fmt(shift)} of the "
             f"limit's mean away from it, the heads start {cfg['ou']['init_spread']} x GOE from their means and "
-            f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} s_H on the late states.)"
+            f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} {scale_name} on the late states.)"
         )
     settle_note = _settle_note(cfg, st, length, int(traj.diagnostics["clusters"][-1]), fl["ou"]["ratio"])
     notes = [stat_note, settle_note, _floor_note(fl)]
@@ -1022,7 +1182,19 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         figures={
             "snapshots": _figure_snapshots({"ou": traj}, "OU weights around an anisotropic mean: the cloud relaxes"),
             "stationarity": _figure_ou(
-                traj, slope_inf / s_H, slope_0 / s_H, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl
+                traj,
+                slope_inf / scale,
+                slope_0 / scale,
+                idx,
+                w2_ou,
+                w2_osc,
+                osc,
+                sidx,
+                sidx_osc,
+                s_ou,
+                s_osc,
+                fl,
+                (scale_name, s_H / scale),
             ),
         },
         configs=[],

@@ -1,0 +1,99 @@
+"""Issue 28, ``ou`` row 1: a settled single cluster *follows* its fluctuating heads, and its slope for the limit
+law is the linear-response scale ``s_follow`` (:func:`following_scale`), not the floor scale ``s_H``.
+
+A single cluster (two tokens starting together at the resting point ``x*``) under ``H = 8`` OU heads that start
+in their stationary law is simulated for many ``1/g`` and ``1/r``; the late rms of ``|dF|(mu_t, Theta_inf)`` must
+match ``s_follow`` within three standard errors (the run's own, from its integrated autocorrelation time, and the
+Monte Carlo's), and the factor-1 scale ``s_H`` (the negative control) must miss it by more at ``g/r`` small."""
+
+import math
+
+import numpy as np
+import pytest
+
+from attnflow.analysis.limits import stationarity
+from attnflow.core.heads import goe_heads
+from attnflow.dynamics.infinite import GaussianHeads
+from attnflow.experiments.floors import correlated_means
+from attnflow.experiments.relaxation import cluster_modes, floor_scale, following_scale, slow_rate
+from attnflow.solve.simulation import simulate
+from attnflow.weights.processes import OrnsteinUhlenbeck
+
+#: The heads' stationary spread ``c = sigma / sqrt(2 r)`` (small: the linear response's regime).
+C = 0.1
+#: Monte Carlo draws behind s_follow and s_H (their relative standard error is at most sqrt(2 / DRAWS) / 2).
+DRAWS = 1500
+#: The late window starts here (the heads start stationary and the cluster at x*: only the memory of the start).
+BURN = 20.0
+
+
+def _follow_run(spectrum: list[float], r: float, T: float, seed: int):
+    """Late rms of ``|dF|(mu_t, Theta_inf)`` of a simulated single cluster, its standard error, and the scales."""
+    d = len(spectrum)
+    A = np.diag(spectrum)[None] + goe_heads(8, d, 0.3, 5)
+    sigma = C * math.sqrt(2.0 * r)
+    start = A + C * OrnsteinUhlenbeck(A, r, sigma).noise(np.random.default_rng(seed + 1))  # stationary heads
+    ou = OrnsteinUhlenbeck(A, r, sigma, A0=start, seed=seed)
+    x0 = np.tile(cluster_modes(A).x, (2, 1))
+    fs = following_scale(x0, ou, DRAWS, 3)
+    dt = 0.05 if r > 1 else 0.1
+    tr = simulate(x0, ou, model="gf", t_end=T, dt=dt, save_every=int(round(0.2 / dt)), seed=seed, record_steps=False)
+    law = GaussianHeads.create(A, C)
+    late = np.flatnonzero(tr.t >= BURN)
+    y = np.array([stationarity(tr.x[k], law).slope ** 2 for k in late])
+    cm = correlated_means(tr.t[late], [y])
+    rms = math.sqrt(float(cm.means[0]))
+    se = math.hypot(float(cm.se[0]) / (2.0 * rms), fs.follow * math.sqrt(2.0 / DRAWS) / 2.0)
+    return rms, se, fs, cm
+
+
+def _check(spectrum: list[float], r: float, T: float, seed: int, control: bool) -> None:
+    rms, se, fs, cm = _follow_run(spectrum, r, T, seed)
+    msg = f"late rms {rms:.4g} +- {se:.2g}, s_follow {fs.follow:.4g}, s_H {fs.s_H:.4g}, tau_int {cm.tau_int:.3g}"
+    assert cm.trusted, msg
+    assert fs.single and fs.normal_sq < 1e-6 * fs.s_H**2, msg  # a point cluster: its field lies on the modes
+    assert abs(rms - fs.follow) <= 3.0 * se, msg
+    if control:  # g/r small: the factor-1 floor scale overstates what the cluster shows
+        assert abs(rms - fs.s_H) > 3.0 * se, msg
+
+
+def test_the_mode_rates_are_slow_rate_and_the_scales_agree_with_floor_scale():
+    """``cluster_modes`` is ``slow_rate``'s one home; ``following_scale``'s ``s_H`` is ``floor_scale`` (same
+    draws); ``s_follow^2`` is the closed form ``sum_m E[f_m^2] g_m / (g_m + r)``; more than one cluster falls back."""
+    A = np.diag([2.0, 1.0, 0.3])[None] + goe_heads(8, 3, 0.3, 5)
+    m = cluster_modes(A)
+    assert slow_rate(A) == m.rates.min() > 0
+    assert np.allclose(m.vectors.T @ m.vectors, np.eye(2), atol=1e-12) and np.abs(m.vectors.T @ m.x).max() < 1e-12
+    law = GaussianHeads.create(A, C)
+    assert stationarity(m.x[None], law).slope < 1e-10  # x* rests for the limit law too (the spread shifts along x)
+    ou = OrnsteinUhlenbeck(A, 1.0, C * math.sqrt(2.0))
+    x = np.tile(m.x, (3, 1))
+    fs = following_scale(x, ou, 64, 7)
+    assert fs.s_H == pytest.approx(floor_scale(x, ou, 64, 7), rel=1e-12)
+    assert fs.follow**2 == pytest.approx(float((fs.mode_sq * m.rates / (m.rates + 1.0)).sum()) + fs.normal_sq)
+    assert fs.mode_sq.sum() == pytest.approx(fs.s_H**2, rel=1e-6) and fs.follow < fs.s_H and fs.scale == fs.follow
+    two = np.concatenate([x, -np.tile(np.cross(m.x, m.vectors[:, 0]), (3, 1))])
+    apart = following_scale(two, ou, 16, 7)
+    assert not apart.single and apart.clusters == 2 and apart.scale == apart.s_H and math.isnan(apart.follow)
+    assert "falls back to s_H" in apart.describe()
+
+
+def test_a_single_cluster_shows_s_follow_not_s_H():
+    """d = 3, r = 3 (g/r = 0.28 and 0.59): the simulated late slope is s_follow; s_H (the control) misses it."""
+    _check([2.0, 1.0, 0.3], 3.0, 200.0, 11, control=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("spectrum", "r", "T", "seed", "control"),
+    [
+        ([2.0, 1.0, 0.3], 0.3, 400.0, 12, False),
+        ([2.0, 1.0, 0.3], 1.0, 300.0, 13, True),
+        ([2.0, 1.0], 0.3, 400.0, 14, False),
+        ([2.0, 1.0], 1.0, 400.0, 15, True),
+        ([2.0, 1.0], 3.0, 300.0, 16, True),
+    ],
+)
+def test_a_single_cluster_shows_s_follow_at_other_rates_and_on_the_circle(spectrum, r, T, seed, control):
+    """d = 3 and d = 2 at r = 0.3, 1, 3; at r = 0.3 (g/r >= 2.8) the two scales differ by less than the errors."""
+    _check(spectrum, r, T, seed, control)
