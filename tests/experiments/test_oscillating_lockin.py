@@ -26,8 +26,9 @@ def _spectral(phi: float, sigma: float, omega: float) -> float:
     return sigma**2 / abs(1.0 - phi * np.exp(-1j * omega * DT)) ** 2
 
 
-@pytest.mark.parametrize(("phi", "omega"), [(0.8, 1.3), (0.95, 2.0)])
-def test_lockin_recovers_the_amplitude_and_its_error_is_the_scatter(phi, omega):
+@pytest.mark.parametrize(("phi", "omega", "lowpass"), [(0.8, 1.3, False), (0.95, 2.0, True)])
+def test_lockin_recovers_the_amplitude_and_its_error_is_the_scatter(phi, omega, lowpass):
+    """``lowpass``: the noise's spectral density at 0 is 16x that at omega (it is 1.3x in the other case)."""
     rng = np.random.default_rng(7)
     t = np.arange(N) * DT
     m, R, psi, sigma = 3, 150, np.array([0.3, 1.7, -2.0]), 0.5
@@ -48,10 +49,11 @@ def test_lockin_recovers_the_amplitude_and_its_error_is_the_scatter(phi, omega):
     # The amplitude: E A^2 = R^2 + se^2.
     A2 = np.array([f.amplitude**2 for f in fits])
     assert A2.mean() - se**2 == pytest.approx(R_AMP**2, rel=0.05)
-    assert all(f.trusted for f in fits)
-    # Control: an error from tau_int alone (the spectral density at 0, not at omega) is far off for this noise.
+    assert lowpass or all(f.trusted for f in fits)  # phi = 0.95: tau_int ~ 39 samples, n / tau_int ~ 50
+    # Control: an error from tau_int alone (the spectral density at 0, not at omega) is far off for low-pass noise.
     s0 = sigma**2 / (1 - phi) ** 2
-    assert math.sqrt(2 * 2 * s0 / N) > 1.5 * scatter
+    if lowpass:
+        assert math.sqrt(2 * 2 * s0 / N) > 3 * scatter
 
 
 R_AMP = 0.3

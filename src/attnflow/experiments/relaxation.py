@@ -29,6 +29,10 @@ within the cap", "slow mode beyond the cap"). The cloud has settled when ``max_t
 the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H``
 (:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
 noise (:func:`wander_scale`).
+
+``oscillating``'s no-relaxation row is phase-resolved (:func:`lockin_pair`): the cloud's component at the
+weights' frequency ``omega`` over the settling window (continued to :data:`LOCKIN_PERIODS` periods), against
+its error from the fit's correlated residuals, with the OU run as the control.
 """
 
 from __future__ import annotations
@@ -1309,6 +1313,12 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             HYPOTHESES["oscillating"],
             HYPOTHESES["ou"],
             RUNS_NOTE,
+            "No relaxation (the last row) is a lock-in test: the weights force the cloud at their frequency omega, "
+            "so a least-squares fit of every token's coordinates to c0 + c1 t + a cos(omega t) + b sin(omega t) over "
+            f"at least {LOCKIN_PERIODS:g} periods finds an amplitude A far above its error under oscillating weights "
+            "and none under OU weights; it sees the swing of a cluster whose slow rate g is far below omega (about "
+            "g / omega of its resting point's swing), which a position range cannot. The error is from the fit's "
+            "residuals with their autocorrelation (attnflow.experiments.lockin).",
             "The law's path length is measured from sampled paths with the Bures-Wasserstein distance between "
             "Gaussian fits (a lower bound of W2 between the laws). With finitely many paths the sampled moments "
             "fluctuate, so the raw sum grows like t even for a law at rest; the reported length is the raw sum "
