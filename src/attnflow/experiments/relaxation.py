@@ -895,12 +895,14 @@ def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     o, c = trajs["ou"], trajs["oscillating"]
     T, start = float(o.t[-1]), float(st["window"].start)
     spacing = float(it["dt"]) * int(it["save_every"])
-    need = start + LOCKIN_PERIODS * 2.0 * math.pi / omega
+    # From the first saved time in the window (the window's start need not be on the save grid).
+    first = float(o.t[np.flatnonzero(o.t >= start - 1e-12)[0]]) if start <= T + 1e-12 else start
+    need = first + LOCKIN_PERIODS * 2.0 * math.pi / omega
     add = 0.0
     if need > T + 1e-9:
         # Continued like _simulate_pair's extension (fresh OU noise from the last heads; the oscillating weights
         # at their phase), only for this row: the other rows keep the runs they were measured on.
-        add = math.ceil(round((need - T) / spacing, 6)) * spacing
+        add = math.ceil((need - T) / spacing - 1e-9) * spacing
         ou, osc = procs["ou"], procs["oscillating"]
         s_noise = _seeds(seed)[5]
         ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=_segment_seed(s_noise, 900))
@@ -928,6 +930,12 @@ def lockin_pair(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
 def _lockin_note(lk: dict[str, Any], scale: float, scale_ou: float, g: float, omega: float, position: Settling) -> str:
     """Why row #5 (or its control) failed, from the lock-in numbers."""
     osc, ou = lk["oscillating"], lk["ou"]
+    if osc.periods < LOCKIN_PERIODS * (1.0 - 1e-6):
+        return (
+            f"Window too short: the lock-in window [{lk['window'][0]:.4g}, {lk['window'][1]:.4g}] holds "
+            f"{osc.periods:.4g} periods of omega = {fmt(omega)}, fewer than {LOCKIN_PERIODS:g}. Inconclusive, counted "
+            "as a FAIL."
+        )
     if ou.amplitude > LOCKIN_Z * scale_ou:
         return (
             f"Control not rejected: the OU run has a component at omega of {ou.amplitude / scale_ou:.3g} SE "
@@ -1149,7 +1157,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
     # alone is no noise scale; the OU run's error is the finite-H noise at omega in the same window and fit.
     lk_scale = max(lk_osc.se, lk_ou.se)
     lk_scale_ou = lk_ou.se
-    lk_long = lk_osc.periods >= LOCKIN_PERIODS - 1e-9
+    lk_long = lk_osc.periods >= LOCKIN_PERIODS * (1.0 - 1e-6)
     omega = float(cfg["oscillating"]["omega"])
     g = 1.0 / length.tau_slow
     if progress:
@@ -1285,7 +1293,7 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             "the OU run (same window, same fit at omega; its noise scale is its own SE)",
             lk_ou.text(),
             not bool(lk_ou.amplitude > LOCKIN_Z * lk_scale_ou),
-            margin=margin_above(lk_osc.amplitude / lk_scale, LOCKIN_Z) if lk_long else -math.inf,
+            margin=min(margin_above(lk_osc.amplitude / lk_scale, LOCKIN_Z), lk_osc.periods / LOCKIN_PERIODS - 1.0),
             control_margin=margin_below(lk_ou.amplitude / lk_scale_ou, LOCKIN_Z),
             model="gf",
             model_reason="the theory's relaxation statements are about the gradient flow (docs/model.md)",
