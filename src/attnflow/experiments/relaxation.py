@@ -1293,7 +1293,9 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             "the OU run (same window, same fit at omega; its noise scale is its own SE)",
             lk_ou.text(),
             not bool(lk_ou.amplitude > LOCKIN_Z * lk_scale_ou),
-            margin=min(margin_above(lk_osc.amplitude / lk_scale, LOCKIN_Z), lk_osc.periods / LOCKIN_PERIODS - 1.0),
+            margin=margin_above(lk_osc.amplitude / lk_scale, LOCKIN_Z)
+            if lk_long
+            else lk_osc.periods / LOCKIN_PERIODS - 1,
             control_margin=margin_below(lk_ou.amplitude / lk_scale_ou, LOCKIN_Z),
             model="gf",
             model_reason="the theory's relaxation statements are about the gradient flow (docs/model.md)",
