@@ -125,3 +125,5 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     row = osc.predictions[4]
     assert not row.passed and row.control_rejected and "No motion locked to omega" in row.explanation, row.explanation
     assert osc.headline["lockin_over_scale"] < relaxation.LOCKIN_Z
+    # The lock-in window (continued past T for it) holds its periods, counted from its first saved time.
+    assert osc.headline["lockin_periods"] >= relaxation.LOCKIN_PERIODS * (1 - 1e-6)
