@@ -951,7 +951,7 @@ def lockin_pair(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """The lock-in fits (:func:`attnflow.experiments.lockin.lockin_fit`) of the OU and the oscillating run at the
     oscillating weights' ``omega`` over ``[settling window start, T']``, ``T' >= T`` long enough to hold
     :data:`LOCKIN_PERIODS` periods (both runs continued for it): ``{"window", "extended_by", "ou",
-    "oscillating"}``."""
+    "oscillating", "series"}`` (``series``: each run's most swinging coordinate and its fit, for the figure)."""
     return _lockin_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
 
 
