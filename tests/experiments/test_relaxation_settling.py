@@ -107,8 +107,8 @@ def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
 def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_is_not_a_pass(monkeypatch):
     """``ou`` row 1's control is the same run's transient ``[0, 3 tau)`` against the same law, rejected with a
     margin. Planted without power, the control is not rejected and the row is not a PASS and says why: the late
-    states given as the "transient" (row 1), a zero-amplitude oscillating run, which settles (row 2's control,
-    and ``oscillating``'s no-relaxation row, untestable by position)."""
+    states given as the "transient" (row 1), a zero-amplitude oscillating run, which settles (row 2's control);
+    ``oscillating``'s no-relaxation row (a lock-in test at omega) then finds no motion locked to omega."""
     res = run_experiment("ou", quick=True, seed=0, sets=SMALL)
     h, stat = res.headline, res.predictions[0]
     assert stat.ok and res.predictions[1].ok, (stat.explanation, res.predictions[1].explanation)
@@ -126,4 +126,8 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
         assert p.passed and not p.control_rejected and not p.ok
         assert "Control without power" in p.explanation, p.explanation
     osc = run_experiment("oscillating", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
-    assert not osc.predictions[4].ok and "Untestable by position" in osc.predictions[4].explanation
+    row = osc.predictions[4]
+    assert not row.passed and row.control_rejected and "No motion locked to omega" in row.explanation, row.explanation
+    assert osc.headline["lockin_over_scale"] < relaxation.LOCKIN_Z
+    # The lock-in window (continued past T for it) holds its periods, counted from its first saved time.
+    assert osc.headline["lockin_periods"] >= relaxation.LOCKIN_PERIODS * (1 - 1e-6)
