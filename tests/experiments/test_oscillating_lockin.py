@@ -88,3 +88,37 @@ def test_a_window_shorter_than_two_periods_is_refused():
     assert lockin_fit(long, np.cos(long) + 0.01 * np.sin(3 * long), 1.0).amplitude == pytest.approx(1.0, rel=1e-2)
     with pytest.raises(InputError, match="uniformly"):
         lockin_fit(long[[0, 1, 3, *range(4, len(long))]], np.cos(long[[0, 1, 3, *range(4, len(long))]]), 1.0)
+
+
+def test_no_relaxation_row_is_either_test_with_its_own_control():
+    """Row #5: the lock-in decides when it sees motion at omega (and its OU control does not); else the
+    position test with its own control; a settled oscillating cloud, or an OU run that has not settled
+    while the lock-in sees nothing, fails."""
+    from types import SimpleNamespace
+
+    from attnflow.experiments.floors import Window
+    from attnflow.experiments.relaxation import Settling, _no_relaxation_row
+
+    def fit(amplitude: float, se: float = 0.01):
+        return SimpleNamespace(amplitude=amplitude, se=se, periods=4.0, text=lambda: f"A = {amplitude}")
+
+    win = Window(10.0, 40.0, 1.0)
+    moving, settled = Settling(2.0, 1.0, 0.1), Settling(0.05, 1.0, 0.1)  # 6.7 and 0.17 x bound
+
+    def row(lock_osc: float, osc: Settling, ou: Settling, lock_ou: float = 0.01):
+        lk = {"oscillating": fit(lock_osc), "ou": fit(lock_ou), "window": (10.0, 40.0)}
+        return _no_relaxation_row(lk, 0.01, 0.01, True, 1.0, 0.3, osc, ou, win)
+
+    by_lockin = row(0.2, settled, settled)  # a small forced swing the position test cannot see
+    assert by_lockin.ok and by_lockin.control_rejected and "(decides)" in by_lockin.measured
+    by_position = row(0.001, moving, settled)  # large motion not locked to omega
+    assert by_position.ok and by_position.control_rejected and "decides: the lock-in sees no" in by_position.measured
+    assert by_position.margin == pytest.approx(2.0 / 0.3 - 1.0)
+    # Controls: a settled oscillating cloud with nothing at omega fails; so does the position test when the
+    # OU run itself has not settled (its control would not be rejected), unless the lock-in decides.
+    assert not row(0.001, settled, settled).ok
+    unsettled_ou = row(0.001, moving, moving)
+    assert not (unsettled_ou.ok and unsettled_ou.control_rejected)
+    assert row(0.2, moving, moving).control_rejected  # the lock-in with its own control still decides
+    # An OU run with a component at omega rejects the lock-in; the position test decides if it can.
+    assert not row(0.2, settled, settled, lock_ou=0.2).control_rejected
