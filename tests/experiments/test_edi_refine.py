@@ -22,3 +22,24 @@ def test_a_single_pair_range_above_rounding_is_pre_asymptotic():
     assert _pre_asymptotic(coarse, np.array([f(h) for h in coarse]), 0.3)
     fine = [0.0125, 0.00625, 0.003125, 0.0015625]
     assert not _pre_asymptotic(fine, np.array([f(h) for h in fine]), 0.3)
+
+
+def test_an_order_outside_its_tolerance_spends_the_refinement_budget_before_a_fail():
+    """Local orders that agree (4.71, 4.61) but still drift towards 4 are refined; a clean order-4 residual is
+    not; a wrong order that stays wrong (3) is refined and stays a FAIL (the control of the rule)."""
+    from attnflow.experiments.edi import EXPECTED_ORDER, ORDER_TOLERANCE, _needs_refinement
+
+    dts = [0.1, 0.05, 0.025]
+    seed4_set2 = np.array([0.988, 0.0378, 0.00155])  # measured, oscillating weights, seed 4 set 2
+    assert not _pre_asymptotic(dts, seed4_set2, ORDER_TOLERANCE["oscillating"])  # the old rule stopped here
+    assert _needs_refinement(dts, seed4_set2, "oscillating")
+    # Measured one level finer (the same set): 8.27e-5 then 4.8e-6: order within 0.5 of 4, no more refinement.
+    finer = [0.1, 0.05, 0.025, 0.0125, 0.00625]
+    rel = np.array([0.988, 0.0378, 0.00155, 8.27e-05, 4.8e-06])
+    order = asymptotic_order(finer, rel, ORDER_TOLERANCE["oscillating"])[0]
+    assert abs(order - EXPECTED_ORDER["oscillating"]) <= ORDER_TOLERANCE["oscillating"]
+    assert not _needs_refinement(finer, rel, "oscillating")
+    assert not _needs_refinement(dts, np.array([1.6e-4, 1e-5, 6.25e-7]), "constant")  # clean order 4
+    third = np.array([h**3 for h in finer])  # a wrong order: refined, and its order stays 3
+    assert _needs_refinement(finer, third, "constant")
+    assert abs(asymptotic_order(finer, third, 0.5)[0] - 3.0) < 1e-9
