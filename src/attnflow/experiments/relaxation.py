@@ -22,7 +22,8 @@ a cloud at the limit's stationary point. OU weights: the late-window rms slope i
 ``FLOOR_FACTOR s_H``; oscillating weights keep it above. Stationarity for the limit law ``Theta_inf`` is
 judged on the scale a settled cloud actually shows for that law: a single cluster follows its fluctuating heads,
 so its slope for ``Theta_inf`` is ``s_follow <= s_H`` (:func:`following_scale`, linear response along the
-cluster's relaxation modes, :func:`cluster_modes`); a cloud of several clusters keeps ``s_H``.
+cluster's relaxation modes, :func:`cluster_modes`); so does an antipodal pair of clusters (the pair's modes,
+:func:`pair_modes`); any other cloud of several clusters keeps ``s_H``.
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
@@ -105,8 +106,8 @@ WANDER_REPLICAS = 4
 #: heads lowers it. The factor 2 covers the sampling scatter of an rms over a late window of several
 #: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
 #: Stationarity for the limiting law uses the same factor on the scale a settled cloud shows for that law:
-#: ``s_follow`` for a single cluster (:func:`following_scale`: it follows the heads, which lowers its slope for
-#: ``Theta_inf`` below ``s_H``), ``s_H`` for several clusters; its rms slope for ``Theta_inf`` is at most
+#: ``s_follow`` for a single cluster or an antipodal pair (:func:`following_scale`: it follows the heads, which
+#: lowers its slope for ``Theta_inf`` below ``s_H``), ``s_H`` for any other cloud of several clusters; its rms slope for ``Theta_inf`` is at most
 #: ``FLOOR_FACTOR`` times that scale, and the slope of the same run before it relaxed is not (the row's control,
 #: :func:`transient_window`, on the same scale).
 FLOOR_FACTOR = 2.0
@@ -1121,7 +1122,11 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law)")
     name, s_H_in_unit = unit
-    label = {"s_follow": r"$s_{follow}$", "s_H": r"$s_H$"}.get(name, name)
+    label = {
+        "s_follow": r"$s_{follow}$",
+        "s_follow (antipodal pair)": r"$s_{follow}$ (antipodal pair)",
+        "s_H": r"$s_H$",
+    }.get(name, name)
     ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} {label}")
     if name != "s_H":
         ax[1].axhline(s_H_in_unit, color="0.5", lw=0.8, ls="--", label=r"floor scale $s_H$ (factor 1)")
@@ -1363,12 +1368,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
-    # Row 1's scale: a settled single cluster follows its heads, so for the limit law it shows s_follow <= s_H
-    # (linear response, following_scale; the same draws as s_H); more than one cluster falls back to s_H.
+    # Row 1's scale: a settled single cluster (or antipodal pair) follows its heads, so for the limit law it shows
+    # s_follow <= s_H (linear response, following_scale; the same draws as s_H); anything else falls back to s_H.
     fs = following_scale(traj.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
     scale = fs.scale
-    scale_name = "s_follow" if fs.single else "s_H"
-    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.single else ""
+    scale_name = fs.name
+    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.applies else ""
     rms_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2)))
     st_inf = rms_inf / scale
     st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / scale
@@ -1384,11 +1389,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "slope_limit_law_start_over_s_H": float(slope_inf[0]) / s_H,
         "stationarity_scale": scale,
         "stationarity_scale_kind": scale_name,
-        "following_scale": fs.follow if fs.single else None,
+        "following_scale": fs.follow if fs.applies else None,
         "following_over_s_H": scale / s_H,
-        "following_modes": fs.table() if fs.single else [],
+        "following_modes": fs.table() if fs.applies else [],
         "following_heads_rate": fs.rate,
-        "following_cluster_angle_degrees": fs.angle if fs.single else None,
+        "following_cluster_angle_degrees": fs.angle if fs.applies else None,
+        "following_pair_inner": fs.inner if math.isfinite(fs.inner) else None,
         "slope_limit_law_late_rms_over_scale": st_inf,
         "slope_limit_law_transient_rms_over_scale": st_tr,
         "settled_fraction": s_ou.late / s_ou.displacement,
@@ -1431,10 +1437,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"(t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}); {fs.describe()}{short}",
             f"<= {FLOOR_FACTOR:g} {scale_name} = {fmt(FLOOR_FACTOR * scale)} ("
             + (
-                "s_follow: the slope a settled cluster following its fluctuating heads shows for the limit law, "
-                f"sum over modes of E[f_m^2] g_m / (g_m + r); {fmt(scale / s_H)} of the floor scale s_H)"
-                if fs.single
-                else "s_H: the finite-H slope scale at the final cloud, measured; more than one cluster)"
+                f"s_follow: the slope a settled {'cluster' if fs.single else 'antipodal pair of clusters'} following "
+                "its fluctuating heads shows for the limit law, sum over modes of E[f_m^2] g_m / (g_m + r); "
+                f"{fmt(scale / s_H)} of the floor scale s_H)"
+                if fs.applies
+                else "s_H: the finite-H slope scale at the final cloud, measured; neither one cluster nor an "
+                "antipodal pair)"
             ),
             bool(st_inf <= FLOOR_FACTOR) and window.ok,
             f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
