@@ -749,7 +749,7 @@ class FollowingScale:
                 f"the final cloud is {self.clusters} clusters, {why}: the linear response does not apply, "
                 f"so the tolerance falls back to s_H = {fmt(self.s_H)}"
             )
-        what = "" if self.single else f" of the antipodal pair (centres' inner product {fmt(self.inner)})"
+        what = "" if self.single else f" of the antipodal pair (1 + centres' inner product = {fmt(1.0 + self.inner)})"
         return (
             f"s_follow{what} = {fmt(self.follow)} = {fmt(self.follow / self.s_H)} s_H (s_H = {fmt(self.s_H)}; modes g = "
             f"{', '.join(fmt(float(g)) for g in self.rates)} against the heads' rate r = {fmt(self.rate)})"
