@@ -115,8 +115,11 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     tr = h["slope_limit_law_transient_rms_over_scale"]
     assert tr > relaxation.FLOOR_FACTOR * 1.1
     assert stat.control_margin == pytest.approx(tr / relaxation.FLOOR_FACTOR - 1.0, rel=1e-9)
-    # Prediction and control on one scale: s_follow for a single final cluster, s_H otherwise.
-    assert h["stationarity_scale_kind"] == ("s_follow" if h["clusters_end"] == 1 else "s_H")
+    # Prediction and control on one scale: s_follow for a single final cluster or an antipodal pair, s_H otherwise.
+    inner = h["following_pair_inner"]
+    pair = h["clusters_end"] == 2 and inner is not None and inner < -1.0 + relaxation.ANTIPODAL_TOL
+    kind = "s_follow" if h["clusters_end"] == 1 else "s_follow (antipodal pair)" if pair else "s_H"
+    assert h["stationarity_scale_kind"] == kind
     assert tr == pytest.approx(h["slope_limit_law_transient_rms_over_s_H"] / h["following_over_s_H"], rel=1e-9)
     assert 0 < h["following_over_s_H"] <= 1.0
     assert h["transient_window"][0] == 0.0 and h["transient_window"][1] < h["window"][0]

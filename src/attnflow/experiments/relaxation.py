@@ -22,7 +22,8 @@ a cloud at the limit's stationary point. OU weights: the late-window rms slope i
 ``FLOOR_FACTOR s_H``; oscillating weights keep it above. Stationarity for the limit law ``Theta_inf`` is
 judged on the scale a settled cloud actually shows for that law: a single cluster follows its fluctuating heads,
 so its slope for ``Theta_inf`` is ``s_follow <= s_H`` (:func:`following_scale`, linear response along the
-cluster's relaxation modes, :func:`cluster_modes`); a cloud of several clusters keeps ``s_H``.
+cluster's relaxation modes, :func:`cluster_modes`); so does an antipodal pair of clusters (the pair's modes,
+:func:`pair_modes`); any other cloud of several clusters keeps ``s_H``.
 
 The runs' length follows their own relaxation time: past ``integration.t_end`` both runs continue
 (:func:`_continued`) while the settling window ``[3 (tau + 1/g), T]`` would hold less than one
@@ -58,7 +59,7 @@ from attnflow.analysis.diagnostics import count_clusters
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
-from attnflow.core.errors import InputError
+from attnflow.core.errors import InputError, NumericalError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.fields import metric_speed
@@ -105,8 +106,8 @@ WANDER_REPLICAS = 4
 #: heads lowers it. The factor 2 covers the sampling scatter of an rms over a late window of several
 #: correlation times ``1/rate`` (relative error ~ 1/sqrt(2 x 6) ~ 0.3, so 2 is three of them).
 #: Stationarity for the limiting law uses the same factor on the scale a settled cloud shows for that law:
-#: ``s_follow`` for a single cluster (:func:`following_scale`: it follows the heads, which lowers its slope for
-#: ``Theta_inf`` below ``s_H``), ``s_H`` for several clusters; its rms slope for ``Theta_inf`` is at most
+#: ``s_follow`` for a single cluster or an antipodal pair (:func:`following_scale`: it follows the heads, which
+#: lowers its slope for ``Theta_inf`` below ``s_H``), ``s_H`` for any other cloud of several clusters; its rms slope for ``Theta_inf`` is at most
 #: ``FLOOR_FACTOR`` times that scale, and the slope of the same run before it relaxed is not (the row's control,
 #: :func:`transient_window`, on the same scale).
 FLOOR_FACTOR = 2.0
@@ -266,6 +267,92 @@ def slow_rate(A_bar: np.ndarray) -> float:
     the energy did.
     """
     return float(cluster_modes(A_bar).rates.min())
+
+
+#: Two clusters form an antipodal pair when the inner product of their centres is below ``-1 + ANTIPODAL_TOL``
+#: (within about 2.6 degrees of antipodal): the pair's rest point under unequal masses is antipodal to ~1e-7 in
+#: that inner product (the validated configurations), a settled pair's centres a few token widths off it.
+ANTIPODAL_TOL = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class PairModes:
+    """Two point clusters at rest, ``x`` ``(2, d)`` with masses ``masses``, and their linearised relaxation
+    (:func:`pair_modes`): ``rates`` ``g_m`` (ascending, ``2 (d - 1)`` of them) and ``vectors`` ``(2, d, 2 (d - 1))``,
+    mode ``m`` moving cluster ``k`` along ``vectors[k, :, m]`` (tangent at ``x[k]``); the modes are orthonormal in
+    the metric ``sum_k metric[k] |u^k|^2``, ``metric[k] = m_k S(x_k)`` (the mobility metric of :func:`metric_speed`:
+    ``|dF|^2 = sum_k metric[k] |v(x_k)|^2``)."""
+
+    x: np.ndarray
+    masses: np.ndarray
+    rates: np.ndarray
+    vectors: np.ndarray
+    metric: np.ndarray
+
+
+def _tangent_bases(z: np.ndarray) -> list[np.ndarray]:
+    d = z.shape[1]
+    return [np.linalg.svd(np.eye(d) - np.outer(p, p))[0][:, : d - 1] for p in z]
+
+
+def pair_modes(law: GaussianHeads, centres: np.ndarray, masses: np.ndarray, *, step: float = 1e-6) -> PairModes:
+    """The rest point of two point clusters of masses ``masses`` under the limit law ``law`` (model ``gf``; Newton
+    from ``centres`` ``(2, d)``) and its relaxation modes (:class:`PairModes`).
+
+    The clusters move by the law's ``gf`` field at their positions (:meth:`GaussianHeads.velocity`, tokens of
+    masses ``m_k``); ``J`` is minus its Jacobian in tangent coordinates (central differences of the library's
+    field, step ``step``). The flow is the gradient flow of ``F`` in the metric ``M = diag(m_k S(x_k))``, so ``J``
+    is self-adjoint in ``M``: its eigenpairs ``(g_m, u_m)`` with ``<u_m, u_n>_M = delta_mn``. For equal masses the
+    field is odd under ``x -> -x`` and the weights even, so an antipodal pair co-rotates rigidly (``v(-x) = -v(x)``)
+    and the heads' finite-``H`` field forces only the co-rotating modes; unequal masses shift the rest point off
+    antipodal (~1e-7) and couple both clusters' modes, which the metric eigenproblem keeps.
+    Raises :class:`NumericalError` when Newton does not reach rest (field above ``1e-10``) or ``J`` is not
+    self-adjoint in ``M`` (the flow is then not the gradient flow this rests on).
+    """
+    z = np.asarray(centres, dtype=np.float64)
+    z = z / np.linalg.norm(z, axis=1, keepdims=True)
+    m = np.asarray(masses, dtype=np.float64)
+    n = z.shape[1] - 1
+
+    def coords(zz: np.ndarray, B: list[np.ndarray]) -> np.ndarray:
+        v = np.asarray(law.velocity(zz, token_weights=m))
+        return np.concatenate([B[k].T @ v[k] for k in range(2)])
+
+    def jacobian(zz: np.ndarray, B: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        D = np.zeros((2 * n, 2 * n))
+        for k in range(2):
+            for j in range(n):
+                side = []
+                for sgn in (1.0, -1.0):
+                    w = zz.copy()
+                    w[k] = w[k] + sgn * step * B[k][:, j]
+                    w[k] /= np.linalg.norm(w[k])
+                    side.append(coords(w, B))
+                D[:, k * n + j] = (side[0] - side[1]) / (2.0 * step)
+        return coords(zz, B), D
+
+    for _ in range(50):
+        B = _tangent_bases(z)
+        t0, D = jacobian(z, B)
+        if np.abs(t0).max() < 1e-13:
+            break
+        delta = -np.linalg.lstsq(D, t0, rcond=None)[0]
+        for k in range(2):
+            z[k] = z[k] + B[k] @ delta[k * n : (k + 1) * n]
+            z[k] /= np.linalg.norm(z[k])
+    B = _tangent_bases(z)
+    t0, D = jacobian(z, B)
+    if not np.abs(t0).max() < 1e-10:
+        raise NumericalError(f"the pair's rest point was not reached (field {float(np.abs(t0).max()):.3g})")
+    metric = m * np.asarray(law.partition(z, token_weights=m))
+    root = np.sqrt(np.repeat(metric, n))
+    K = root[:, None] * -D / root[None, :]
+    if not np.abs(K - K.T).max() <= 1e-6 * np.abs(K).max():
+        raise NumericalError("the pair's linearised flow is not self-adjoint in the mobility metric")
+    rates, W = np.linalg.eigh(0.5 * (K + K.T))
+    U = W / root[:, None]
+    vectors = np.stack([B[k] @ U[k * n : (k + 1) * n] for k in range(2)])
+    return PairModes(x=z, masses=m, rates=rates, vectors=vectors, metric=metric)
 
 
 def settling_window(t: np.ndarray, tau: float, tau_slow: float) -> Window:
@@ -596,15 +683,16 @@ def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int)
 
 @dataclasses.dataclass(frozen=True)
 class FollowingScale:
-    """The late slope scale a settled single cluster shows for the limit law ``Theta_inf`` while its heads
-    fluctuate (:func:`following_scale`).
+    """The late slope scale a settled single cluster, or antipodal pair of clusters, shows for the limit law
+    ``Theta_inf`` while its heads fluctuate (:func:`following_scale`).
 
     ``follow`` is ``s_follow = (sum_m E[f_m^2] g_m / (g_m + r) + normal_sq)^{1/2}`` (``nan`` when the cloud is
-    not one cluster), ``s_H`` the factor-1 floor scale of the same draws (:func:`floor_scale`), ``mode_sq`` the
-    ``E[f_m^2]`` per tangent mode (slope units), ``normal_sq`` the rest of ``s_H^2`` (off the modes: the
-    cluster's width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads' ``r``, ``angle`` the
-    angle in degrees between the cloud's centre and the resting point ``x*`` the modes belong to (``nan`` for
-    several clusters).
+    neither one cluster nor an antipodal pair), ``s_H`` the factor-1 floor scale of the same draws
+    (:func:`floor_scale`), ``mode_sq`` the ``E[f_m^2]`` per mode (slope units), ``normal_sq`` the rest of ``s_H^2``
+    (off the modes: the clusters' width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads'
+    ``r``, ``angle`` the largest angle in degrees between a cluster's centre and the rest point its modes belong
+    to, ``kind`` ``"single"``, ``"antipodal pair"`` or ``""`` (the fallback), ``inner`` the inner product of the
+    two centres of a two-cluster cloud (``nan`` otherwise; antipodal below ``-1 + ANTIPODAL_TOL``).
     """
 
     follow: float
@@ -615,16 +703,28 @@ class FollowingScale:
     mode_sq: np.ndarray
     normal_sq: float
     angle: float
+    kind: str = "single"
+    inner: float = math.nan
 
     @property
     def single(self) -> bool:
-        """The final cloud is one cluster: the linear response applies."""
+        """The final cloud is one cluster."""
         return self.clusters == 1
 
     @property
+    def applies(self) -> bool:
+        """The linear response applies: one cluster or an antipodal pair of clusters."""
+        return self.kind != ""
+
+    @property
     def scale(self) -> float:
-        """``s_follow`` for one cluster, else ``s_H`` (the fallback)."""
-        return self.follow if self.single else self.s_H
+        """``s_follow`` for one cluster or an antipodal pair, else ``s_H`` (the fallback)."""
+        return self.follow if self.applies else self.s_H
+
+    @property
+    def name(self) -> str:
+        """The scale's name in rows and results: ``s_follow``, ``s_follow (antipodal pair)`` or ``s_H``."""
+        return {"single": "s_follow", "antipodal pair": "s_follow (antipodal pair)"}.get(self.kind, "s_H")
 
     @property
     def factors(self) -> np.ndarray:
@@ -639,29 +739,55 @@ class FollowingScale:
         ]
 
     def describe(self) -> str:
-        if not self.single:
+        if not self.applies:
+            why = (
+                f"whose centres are not antipodal (inner product {fmt(self.inner)} >= -1 + {ANTIPODAL_TOL:g})"
+                if self.clusters == 2 and math.isfinite(self.inner)
+                else "neither one cluster nor an antipodal pair"
+            )
             return (
-                f"the final cloud is {self.clusters} clusters: the single-cluster linear response does not apply, "
+                f"the final cloud is {self.clusters} clusters, {why}: the linear response does not apply, "
                 f"so the tolerance falls back to s_H = {fmt(self.s_H)}"
             )
+        what = "" if self.single else f" of the antipodal pair (1 + centres' inner product = {fmt(1.0 + self.inner)})"
         return (
-            f"s_follow = {fmt(self.follow)} = {fmt(self.follow / self.s_H)} s_H (s_H = {fmt(self.s_H)}; modes g = "
+            f"s_follow{what} = {fmt(self.follow)} = {fmt(self.follow / self.s_H)} s_H (s_H = {fmt(self.s_H)}; modes g = "
             f"{', '.join(fmt(float(g)) for g in self.rates)} against the heads' rate r = {fmt(self.rate)})"
         )
 
 
-def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> FollowingScale:
-    """``s_follow``: the rms slope ``|dF|(mu_t, Theta_inf)`` of a settled single cluster whose ``H`` OU heads
-    fluctuate around the limit law (linear response), with ``s_H`` (:func:`floor_scale`, the same draws).
+def _antipodal_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """``(labels, centres, inner)`` of a two-cluster cloud split by the sign of ``x_i . x_0`` (each cluster's
+    tokens within 60 degrees of its centre), or None when the split is not clean."""
+    side = x @ x[0]
+    if np.abs(side).min() <= 0.5:
+        return None
+    labels = (side < 0).astype(int)
+    centres = np.stack([x[labels == k].mean(0) for k in range(2)])
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    return labels, centres, float(centres[0] @ centres[1])
 
-    At the resting point ``x*`` (:func:`cluster_modes`, ascent from the cloud's centre) the heads' finite-``H``
-    field ``f(t)`` is, to first order, linear in their OU deviations: an OU process with the heads' rate ``r``.
-    Along each mode ``delta_m' = -g_m delta_m + f_m``, and the cluster's slope for ``Theta_inf`` is
+
+def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> FollowingScale:
+    """``s_follow``: the rms slope ``|dF|(mu_t, Theta_inf)`` of a settled single cluster, or antipodal pair of
+    clusters, whose ``H`` OU heads fluctuate around the limit law (linear response), with ``s_H``
+    (:func:`floor_scale`, the same draws).
+
+    Single cluster: at the resting point ``x*`` (:func:`cluster_modes`, ascent from the cloud's centre) the heads'
+    finite-``H`` field ``f(t)`` is, to first order, linear in their OU deviations: an OU process with the heads'
+    rate ``r``. Along each mode ``delta_m' = -g_m delta_m + f_m``, and the cluster's slope for ``Theta_inf`` is
     ``g_m delta_m``, of stationary variance ``E[f_m^2] g_m / (g_m + r)`` (OU input of rate ``r`` through a
     first-order filter of rate ``g_m``). ``E[f_m^2]`` is the Monte Carlo of :func:`floor_scale` projected on
     ``u_m`` (all tokens of one cluster share one velocity): ``||(v . u_m) u_m||_mu^2`` of the ``gf`` field of
-    ``H`` heads ``A_bar + c S`` drawn from the stationary law. A cloud of more than one cluster (the library's
-    cluster count) gets ``follow = nan`` and :attr:`FollowingScale.scale` falls back to ``s_H``.
+    ``H`` heads ``A_bar + c S`` drawn from the stationary law.
+
+    Antipodal pair (two clusters whose centres' inner product is below ``-1 + ANTIPODAL_TOL``, any masses): the
+    same with the pair's modes (:func:`pair_modes` for the law ``Theta_inf``, Newton from the two centres), which
+    are orthonormal in the mobility metric ``M``; the slope is ``|J delta|_M`` and the forcing's mode component is
+    ``f_m = <u_m, f>_M = sum_i a_i S(x_i) u^{k(i)}_m . v(x_i)`` (``S`` the law's, ``k(i)`` token ``i``'s cluster).
+
+    Anything else (more clusters, a non-antipodal pair, a pair whose rest point is not reached or has a mode that
+    does not relax) gets ``follow = nan`` and :attr:`FollowingScale.scale` falls back to ``s_H``.
     """
     x_ref = np.asarray(x_ref, dtype=np.float64)
     clusters = count_clusters(torch.from_numpy(x_ref))
@@ -669,27 +795,56 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     rng = np.random.default_rng(seed)
     centre = x_ref.mean(0)
     modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
-    U = modes.vectors
+    pair: PairModes | None = None
+    inner = math.nan
+    split = _antipodal_pair(x_ref) if clusters == 2 else None
+    if split is not None:
+        labels, centres, inner = split
+        if inner < -1.0 + ANTIPODAL_TOL:
+            law = GaussianHeads.create(ou.A_bar, c)
+            masses = np.bincount(labels, minlength=2) / len(x_ref)
+            try:
+                pair = pair_modes(law, centres, masses)
+            except NumericalError:
+                pair = None
+            if pair is not None and not pair.rates.min() > 0:
+                pair = None
+            if pair is not None:
+                S = np.asarray(law.partition(x_ref))
+                U = pair.vectors[labels]  # (N, d, modes): each token's cluster's mode vectors
+    U1 = modes.vectors
     slope_sq, mode_sq = [], []
     for _ in range(draws):
         A = ou.A_bar + c * ou.noise(rng)  # the same draws as floor_scale
         slope_sq.append(stationarity(x_ref, A).slope ** 2)
         if clusters == 1:
             v = np.asarray(field_velocity(x_ref, A, model="gf"))
-            along = v @ U  # (N, d-1): each token's velocity on the modes
+            along = v @ U1  # (N, d-1): each token's velocity on the modes
             mode_sq.append(
-                [float(metric_speed(x_ref, along[:, m : m + 1] * U[:, m], A)) ** 2 for m in range(U.shape[1])]
+                [float(metric_speed(x_ref, along[:, m : m + 1] * U1[:, m], A)) ** 2 for m in range(U1.shape[1])]
             )
+        elif pair is not None:
+            v = np.asarray(field_velocity(x_ref, A, model="gf"))
+            f = np.einsum("i,id,idm->m", S / len(x_ref), v, U)
+            mode_sq.append(f**2)
     s_H = float(np.sqrt(np.mean(slope_sq)))
-    cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
-    angle = math.degrees(math.acos(min(1.0, cos)))
-    if clusters != 1:  # no one centre, no one resting point: only s_H
+    if clusters == 1:
+        rates = modes.rates
+        cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
+        angle = math.degrees(math.acos(min(1.0, cos)))
+        kind = "single"
+    elif pair is not None:
+        rates = pair.rates
+        cos = min(float(centres[k] @ pair.x[k]) for k in range(2))
+        angle = math.degrees(math.acos(min(1.0, cos)))
+        kind = "antipodal pair"
+    else:  # no one centre or pair, no one rest point: only s_H
         nan = np.full(len(modes.rates), math.nan)
-        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, math.nan)
+        return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, math.nan, "", inner)
     f2 = np.mean(np.asarray(mode_sq), axis=0)
     normal = max(s_H**2 - float(f2.sum()), 0.0)
-    follow = math.sqrt(float((f2 * modes.rates / (modes.rates + ou.rate)).sum()) + normal)
-    return FollowingScale(follow, s_H, clusters, ou.rate, modes.rates, f2, normal, angle)
+    follow = math.sqrt(float((f2 * rates / (rates + ou.rate)).sum()) + normal)
+    return FollowingScale(follow, s_H, clusters, ou.rate, rates, f2, normal, angle, kind, inner)
 
 
 def _floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
@@ -967,7 +1122,11 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law)")
     name, s_H_in_unit = unit
-    label = {"s_follow": r"$s_{follow}$", "s_H": r"$s_H$"}.get(name, name)
+    label = {
+        "s_follow": r"$s_{follow}$",
+        "s_follow (antipodal pair)": r"$s_{follow}$ (antipodal pair)",
+        "s_H": r"$s_H$",
+    }.get(name, name)
     ax[1].axhline(FLOOR_FACTOR, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} {label}")
     if name != "s_H":
         ax[1].axhline(s_H_in_unit, color="0.5", lw=0.8, ls="--", label=r"floor scale $s_H$ (factor 1)")
@@ -1209,12 +1368,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
-    # Row 1's scale: a settled single cluster follows its heads, so for the limit law it shows s_follow <= s_H
-    # (linear response, following_scale; the same draws as s_H); more than one cluster falls back to s_H.
+    # Row 1's scale: a settled single cluster (or antipodal pair) follows its heads, so for the limit law it shows
+    # s_follow <= s_H (linear response, following_scale; the same draws as s_H); anything else falls back to s_H.
     fs = following_scale(traj.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
     scale = fs.scale
-    scale_name = "s_follow" if fs.single else "s_H"
-    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.single else ""
+    scale_name = fs.name
+    in_s_H = lambda v: f" = {fmt(v / s_H)} s_H" if fs.applies else ""
     rms_inf = float(np.sqrt(np.mean(slope_inf[idx] ** 2)))
     st_inf = rms_inf / scale
     st_0 = float(np.sqrt(np.mean(slope_0[idx] ** 2))) / scale
@@ -1230,11 +1389,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "slope_limit_law_start_over_s_H": float(slope_inf[0]) / s_H,
         "stationarity_scale": scale,
         "stationarity_scale_kind": scale_name,
-        "following_scale": fs.follow if fs.single else None,
+        "following_scale": fs.follow if fs.applies else None,
         "following_over_s_H": scale / s_H,
-        "following_modes": fs.table() if fs.single else [],
+        "following_modes": fs.table() if fs.applies else [],
         "following_heads_rate": fs.rate,
-        "following_cluster_angle_degrees": fs.angle if fs.single else None,
+        "following_cluster_angle_degrees": fs.angle if fs.applies else None,
+        "following_pair_inner": fs.inner if math.isfinite(fs.inner) else None,
         "slope_limit_law_late_rms_over_scale": st_inf,
         "slope_limit_law_transient_rms_over_scale": st_tr,
         "settled_fraction": s_ou.late / s_ou.displacement,
@@ -1277,10 +1437,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"(t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}); {fs.describe()}{short}",
             f"<= {FLOOR_FACTOR:g} {scale_name} = {fmt(FLOOR_FACTOR * scale)} ("
             + (
-                "s_follow: the slope a settled cluster following its fluctuating heads shows for the limit law, "
-                f"sum over modes of E[f_m^2] g_m / (g_m + r); {fmt(scale / s_H)} of the floor scale s_H)"
-                if fs.single
-                else "s_H: the finite-H slope scale at the final cloud, measured; more than one cluster)"
+                f"s_follow: the slope a settled {'cluster' if fs.single else 'antipodal pair of clusters'} following "
+                "its fluctuating heads shows for the limit law, sum over modes of E[f_m^2] g_m / (g_m + r); "
+                f"{fmt(scale / s_H)} of the floor scale s_H)"
+                if fs.applies
+                else "s_H: the finite-H slope scale at the final cloud, measured; neither one cluster nor an "
+                "antipodal pair)"
             ),
             bool(st_inf <= FLOOR_FACTOR) and window.ok,
             f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
