@@ -345,3 +345,20 @@ def test_random_sets_keep_one_row_per_prediction_across_sets():
     b = Prediction("heads", "OU weights (base: d 2, beta 2.7, cap cloud): floor ~ 1/H (median)", "m", "c", True)
     assert _key(ExperimentResult("heads", {}, [a]), 0) == _key(ExperimentResult("heads", {}, [b]), 0)
     assert _key(ExperimentResult("heads", {}, [a]), 0) == "heads #1: OU weights: floor ~ 1/H"
+
+
+def test_random_sets_close_each_sets_figures():
+    """Each set's figures are closed once the set is recorded (20 sets of figures stayed open before)."""
+    import matplotlib.pyplot as plt
+
+    from attnflow.experiments.random_sets import run_random_sets
+
+    def run(name, overrides):
+        fig = plt.figure()
+        p = Prediction(name, "s", "m", "c", True, "ctl", "x", True, margin=0.5, control_margin=0.5)
+        return ExperimentResult(name, {"v": 1.0}, [p], figures={"f": fig})
+
+    plt.close("all")
+    rs = run_random_sets("edi", 3, 0, run, ["edi"])
+    assert rs.passed and plt.get_fignums() == []
+    assert rs.sets[0]["experiments"]["edi"]["measured"] == {"v": 1.0}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from attnflow.experiments.common import ExperimentResult, to_jsonable
@@ -211,6 +212,8 @@ def run_random_sets(
                     )
             if on_set:
                 on_set(i, n, res)
+            for fig in res.figures.values():  # K sets of figures would otherwise stay open to the end
+                plt.close(fig)
         rs.sets.append(entry)
         if out is not None:  # written after every set, so an interrupted run keeps what it measured
             rs.seconds = time.perf_counter() - start
