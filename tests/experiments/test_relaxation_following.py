@@ -29,22 +29,32 @@ BURN = 20.0
 
 def _follow_run(spectrum: list[float], r: float, T: float, seed: int):
     """Late rms of ``|dF|(mu_t, Theta_inf)`` of a simulated single cluster, its standard error, and the scales."""
+    A, ou, law = _stationary_heads(spectrum, r, seed)
+    x0 = np.tile(cluster_modes(A).x, (2, 1))
+    fs = following_scale(x0, ou, DRAWS, 3)
+    rms, se, cm = _late_rms(x0, ou, law, fs, r, T, seed)
+    return rms, se, fs, cm
+
+
+def _stationary_heads(spectrum: list[float], r: float, seed: int):
+    """8 OU heads around ``diag(spectrum) + GOE``, started from their stationary law, and the limit law."""
     d = len(spectrum)
     A = np.diag(spectrum)[None] + goe_heads(8, d, 0.3, 5)
     sigma = C * math.sqrt(2.0 * r)
-    start = A + C * OrnsteinUhlenbeck(A, r, sigma).noise(np.random.default_rng(seed + 1))  # stationary heads
-    ou = OrnsteinUhlenbeck(A, r, sigma, A0=start, seed=seed)
-    x0 = np.tile(cluster_modes(A).x, (2, 1))
-    fs = following_scale(x0, ou, DRAWS, 3)
+    start = A + C * OrnsteinUhlenbeck(A, r, sigma).noise(np.random.default_rng(seed + 1))
+    return A, OrnsteinUhlenbeck(A, r, sigma, A0=start, seed=seed), GaussianHeads.create(A, C)
+
+
+def _late_rms(x0, ou, law, fs, r: float, T: float, seed: int):
+    """The run's late rms of ``|dF|(mu_t, Theta_inf)``, its standard error (window and Monte Carlo), ``cm``."""
     dt = 0.05 if r > 1 else 0.1
     tr = simulate(x0, ou, model="gf", t_end=T, dt=dt, save_every=int(round(0.2 / dt)), seed=seed, record_steps=False)
-    law = GaussianHeads.create(A, C)
     late = np.flatnonzero(tr.t >= BURN)
     y = np.array([stationarity(tr.x[k], law).slope ** 2 for k in late])
     cm = correlated_means(tr.t[late], [y])
     rms = math.sqrt(float(cm.means[0]))
     se = math.hypot(float(cm.se[0]) / (2.0 * rms), fs.follow * math.sqrt(2.0 / DRAWS) / 2.0)
-    return rms, se, fs, cm
+    return rms, se, cm
 
 
 def _check(spectrum: list[float], r: float, T: float, seed: int, control: bool) -> None:
@@ -102,23 +112,12 @@ def test_a_single_cluster_shows_s_follow_at_other_rates_and_on_the_circle(spectr
 def _pair_run(spectrum: list[float], r: float, T: float, seed: int, counts: tuple[int, int]):
     """Late rms of ``|dF|(mu_t, Theta_inf)`` of a simulated antipodal pair of point clusters (``counts`` tokens
     each, starting at the pair's rest point), its standard error, and the scales."""
-    d = len(spectrum)
-    A = np.diag(spectrum)[None] + goe_heads(8, d, 0.3, 5)
-    sigma = C * math.sqrt(2.0 * r)
-    start = A + C * OrnsteinUhlenbeck(A, r, sigma).noise(np.random.default_rng(seed + 1))  # stationary heads
-    ou = OrnsteinUhlenbeck(A, r, sigma, A0=start, seed=seed)
-    law = GaussianHeads.create(A, C)
+    A, ou, law = _stationary_heads(spectrum, r, seed)
     x = cluster_modes(A).x
     rest = pair_modes(law, np.stack([x, -x]), np.array(counts) / sum(counts)).x
     x0 = np.concatenate([np.tile(rest[0], (counts[0], 1)), np.tile(rest[1], (counts[1], 1))])
     fs = following_scale(x0, ou, DRAWS, 3)
-    dt = 0.05 if r > 1 else 0.1
-    tr = simulate(x0, ou, model="gf", t_end=T, dt=dt, save_every=int(round(0.2 / dt)), seed=seed, record_steps=False)
-    late = np.flatnonzero(tr.t >= BURN)
-    y = np.array([stationarity(tr.x[k], law).slope ** 2 for k in late])
-    cm = correlated_means(tr.t[late], [y])
-    rms = math.sqrt(float(cm.means[0]))
-    se = math.hypot(float(cm.se[0]) / (2.0 * rms), fs.follow * math.sqrt(2.0 / DRAWS) / 2.0)
+    rms, se, cm = _late_rms(x0, ou, law, fs, r, T, seed)
     return rms, se, fs, cm
 
 
