@@ -117,3 +117,13 @@ def smooth_x0():
 
     g = torch.Generator().manual_seed(3)
     return retract(torch.randn(6, 3, generator=g, dtype=torch.float64))
+
+
+def with_entry_changed(pair, table: str, row: int, col: int, delta: float):
+    """A copy of a Butcher-tableau pair with ``pair.<table>[row][col]`` moved by ``delta`` (a corrupted
+    coefficient, the negative control of an order test)."""
+    from dataclasses import replace
+
+    rows = [list(r) for r in getattr(pair, table)]
+    rows[row][col] += delta
+    return replace(pair, name="broken", **{table: tuple(tuple(r) for r in rows)})

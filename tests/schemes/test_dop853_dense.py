@@ -4,8 +4,6 @@ step's ends (a corrupted coefficient is not)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import torch
 
@@ -13,6 +11,7 @@ from attnflow.core.geometry import retract
 from attnflow.schemes.integrators import DOP853, DOP853Pair
 from helpers import smooth_field as _field
 from helpers import smooth_x0 as _x0
+from helpers import with_entry_changed
 
 torch.set_num_threads(1)
 
@@ -87,9 +86,6 @@ def test_interpolant_order():
 
 def test_interpolant_order_negative_control():
     """One coefficient of D off by 1e-3 leaves an O(h) error: the measured order collapses."""
-    d = [list(r) for r in DOP853.d]
-    d[1][5] += 1e-3
-    broken = replace(DOP853, name="broken", d=tuple(tuple(r) for r in d))
-    p = _order(broken)
+    p = _order(with_entry_changed(DOP853, "d", 1, 5, 1e-3))
     print(f"corrupted dense output: measured local order {p:.2f}")
     assert abs(p - 8) > 3.0, p
