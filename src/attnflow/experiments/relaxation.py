@@ -45,7 +45,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Annotated, Any
 
@@ -59,6 +59,7 @@ from attnflow.analysis.diagnostics import count_clusters
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
+from attnflow.analysis.stationary import tangent_bases
 from attnflow.core.errors import InputError, NumericalError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
@@ -253,7 +254,7 @@ def cluster_modes(A_bar: np.ndarray, x0: np.ndarray | None = None) -> ClusterMod
     Ax = np.einsum("hij,j->hi", A, x)
     dev = Ax - pi @ Ax
     hess = A_pi + 2.0 * np.einsum("h,hi,hj->ij", pi, dev, dev)
-    basis = np.linalg.svd(np.eye(len(x)) - np.outer(x, x))[0][:, : len(x) - 1]
+    basis = _tangent_bases(x[None])[0]
     lam = float(x @ A_pi @ x)
     rates, vecs = np.linalg.eigh(lam * np.eye(len(x) - 1) - basis.T @ hess @ basis)
     return ClusterModes(x=x, rates=rates, vectors=basis @ vecs)
@@ -290,9 +291,10 @@ class PairModes:
     metric: np.ndarray
 
 
-def _tangent_bases(z: np.ndarray) -> list[np.ndarray]:
-    d = z.shape[1]
-    return [np.linalg.svd(np.eye(d) - np.outer(p, p))[0][:, : d - 1] for p in z]
+def _tangent_bases(z: np.ndarray) -> np.ndarray:
+    """``(k, d, d-1)`` orthonormal bases of the tangent spaces at the unit rows of ``z``
+    (:func:`attnflow.analysis.stationary.tangent_bases`, in NumPy)."""
+    return tangent_bases(torch.from_numpy(np.ascontiguousarray(z, dtype=np.float64))).numpy()
 
 
 def pair_modes(law: GaussianHeads, centres: np.ndarray, masses: np.ndarray, *, step: float = 1e-6) -> PairModes:
@@ -314,11 +316,11 @@ def pair_modes(law: GaussianHeads, centres: np.ndarray, masses: np.ndarray, *, s
     m = np.asarray(masses, dtype=np.float64)
     n = z.shape[1] - 1
 
-    def coords(zz: np.ndarray, B: list[np.ndarray]) -> np.ndarray:
+    def coords(zz: np.ndarray, B: np.ndarray) -> np.ndarray:
         v = np.asarray(law.velocity(zz, token_weights=m))
         return np.concatenate([B[k].T @ v[k] for k in range(2)])
 
-    def jacobian(zz: np.ndarray, B: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def jacobian(zz: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         D = np.zeros((2 * n, 2 * n))
         for k in range(2):
             for j in range(n):
@@ -675,10 +677,18 @@ def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int)
     heads' finite-``H`` fluctuation alone gives a cloud at rest: the scale of the floor (it vanishes like
     ``H^(-1/2)``). A cloud that follows the heads sits lower; one that does not settle sits far above.
     """
+    s = np.array([stationarity(x_ref, A).slope for A in stationary_draws(ou, draws, seed)])
+    return float(np.sqrt(np.mean(s**2)))
+
+
+def stationary_draws(ou: OrnsteinUhlenbeck, draws: int, seed: int) -> Iterator[np.ndarray]:
+    """``draws`` independent sets of ``H`` heads ``A_h = Abar_h + c S_h`` from the OU stationary law
+    (``c = sigma / sqrt(2 rate)``): the draws behind :func:`floor_scale` and :func:`following_scale`, the same
+    ones for the same ``seed``."""
     c = ou.sigma / math.sqrt(2.0 * ou.rate)
     rng = np.random.default_rng(seed)
-    s = np.array([stationarity(x_ref, ou.A_bar + c * ou.noise(rng)).slope for _ in range(draws)])
-    return float(np.sqrt(np.mean(s**2)))
+    for _ in range(draws):
+        yield ou.A_bar + c * ou.noise(rng)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -792,7 +802,6 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     x_ref = np.asarray(x_ref, dtype=np.float64)
     clusters = count_clusters(torch.from_numpy(x_ref))
     c = ou.sigma / math.sqrt(2.0 * ou.rate)
-    rng = np.random.default_rng(seed)
     centre = x_ref.mean(0)
     modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
     pair: PairModes | None = None
@@ -814,8 +823,7 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
                 U = pair.vectors[labels]  # (N, d, modes): each token's cluster's mode vectors
     U1 = modes.vectors
     slope_sq, mode_sq = [], []
-    for _ in range(draws):
-        A = ou.A_bar + c * ou.noise(rng)  # the same draws as floor_scale
+    for A in stationary_draws(ou, draws, seed):  # the same draws as floor_scale
         slope_sq.append(stationarity(x_ref, A).slope ** 2)
         if clusters == 1:
             v = np.asarray(field_velocity(x_ref, A, model="gf"))
