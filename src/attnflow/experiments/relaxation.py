@@ -429,6 +429,15 @@ def _continued(traj, process, t_add: float, it: dict[str, Any], seed: int | None
     )
 
 
+def _continue_both(o, c, ou: OrnsteinUhlenbeck, osc: Oscillating, add: float, it: dict[str, Any], seed: int):
+    """The OU run ``o`` and the oscillating run ``c`` (ending at the same time) continued by ``add``: OU with fresh
+    noise ``seed`` from its last heads (a Markov continuation), the oscillating weights at their phase."""
+    T = float(o.t[-1])
+    ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seed)
+    osc_next = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * T)
+    return _continued(o, ou_next, add, it, seed), _continued(c, osc_next, add, it, None)
+
+
 def _segment_seed(seed: int, j: int) -> int:
     return int(np.random.SeedSequence([seed, 11, j]).generate_state(1)[0])
 
@@ -467,10 +476,9 @@ def _simulate_pair(cfg_yaml: str, seed: int):
         target = min(cap, max(1.25 * need, T + spacing))
         add = math.ceil(round((target - T) / spacing, 6)) * spacing
         j += 1
-        ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=_segment_seed(s_noise, j))
-        osc_next = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * T)
-        trajs["ou"] = _continued(o, ou_next, add, it, _segment_seed(s_noise, j))
-        trajs["oscillating"] = _continued(trajs["oscillating"], osc_next, add, it, None)
+        trajs["ou"], trajs["oscillating"] = _continue_both(
+            o, trajs["oscillating"], ou, osc, add, it, _segment_seed(s_noise, j)
+        )
     return trajs, {"ou": ou, "oscillating": osc}, length
 
 
@@ -903,11 +911,9 @@ def _length_note(length: RunLength, window: Window) -> str:
     )
 
 
-def _settle_note(
-    cfg: dict[str, Any], st: dict[str, Any], length: RunLength, clusters: int, floor_ratio: float, row: str = "ou"
-) -> str:
-    """Why a settling row (or its control) failed, from its numbers, the final cluster count and the slow mode;
-    ``row`` the experiment whose row it is (``ou``: the oscillating run is its control; ``oscillating``: its own)."""
+def _settle_note(cfg: dict[str, Any], st: dict[str, Any], length: RunLength, clusters: int, floor_ratio: float) -> str:
+    """Why ``ou``'s settling row (or its control, the oscillating run) failed, from its numbers, the final cluster
+    count and the slow mode."""
     ou, osc, win = st["ou"], st["oscillating"], st["window"]
     if not win.ok:
         return _length_note(length, win)
@@ -936,10 +942,8 @@ def _settle_note(
         if g < omega
         else ""
     )
-    # The OU run settled and the oscillating one stays within the bound: the position test has no power here
-    # (for ou its control is not rejected; for oscillating the motion it predicts is below what it can see).
-    label = "Control without power at this set: " if row == "ou" else "Untestable by position at this set: "
-    return label + (
+    # The OU run settled and the oscillating one stays within the bound: the position test has no power here.
+    return "Control without power at this set: " + (
         f"the oscillating run stays within {fmt(osc.ratio)} of the settling bound in the window ({osc.text()}): its "
         "weights move the stationary point too little (a small amplitude or frequency) to tell it from a settled "
         "cloud." + why
@@ -1202,15 +1206,10 @@ def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     need = first + LOCKIN_PERIODS * 2.0 * math.pi / omega
     add = 0.0
     if need > T + 1e-9:
-        # Continued like _simulate_pair's extension (fresh OU noise from the last heads; the oscillating weights
-        # at their phase), only for this row: the other rows keep the runs they were measured on.
+        # Continued as _simulate_pair extends the runs, only for this row: the other rows keep the runs they
+        # were measured on.
         add = math.ceil((need - T) / spacing - 1e-9) * spacing
-        ou, osc = procs["ou"], procs["oscillating"]
-        s_noise = _seeds(seed)[5]
-        ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=_segment_seed(s_noise, 900))
-        osc_next = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * T)
-        o = _continued(o, ou_next, add, it, _segment_seed(s_noise, 900))
-        c = _continued(c, osc_next, add, it, None)
+        o, c = _continue_both(o, c, procs["ou"], procs["oscillating"], add, it, _segment_seed(_seeds(seed)[5], 900))
     fits, series = {}, {}
     for name, tr in (("ou", o), ("oscillating", c)):
         idx = np.flatnonzero(tr.t >= start - 1e-12)
@@ -1738,12 +1737,14 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
             HYPOTHESES["oscillating"],
             HYPOTHESES["ou"],
             RUNS_NOTE,
-            "No relaxation (the last row) is a lock-in test: the weights force the cloud at their frequency omega, "
-            "so a least-squares fit of every token's coordinates to c0 + c1 t + a cos(omega t) + b sin(omega t) over "
-            f"at least {LOCKIN_PERIODS:g} periods finds an amplitude A far above its error under oscillating weights "
-            "and none under OU weights; it sees the swing of a cluster whose slow rate g is far below omega (about "
-            "g / omega of its resting point's swing), which a position range cannot. The error is from the fit's "
-            "residuals with their autocorrelation (attnflow.experiments.lockin).",
+            "No relaxation (the last row) is either of two tests, each with its own control. The lock-in: the weights "
+            "force the cloud at their frequency omega, so a least-squares fit of every token's coordinates to c0 + c1 t "
+            f"+ a cos(omega t) + b sin(omega t) over at least {LOCKIN_PERIODS:g} periods finds an amplitude A far above "
+            "its error under oscillating weights and none under OU weights; it sees the swing of a cluster whose slow "
+            "rate g is far below omega (about g / omega of its resting point's swing), which a position range cannot. "
+            "The error is from the fit's residuals with their autocorrelation (attnflow.experiments.lockin). Where the "
+            "lock-in sees nothing (motion not locked to omega), the position test: max W2(mu_t, mu_T) beyond the "
+            "settling bound, its control the OU run settled within it.",
             "The law's path length is measured from sampled paths with the Bures-Wasserstein distance between "
             "Gaussian fits (a lower bound of W2 between the laws). With finitely many paths the sampled moments "
             "fluctuate, so the raw sum grows like t even for a law at rest; the reported length is the raw sum "
