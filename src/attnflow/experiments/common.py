@@ -303,5 +303,12 @@ def loglog_fit(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
     return float(p), float(np.exp(logc))
 
 
+def local_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Local log-log slopes ``log(y_{i+1} / y_i) / log(x_{i+1} / x_i)`` between successive points (local orders
+    and exponents, read to find a fit's asymptotic range)."""
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    return np.log(y[1:] / y[:-1]) / np.log(x[1:] / x[:-1])
+
+
 def fmt(v: float, digits: int = 3) -> str:
     return f"{v:.{digits}g}"

@@ -55,6 +55,7 @@ from attnflow.experiments.common import (
     Progress,
     Section,
     fmt,
+    local_slopes,
     loglog_fit,
     margin_below,
     margin_inside,
@@ -214,7 +215,7 @@ def asymptotic_order(dts: list[float], rel: np.ndarray, tol: float) -> tuple[flo
     """
     d = np.array(dts, float)
     r = np.maximum(np.asarray(rel, float), 1e-300)
-    local = [float(np.log(r[i] / r[i + 1]) / np.log(d[i] / d[i + 1])) for i in range(len(d) - 1)]
+    local = [float(v) for v in local_slopes(d, r)]
     valid = [i for i in range(len(local)) if r[i + 1] > ROUNDOFF]
     if not valid:
         return float("nan"), [], local

@@ -59,6 +59,7 @@ from attnflow.experiments.common import (
     Progress,
     Section,
     fmt,
+    local_slopes,
     loglog_fit,
     margin_below,
 )
@@ -424,7 +425,7 @@ def _analyse(
     med = _medians(per_seed, settled, stat)
     use = np.flatnonzero(np.isfinite(med))
     Hu, mu = Hs[use], med[use]
-    local = np.log(mu[1:] / mu[:-1]) / np.log(Hu[1:] / Hu[:-1]) if len(use) > 1 else np.array([])
+    local = local_slopes(Hu, mu) if len(use) > 1 else np.array([])
     k = min(tail, len(use))
     if k < 2:
         return {

@@ -26,6 +26,7 @@ from attnflow.experiments.common import (
     Progress,
     Section,
     fmt,
+    local_slopes,
     loglog_fit,
     margin_above,
     margin_below,
@@ -167,7 +168,7 @@ def local_orders(w2s: dict[float, np.ndarray], levels: list[float]) -> list[floa
     """Local orders of ``sup_t W2_t`` against ``W2_0`` between successive noise ``levels`` (decreasing)."""
     w0 = np.array([w2s[e][0] for e in levels])
     sup = np.array([w2s[e].max() for e in levels])
-    return [float(v) for v in np.diff(np.log(sup)) / np.diff(np.log(w0))]
+    return [float(v) for v in local_slopes(w0, sup)]
 
 
 def _in_linear_range(w2s: dict[float, np.ndarray], levels: list[float]) -> bool:
