@@ -627,9 +627,9 @@ def experiment_heads(
         while True:
             floors, ab, pred, settled = _arrays(per_H, S * batches)
             fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
-            rf = fit["ratio"]
-            fit["batches_needed"] = batches_needed(rf["ci"], rf["exponent"], fit["gap"], batches)
-            need = fit["batches_needed"]
+            need = fit["batches_needed"] = batches_needed(
+                fit["ratio"]["ci"], fit["ratio"]["exponent"], fit["gap"], batches
+            )
             within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap_b
             if fit["decision"] != "undecided" or batches >= cap_b or not within:
                 break
