@@ -32,8 +32,8 @@ def _follow_run(spectrum: list[float], r: float, T: float, seed: int):
     A, ou, law = _stationary_heads(spectrum, r, seed)
     x0 = np.tile(cluster_modes(A).x, (2, 1))
     fs = following_scale(x0, ou, DRAWS, 3)
-    rms, se, cm = _late_rms(x0, ou, law, fs, r, T, seed)
-    return rms, se, fs, cm
+    rms, se, cm, tr = _late_rms(x0, ou, law, fs, r, T, seed)
+    return rms, se, fs, cm, tr
 
 
 def _stationary_heads(spectrum: list[float], r: float, seed: int):
@@ -54,17 +54,41 @@ def _late_rms(x0, ou, law, fs, r: float, T: float, seed: int):
     cm = correlated_means(tr.t[late], [y])
     rms = math.sqrt(float(cm.means[0]))
     se = math.hypot(float(cm.se[0]) / (2.0 * rms), fs.follow * math.sqrt(2.0 / DRAWS) / 2.0)
-    return rms, se, cm
+    return rms, se, cm, tr
 
 
-def _check(spectrum: list[float], r: float, T: float, seed: int, control: bool) -> None:
-    rms, se, fs, cm = _follow_run(spectrum, r, T, seed)
+def _check(spectrum: list[float], r: float, T: float, seed: int, control: bool, wander: bool = False) -> None:
+    rms, se, fs, cm, tr = _follow_run(spectrum, r, T, seed)
     msg = f"late rms {rms:.4g} +- {se:.2g}, s_follow {fs.follow:.4g}, s_H {fs.s_H:.4g}, tau_int {cm.tau_int:.3g}"
     assert cm.trusted, msg
     assert fs.single and fs.normal_sq < 1e-6 * fs.s_H**2, msg  # a point cluster: its field lies on the modes
     assert abs(rms - fs.follow) <= 3.0 * se, msg
     if control:  # g/r small: the factor-1 floor scale overstates what the cluster shows
         assert abs(rms - fs.s_H) > 3.0 * se, msg
+    if wander:
+        _check_wander(tr, cluster_modes(_stationary_heads(spectrum, r, seed)[0]), fs)
+
+
+def _check_wander(tr, m, fs) -> None:
+    """The cluster's rms displacement along each mode is ``FollowingScale.wander``, ``(E f_m^2 / (g_m (g_m +
+    r)))^{1/2}``; the quasi-static guess ``(E f_m^2)^{1/2} / g_m`` (a cluster that sits where the instantaneous
+    heads' field vanishes: the control) misses it by more than three standard errors."""
+    late = np.flatnonzero(tr.t >= BURN)
+    delta = (tr.x[late].mean(1) - m.x) @ m.vectors  # (times, modes): small angles along the modes
+    _compare_wander(tr.t[late], delta, fs.wander, fs.rates, fs)
+
+
+def _compare_wander(t, delta, wander, rates, fs) -> None:
+    cm = correlated_means(t, [delta[:, j] ** 2 for j in range(delta.shape[1])])
+    rms = np.sqrt(cm.means)
+    se = np.hypot(cm.se / (2.0 * rms), wander * math.sqrt(2.0 / DRAWS) / 2.0)
+    static = wander * np.sqrt((rates + fs.rate) / rates)  # (E phi_m^2)^(1/2) / g_m
+    msg = f"rms {rms}, +- {se}, wander {wander}, quasi-static {static}"
+    print(msg)
+    # delta^2 decorrelates more slowly than the slope (the slow mode's 1/g): 20 tau_int give a usable error here
+    assert cm.window_closed and cm.length_taus >= 20, msg
+    assert np.all(np.abs(rms - wander) <= 3.0 * se), msg
+    assert np.any(np.abs(rms - static) > 3.0 * se), msg
 
 
 def test_the_mode_rates_are_slow_rate_and_the_scales_agree_with_floor_scale():
@@ -90,7 +114,7 @@ def test_the_mode_rates_are_slow_rate_and_the_scales_agree_with_floor_scale():
 
 def test_a_single_cluster_shows_s_follow_not_s_H():
     """d = 3, r = 3 (g/r = 0.28 and 0.59): the simulated late slope is s_follow; s_H (the control) misses it."""
-    _check([2.0, 1.0, 0.3], 3.0, 200.0, 11, control=True)
+    _check([2.0, 1.0, 0.3], 3.0, 200.0, 11, control=True, wander=True)
 
 
 @pytest.mark.slow
@@ -117,12 +141,21 @@ def _pair_run(spectrum: list[float], r: float, T: float, seed: int, counts: tupl
     rest = pair_modes(law, np.stack([x, -x]), np.array(counts) / sum(counts)).x
     x0 = np.concatenate([np.tile(rest[0], (counts[0], 1)), np.tile(rest[1], (counts[1], 1))])
     fs = following_scale(x0, ou, DRAWS, 3)
-    rms, se, cm = _late_rms(x0, ou, law, fs, r, T, seed)
-    return rms, se, fs, cm
+    rms, se, cm, tr = _late_rms(x0, ou, law, fs, r, T, seed)
+    return rms, se, fs, cm, tr, pair_modes(law, rest, np.array(counts) / sum(counts)), counts
 
 
-def _check_pair(spectrum: list[float], r: float, T: float, seed: int, counts: tuple[int, int], control: bool) -> None:
-    rms, se, fs, cm = _pair_run(spectrum, r, T, seed, counts)
+def _check_pair(
+    spectrum: list[float], r: float, T: float, seed: int, counts: tuple[int, int], control: bool, wander: bool = False
+) -> None:
+    rms, se, fs, cm, tr, p, counts = _pair_run(spectrum, r, T, seed, counts)
+    if wander:  # the pair's displacement on its M-orthonormal modes, in the tokens' mass-weighted angles
+        late = np.flatnonzero(tr.t >= BURN)
+        centres = np.stack([tr.x[late, : counts[0]].mean(1), tr.x[late, counts[0] :].mean(1)], axis=1)
+        delta = np.einsum("k,tkd,kdm->tm", p.metric, centres - p.x, p.vectors)
+        to_angle = np.sqrt(np.einsum("k,kdm->m", p.masses, p.vectors**2))
+        forced = fs.wander > 1e-3 * fs.wander.max()  # equal masses: the relative modes get no forcing
+        _compare_wander(tr.t[late], delta[:, forced] * to_angle[forced], fs.wander[forced], fs.rates[forced], fs)
     msg = (
         f"late rms {rms:.4g} +- {se:.2g}, s_follow {fs.follow:.4g}, s_H {fs.s_H:.4g}, tau_int {cm.tau_int:.3g}, "
         f"normal {fs.normal_sq / fs.s_H**2:.2g} s_H^2, inner {fs.inner:.8f}"
@@ -160,7 +193,7 @@ def test_pair_modes_are_metric_orthonormal_and_equal_masses_co_rotate():
 
 def test_an_antipodal_pair_shows_its_s_follow_not_s_H():
     """d = 3, r = 3, equal masses: the simulated late slope is the pair's s_follow; s_H (the control) misses it."""
-    _check_pair([2.0, 1.0, 0.3], 3.0, 200.0, 21, (2, 2), control=True)
+    _check_pair([2.0, 1.0, 0.3], 3.0, 200.0, 21, (2, 2), control=True, wander=True)
 
 
 @pytest.mark.slow

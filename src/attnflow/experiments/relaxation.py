@@ -723,6 +723,7 @@ class FollowingScale:
     angle: float
     kind: str = "single"
     inner: float = math.nan
+    angular_sq: np.ndarray | None = None
 
     @property
     def single(self) -> bool:
@@ -749,11 +750,23 @@ class FollowingScale:
         """``g_m / (g_m + r)``: the fraction of each mode's field variance the cluster's slope keeps."""
         return self.rates / (self.rates + self.rate)
 
+    @property
+    def wander(self) -> np.ndarray:
+        """``(E[phi_m^2] / (g_m (g_m + r)))^{1/2}``, radians: the rms angle by which a cloud that follows its heads
+        is displaced along each mode (the same linear response as ``s_follow``: the stationary variance of
+        ``delta_m' = -g_m delta_m + f_m``), ``phi_m`` the forcing in plain angular units (:attr:`angular_sq`; the
+        slope units of :attr:`mode_sq` carry the mobility). Where it is comparable to the way the cloud relaxed,
+        the heads' noise moves the cloud as far as relaxing does, and no slope test over the run can tell them
+        apart. ``nan`` for the fallback."""
+        if self.angular_sq is None:
+            return np.full(len(self.rates), math.nan)
+        return np.sqrt(self.angular_sq / (self.rates * (self.rates + self.rate)))
+
     def table(self) -> list[dict[str, float]]:
-        """One row per mode: ``g``, ``E[f^2]``, ``g / (g + r)``."""
+        """One row per mode: ``g``, ``E[f^2]``, ``g / (g + r)``, the rms displacement (:attr:`wander`)."""
         return [
-            {"rate": float(g), "field_sq": float(f), "factor": float(k)}
-            for g, f, k in zip(self.rates, self.mode_sq, self.factors)
+            {"rate": float(g), "field_sq": float(f), "factor": float(k), "wander": float(w)}
+            for g, f, k, w in zip(self.rates, self.mode_sq, self.factors, self.wander)
         ]
 
     def describe(self) -> str:
@@ -830,7 +843,7 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
                 S = np.asarray(law.partition(x_ref))
                 U = pair.vectors[labels]  # (N, d, modes): each token's cluster's mode vectors
     U1 = modes.vectors
-    slope_sq, mode_sq = [], []
+    slope_sq, mode_sq, vel_sq = [], [], []
     for A in stationary_draws(ou, draws, seed):  # the same draws as floor_scale
         slope_sq.append(stationarity(x_ref, A).slope ** 2)
         if clusters == 1:
@@ -839,6 +852,7 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
             mode_sq.append(
                 [float(metric_speed(x_ref, along[:, m : m + 1] * U1[:, m], A)) ** 2 for m in range(U1.shape[1])]
             )
+            vel_sq.append(np.mean(along**2, axis=0))
         elif pair is not None:
             v = np.asarray(field_velocity(x_ref, A, model="gf"))
             f = np.einsum("i,id,idm->m", S / len(x_ref), v, U)
@@ -860,7 +874,27 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     f2 = np.mean(np.asarray(mode_sq), axis=0)
     normal = max(s_H**2 - float(f2.sum()), 0.0)
     follow = math.sqrt(float((f2 * rates / (rates + ou.rate)).sum()) + normal)
-    return FollowingScale(follow, s_H, clusters, ou.rate, rates, f2, normal, angle, kind, inner)
+    if clusters == 1:
+        angular = np.mean(np.asarray(vel_sq), axis=0)
+    else:  # M-coordinates to the tokens' mass-weighted angles: |u_m|^2 averaged over the clusters' masses
+        assert pair is not None
+        angular = f2 * np.einsum("k,kdm->m", pair.masses, pair.vectors**2)
+    return FollowingScale(follow, s_H, clusters, ou.rate, rates, f2, normal, angle, kind, inner, angular)
+
+
+def _wander_note(fs: FollowingScale) -> str:
+    """The linear-response wander along the slowest mode, for a control without power (empty for the fallback)."""
+    if not fs.applies:
+        return ""
+    m = int(np.nanargmax(fs.wander))
+    w = float(fs.wander[m])
+    return (
+        f" The heads' noise alone moves the settled cloud, by linear response, by up to {fmt(w)} rad "
+        f"({math.degrees(w):.3g} degrees) rms along "
+        f"one mode (g = {fmt(float(fs.rates[m]))} against the heads' r = {fmt(fs.rate)}; FollowingScale.wander); the "
+        f"final cloud sits {fs.angle:.3g} degrees from the limit law's rest point, and relaxing along a mode of rate g "
+        "shows a slope of only g times the angle."
+    )
 
 
 def _floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
@@ -1504,7 +1538,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"{fmt(st_tr)} {scale_name} in rms (t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}), against "
             f"{FLOOR_FACTOR:g} {scale_name}: the heads' finite-H fluctuation ({fs.describe()}) is as large as the "
             "cloud's whole motion, so relaxation to a stationary point of the limit law cannot be told from the "
-            "floor at this H and noise."
+            "floor at this H and noise." + _wander_note(fs)
         )
     )
     if st_0 <= FLOOR_FACTOR * (1 + MIN_MARGIN):
