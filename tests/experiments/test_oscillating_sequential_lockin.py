@@ -122,9 +122,12 @@ def test_a_forced_swing_too_weak_for_four_periods_is_decided_by_the_extension():
 
 def test_an_unforced_series_is_not_turned_into_a_pass_by_the_extra_looks():
     """The negative control: AR(1) noise and a drift, nothing at omega, in the "oscillating" series too, one
-    coordinate (the bound's worst case: ``(A / se)^2 ~ Exp(1)``). Each look has ``P(A > 3 se) <= exp(-9)``; over
-    three looks at most ``3 exp(-9) = 3.7e-4``: 0 of 300 expected. The count has power: the same looks read at
-    ``z = 2`` (a threshold tuned down) pass several replicas, and the same replicas with a forced swing are decided."""
+    coordinate (the bound's worst case: ``(A / se)^2 ~ Exp(1)`` with ``se`` known). With ``se`` estimated from a
+    window of 4 periods (about 20 correlation times) the tail is heavier than ``exp(-z^2)``: over 3000 such
+    replicas ``A > 3.3 s`` (the threshold with the minimum margin) at 2 at the first look and at 5 at any of the
+    three (1.7e-3, the union bound's 3x the single look's rate at most); with three coordinates 0 of 2000. So at
+    most 2 of 300 here. The count has power: the same looks read at ``z = 2`` (a threshold tuned down) pass many
+    more, and the same replicas with a forced swing are decided."""
     R, passes, tuned, forced_passes = 300, 0, 0, 0
     for r in range(R):
         rng = np.random.default_rng(5000 + r)
@@ -137,8 +140,8 @@ def test_an_unforced_series_is_not_turned_into_a_pass_by_the_extra_looks():
         if r < 30:
             forced = y_osc + 0.75 * np.cos(OMEGA * T[:, None] + rng.uniform(0, 2 * math.pi))
             forced_passes += lockin_decides(*sequential_lockin(_fitter(forced, y_ou), position_decided=False)[-1])
-    assert passes == 0
-    assert tuned >= 3, tuned
+    assert passes <= 2, passes
+    assert tuned >= 6, tuned
     assert forced_passes >= 27, forced_passes
 
 
