@@ -106,8 +106,9 @@ def test_no_relaxation_row_is_either_test_with_its_own_control():
     moving, settled = Settling(2.0, 1.0, 0.1), Settling(0.05, 1.0, 0.1)  # 6.7 and 0.17 x bound
 
     def row(lock_osc: float, osc: Settling, ou: Settling, lock_ou: float = 0.01):
-        lk = {"oscillating": fit(lock_osc), "ou": fit(lock_ou), "window": (10.0, 40.0)}
-        return _no_relaxation_row(lk, 0.01, 0.01, True, 1.0, 0.3, osc, ou, win)
+        pair = (fit(lock_osc), fit(lock_ou))
+        lk = {"oscillating": pair[0], "ou": pair[1], "window": (10.0, 40.0), "looks": [pair]}
+        return _no_relaxation_row(lk, 1.0, 0.3, osc, ou, win)
 
     by_lockin = row(0.2, settled, settled)  # a small forced swing the position test cannot see
     assert by_lockin.ok and by_lockin.control_rejected and "(decides)" in by_lockin.measured

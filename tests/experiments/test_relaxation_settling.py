@@ -134,3 +134,10 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     assert osc.headline["lockin_over_scale"] < relaxation.LOCKIN_Z
     # The lock-in window (continued past T for it) holds its periods, counted from its first saved time.
     assert osc.headline["lockin_periods"] >= relaxation.LOCKIN_PERIODS * (1 - 1e-6)
+    # Undecided (nothing at omega, the position test settled): the sequential lock-in looked again, with more
+    # periods each time, never past the run-length cap (max_extension x t_end).
+    looks = osc.headline["lockin_look_periods"]
+    assert osc.headline["lockin_looks"] == len(looks) >= 2 and looks == sorted(looks), looks
+    assert looks[1] >= 2 * relaxation.LOCKIN_PERIODS * (1 - 1e-6) or osc.headline["lockin_window"][1] >= 64 - 0.1
+    assert osc.headline["lockin_window"][1] <= 8.0 * 8 + 1e-9
+    assert f"{len(looks)} looks of at most" in row.explanation, row.explanation

@@ -20,7 +20,10 @@ worth of correlated noise; ``n / (n - 4)`` for white noise).
 The **standard error of the amplitude**, :attr:`LockIn.se`, is the rms ``A`` would have without any forced
 motion: ``se^2 = sum_j w_j (var a_j + var b_j) / sum_j w_j``. Then ``E A^2 = se^2`` under the null, and
 ``P(A > z se) <= exp(-z^2)`` whatever the correlation between coordinates (the worst case, all coordinates
-one, is ``A^2 / se^2 ~ Exp(1)``): ``1.2e-4`` at ``z = 3``.
+one, is ``A^2 / se^2 ~ Exp(1)``): ``1.2e-4`` at ``z = 3``. That is for ``se`` known; estimated from a short
+window of one coordinate it scatters and the tail is heavier (AR(1) noise, one coordinate, 4 periods, about 20
+correlation times: ``A > 3.3 se`` at about ``7e-4`` instead of ``2e-5``; three coordinates: 0 of 2000,
+``tests/experiments/test_oscillating_sequential_lockin.py``).
 
 A window shorter than :data:`MIN_PERIODS` periods is refused: the cosine and sine columns then overlap the
 constant and linear ones and the amplitude is not separated from a drift.
