@@ -6,7 +6,8 @@ For each parameter set, each ``H`` and each seed, a ``gf`` run with ``H`` OU hea
 path. Per seed (:mod:`attnflow.experiments.floors`):
 
 * the run's own relaxation time ``tau`` (the energy's ``1/e`` time) and the late window
-  ``[max(3 tau, T/2), T]``;
+  ``[max(3 tau, T/2), T]``; the run's length ``T`` is ``t_end`` at ``d >= 3`` and ``2 t_end`` on the circle
+  (:func:`run_length`: a window of one tangent dimension needs twice the length for ``d = 3``'s precision);
 * the floor: the window's time average of ``|dF|^2``, with its standard error from the integrated
   autocorrelation time ``tau_int`` of ``|dF|^2`` (Sokal's windowing, pooled over the seeds of one
   ``(set, H)``: they are draws of one stationary process);
