@@ -6,7 +6,8 @@ For each parameter set, each ``H`` and each seed, a ``gf`` run with ``H`` OU hea
 path. Per seed (:mod:`attnflow.experiments.floors`):
 
 * the run's own relaxation time ``tau`` (the energy's ``1/e`` time) and the late window
-  ``[max(3 tau, T/2), T]``;
+  ``[max(3 tau, T/2), T]``; the run's length ``T`` is ``t_end`` at ``d >= 3`` and ``2 t_end`` on the circle
+  (:func:`run_length`: a window of one tangent dimension needs twice the length for ``d = 3``'s precision);
 * the floor: the window's time average of ``|dF|^2``, with its standard error from the integrated
   autocorrelation time ``tau_int`` of ``|dF|^2`` (Sokal's windowing, pooled over the seeds of one
   ``(set, H)``: they are draws of one stationary process);
@@ -110,6 +111,14 @@ RATIO_TOL = 0.2
 FAMILY_LEVEL = 2.0 * float(_stats.norm.sf(3.0))
 #: The planted wrong constant of the negative control: the prediction times this factor.
 CONTROL_FACTOR = 2.0
+#: The tangent dimension ``d - 1`` for which ``integration.t_end`` is sized: the default sphere ``S^2``, where the
+#: design (8 seeds, the seed budget, ``t_end = 24``) was first measured. At a settled single cluster ``|dF|^2``
+#: is ``(d - 1)`` squared Gaussian tangent components (``c^2 / (2 H) chi^2_(d-1)`` times the attention's factor:
+#: :func:`~attnflow.experiments.floors.single_cluster_constant`), so a window of length ``L`` holds about
+#: ``(d - 1) L / tau_int`` independent components and each seed's relative error is
+#: ``sqrt(2 tau_int / ((d - 1) L))``: on the circle (``d = 2``) ``sqrt 2`` times that of ``d = 3`` at the same
+#: ``L``. :func:`run_length` lengthens the run by ``TANGENT_REF / (d - 1)`` below this dimension (never shortens it).
+TANGENT_REF = 2
 #: Cluster threshold (1 - <x_i, x_j> below it: same cluster), the library's default: merged tokens of a
 #: settled cloud coincide to rounding (all feel one field), separated ones are O(1) apart.
 CLUSTER_EPS = 1e-3
@@ -174,9 +183,13 @@ class OUParams(Section):
 
 
 class IntegrationParams(Section):
+    #: The run's length at ``d >= 3``; below, :func:`run_length` lengthens it (``tangent_scaled``).
     t_end: PositiveFloat = 24.0
     dt: PositiveFloat = 0.05
     save_every: PositiveInt = 2
+    #: Lengthen the run below ``d = 3`` so that each seed's window is as precise as at ``d = 3``
+    #: (:func:`run_length`); ``false``: every ``d`` runs to ``t_end``.
+    tangent_scaled: bool = True
 
 
 class HeadsParams(ExperimentParams):
@@ -216,6 +229,18 @@ def default_params(quick: bool) -> HeadsParams:
 def default_config(quick: bool) -> dict[str, Any]:
     """:func:`default_params` as the dict ``configs.yaml`` stores."""
     return default_params(quick).to_dict()
+
+
+def run_length(t_end: float, d: int, scaled: bool = True) -> float:
+    """The run's length ``T = t_end max(1, TANGENT_REF / (d - 1))`` on ``S^(d-1)`` (``scaled=False``: ``t_end``).
+
+    The late window is ``[max(3 tau, T/2), T]``, so below ``d = 3`` it is ``TANGENT_REF / (d - 1)`` times longer
+    and each seed's relative error ``sqrt(2 tau_int / ((d - 1) L))`` no larger than at ``d = 3``
+    (:data:`TANGENT_REF`); at ``d >= 3`` the run is ``t_end``.
+    """
+    if d < 2:
+        raise InputError(f"tokens.d must be at least 2; got {d}", hint=Hint("tokens.d", 2))
+    return float(t_end) * (max(1.0, TANGENT_REF / (d - 1)) if scaled else 1.0)
 
 
 def _set_configs(cfg: dict[str, Any], user_sets: list[str]) -> dict[str, dict[str, Any]]:
@@ -271,7 +296,8 @@ def _run_members(cfg: dict[str, Any], H: int, seeds: list[int]) -> Members:
     f = EnsembleField("gf", samplers, np.ones(len(seeds)), a, hw, X.dtype, X.device)
     stepper = get_integrator("rk4")
     field = cast(_Field, f)  # a batched Field: heads_at gives one Heads per member (as in solve.ensemble)
-    dt, n_steps = float(it["dt"]), int(round(float(it["t_end"]) / float(it["dt"])))
+    T = run_length(float(it["t_end"]), d, bool(it.get("tangent_scaled", True)))
+    dt, n_steps = float(it["dt"]), int(round(T / float(it["dt"])))
     every = int(it["save_every"])
     ts, slopes, energies, xs = [], [], [], []
 
@@ -674,9 +700,18 @@ def experiment_heads(
             "constant": const,
             "constant_control": const_ctrl,
         }
+        it = sc["integration"]
+        T_run = run_length(float(it["t_end"]), int(sc["tokens"]["d"]), bool(it.get("tangent_scaled", True)))
+        results[name]["run_length"] = {"t_end": float(it["t_end"]), "T": T_run}
         label = (
             f"{name}: d {sc['tokens']['d']}, beta {sc['heads']['beta']:g}, rate {sc['weights']['rate']:g}, sigma "
             f"{sc['weights']['sigma']:g}, {sc['tokens']['init']} cloud"
+        )
+        runs_to = f"runs to T = {T_run:g}" + (
+            f" (t_end {float(it['t_end']):g} x {T_run / float(it['t_end']):g}: {int(sc['tokens']['d']) - 1} tangent "
+            f"dimension{'s' if int(sc['tokens']['d']) > 2 else ''}, each seed's window as precise as at d = 3)"
+            if T_run != float(it["t_end"])
+            else ""
         )
         n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in main["tail_H"])
         tail_txt = ", ".join(str(int(h)) for h in main["tail_H"]) or "none"
@@ -726,7 +761,7 @@ def experiment_heads(
                 f"measured / predicted (geometric mean over settled seeds): exponent {fmt(rf['exponent'])}, 95% CI "
                 f"[{fmt(rf['ci'][0])}, {fmt(rf['ci'][1])}] over H = "
                 f"{', '.join(str(int(h)) for h in rf['tail_H']) or 'none'} ({n_settled} of {n_tail} seeds settled; "
-                f"{batches} batch{'es' if batches > 1 else ''} of {S} seeds, at most {cap_b}); "
+                f"{batches} batch{'es' if batches > 1 else ''} of {S} seeds, at most {cap_b}; {runs_to}); "
                 + (
                     ("the CI contains 0" if rf["ci"][0] <= 0.0 <= rf["ci"][1] else "the CI excludes 0")
                     if math.isfinite(rf["ci"][0])
@@ -822,6 +857,7 @@ def experiment_heads(
                         "ci": r["fit"]["ratio_control"]["ci"],
                     },
                 },
+                "run_length": r["run_length"],
                 "seed_batches": {
                     "used": r["batches"],
                     "needed": r["fit"].get("batches_needed", math.nan),
