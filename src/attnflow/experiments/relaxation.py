@@ -702,12 +702,14 @@ def control_frequency(g: float, omega: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class SettleStage:
-    """One look of row #2: the OU run and its control up to ``T``, judged over the settling ``window`` with the
-    finite-``H`` wander ``wander`` of replicas started at ``replicas_from``; ``clusters`` and ``antipodal`` describe
-    the OU run's final cloud, ``undecided`` says why the row continued ('' once decided, or at the last look)."""
+    """One look of row #2: the OU run and its control up to ``T``, judged over the settling ``window`` (in units of
+    ``tau`` and ``tau_slow``, the slowest mode of the state the run ends in) with the finite-``H`` wander ``wander``
+    of replicas started at ``replicas_from``; ``clusters`` and ``antipodal`` describe the OU run's final cloud,
+    ``undecided`` says why the row continued ('' once decided, or at the last look)."""
 
     T: float
     tau: float
+    tau_slow: float
     window: Window
     replicas_from: float
     replicas: np.ndarray
@@ -722,6 +724,7 @@ class SettleStage:
         return {
             "T": self.T,
             "tau": self.tau,
+            "tau_slow": self.tau_slow,
             "window": [self.window.start, self.window.end],
             "window_ok": self.window.ok,
             "replicas_from": self.replicas_from,
@@ -753,15 +756,34 @@ def _undecided(stage: SettleStage) -> str:
 
 
 def _stage(o, c, ou: OrnsteinUhlenbeck, tau_slow: float, dt: float, seed: int) -> SettleStage:
-    """Row #2 judged on the OU run ``o`` and its control ``c`` (same end time) at their current length."""
+    """Row #2 judged on the OU run ``o`` and its control ``c`` (same end time) at their current length; the window
+    in units of the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode."""
     tau = relaxation_time(o.t, o.diagnostics["energy"])
-    win = settling_window(o.t, tau, tau_slow)
-    t_from, reps, w = _wander(o, ou, win, dt, seed)
     clusters = int(o.diagnostics["clusters"][-1])
+    antipodal = _is_antipodal_pair(o.x[-1], clusters)
+    slow = max(tau_slow, _pair_slow_time(o.x[-1], ou)) if antipodal else tau_slow
+    win = settling_window(o.t, tau, slow)
+    t_from, reps, w = _wander(o, ou, win, dt, seed)
     return SettleStage(
-        float(o.t[-1]), tau, win, t_from, reps, w, settling(o, win.start, w), settling(c, win.start, w), clusters,
-        _is_antipodal_pair(o.x[-1], clusters),
+        float(o.t[-1]), tau, slow, win, t_from, reps, w, settling(o, win.start, w), settling(c, win.start, w),
+        clusters, antipodal,
     )  # fmt: skip
+
+
+def _pair_slow_time(x: np.ndarray, ou: OrnsteinUhlenbeck) -> float:
+    """``1 / min_m g_m`` of an antipodal pair's modes (:func:`pair_modes` for the law ``Theta_inf``, Newton from the
+    cloud's two centres; 0 when its rest point is not reached or a rate is not positive). The pair's relative modes,
+    where the clusters' mutual attraction lowers the rate, can be slower than a single cluster's ``g``."""
+    split = _antipodal_pair(x)
+    if split is None:
+        return 0.0
+    labels, centres, _ = split
+    law = GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate))
+    try:
+        rates = pair_modes(law, centres, np.bincount(labels, minlength=2) / len(x)).rates
+    except NumericalError:
+        return 0.0
+    return 1.0 / float(rates.min()) if rates.min() > 0 else 0.0
 
 
 def _is_antipodal_pair(x: np.ndarray, clusters: int) -> bool:
@@ -790,26 +812,33 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         )  # fmt: skip
     else:
         proc_c, c = osc, trajs["oscillating"]
-    # Look 0: the runs every other row uses, with the window and replicas of _settle (the same numbers).
+    # Look 0: the runs every other row uses, with the window and replicas of _settle (the same numbers), unless the
+    # run ends in an antipodal pair whose slowest mode is slower than the single cluster's (then its own window).
+    clusters = int(o.diagnostics["clusters"][-1])
+    antipodal = _is_antipodal_pair(o.x[-1], clusters)
+    pair_slow = _pair_slow_time(o.x[-1], ou) if antipodal else 0.0
     stages = [
-        SettleStage(
+        _stage(o, c, ou, length.tau_slow, dt, s_noise + 4)
+        if pair_slow > length.tau_slow
+        else SettleStage(
             float(o.t[-1]),
             length.tau,
+            length.tau_slow,
             st["window"],
             st["replicas_from"],
             st["replicas"],
             st["wander"],
             st["ou"],
             settling(c, st["window"].start, st["wander"]),
-            int(o.diagnostics["clusters"][-1]),
-            _is_antipodal_pair(o.x[-1], int(o.diagnostics["clusters"][-1])),
+            clusters,
+            antipodal,
         )  # fmt: skip
     ]
     cap = SETTLE_CAP_FACTOR * length.cap
     for k in range(1, SETTLE_CONTINUATIONS + 1):
         why = _undecided(stages[-1])
         T = stages[-1].T
-        need = RunLength(length.base, T, cap, stages[-1].tau, length.tau_slow).needed
+        need = RunLength(length.base, T, cap, stages[-1].tau, stages[-1].tau_slow).needed
         if not why or T >= cap - 1e-9 or need > cap + 1e-9 or not math.isfinite(need):
             break
         stages[-1] = dataclasses.replace(stages[-1], undecided=why)
@@ -825,7 +854,7 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         "omega_c": omega_c,
         "powered": omega_c < omega,
         # Row 2's cap is the continuation's: a slow mode beyond it was not chased.
-        "length": RunLength(length.base, final.T, cap, final.tau, length.tau_slow),
+        "length": RunLength(length.base, final.T, cap, final.tau, final.tau_slow),
         "ou_traj": o,
         "control_traj": c,
     }
@@ -1109,9 +1138,9 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
             )
         extra = f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H)." if floor_ratio <= FLOOR_FACTOR else ""
         return head + why + extra
-    g, omega = 1.0 / length.tau_slow, float(cfg["oscillating"]["omega"])
+    omega = float(cfg["oscillating"]["omega"])
     why = (
-        f" It is the oscillating law at omega_c = g = {fmt(g)} (the drawn omega = {fmt(omega)} is faster than the "
+        f" It is the oscillating law at omega_c = g = {fmt(sq['omega_c'])} (the drawn omega = {fmt(omega)} is faster than the "
         "cluster can follow), so the stationary point's swing itself is small here (amplitude, or the heads' "
         f"{cfg['heads']['count']} independent phases averaging it out)."
         if sq["powered"]
@@ -1620,7 +1649,9 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     sshort = "" if swin.ok else f" (the window is only {swin.length_taus:.2g} of the slow time {fmt(swin.tau)} long)"
     swin_text = (
         f"t in [{swin.start:.3g}, {swin.end:.3g}] (from {WINDOW_TAUS:g} x (tau + 1/g), tau = {fmt(fin.tau)}, "
-        f"1/g = {fmt(length.tau_slow)})"
+        f"1/g = {fmt(fin.tau_slow)}"
+        + (" (the antipodal pair's slowest mode)" if fin.tau_slow > length.tau_slow * (1 + 1e-12) else "")
+        + ")"
         + (
             ""
             if len(sq["stages"]) == 1
