@@ -32,7 +32,10 @@ The runs' length follows their own relaxation time: past ``integration.t_end`` b
 within the cap", "slow mode beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over
 the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H``
 (:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
-noise (:func:`wander_scale`).
+noise (:func:`wander_scale`). ``ou``'s settling row is sequential (:func:`settle_row`): its control is the
+oscillating law at ``omega_c = min(omega, g)`` (:func:`control_frequency`, a pace the cluster can follow), and an
+undecided look continues both runs and judges them again on a later window (:data:`SETTLE_CONTINUATIONS`,
+:data:`SETTLE_CAP_FACTOR`); the other rows keep the runs above.
 
 ``oscillating``'s no-relaxation row is phase-resolved (:func:`lockin_pair`): the cloud's component at the
 weights' frequency ``omega`` over the settling window (continued to :data:`LOCKIN_PERIODS` periods), against
