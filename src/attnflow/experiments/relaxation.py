@@ -1142,17 +1142,27 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         extra = f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H)." if floor_ratio <= FLOOR_FACTOR else ""
         return head + why + extra
     omega = float(cfg["oscillating"]["omega"])
-    why = (
-        f" It is the oscillating law at omega_c = g = {fmt(sq['omega_c'])} (the drawn omega = {fmt(omega)} is faster than the "
-        "cluster can follow), so the stationary point's swing itself is small here (amplitude, or the heads' "
-        f"{cfg['heads']['count']} independent phases averaging it out)."
+    which = (
+        f" (the oscillating law at omega_c = g = {fmt(sq['omega_c'])}; the drawn omega = {fmt(omega)} is faster than "
+        "the cluster can follow)"
         if sq["powered"]
         else ""
     )
     # The OU run settled and the control stays within the bound: the position test has no power here.
-    return "Control without power at this set: " + (
-        f"the control stays within {fmt(ctrl.ratio)} of the settling bound in the window ({ctrl.text()}){seq}: its "
-        "weights move the stationary point too little to tell it from a settled cloud." + why
+    if WANDER_FACTOR * ctrl.wander >= ctrl.late:
+        why = (
+            f"the heads' finite-H wander alone ({WANDER_FACTOR:g} w_H = {fmt(WANDER_FACTOR * ctrl.wander)}, at H = "
+            f"{cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}) exceeds the control's whole late motion "
+            f"({fmt(ctrl.late)}): at this H and noise a cloud kept moving cannot be told from a settled one that "
+            "wanders, by position."
+        )
+    else:
+        why = (
+            "its weights move the stationary point too little (amplitude, or the heads' "
+            f"{cfg['heads']['count']} independent phases averaging the swing out) to tell it from a settled cloud."
+        )
+    return f"Control without power at this set: the control{which} stays within {fmt(ctrl.ratio)} of the settling " + (
+        f"bound in the window ({ctrl.text()}){seq}: " + why
     )
 
 
