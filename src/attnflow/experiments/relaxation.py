@@ -1149,7 +1149,7 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         else ""
     )
     # The OU run settled and the control stays within the bound: the position test has no power here.
-    if WANDER_FACTOR * ctrl.wander >= ctrl.late:
+    if SETTLED_FRACTION * ctrl.displacement < ctrl.late <= WANDER_FACTOR * ctrl.wander:
         why = (
             f"the heads' finite-H wander alone ({WANDER_FACTOR:g} w_H = {fmt(WANDER_FACTOR * ctrl.wander)}, at H = "
             f"{cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}) exceeds the control's whole late motion "
