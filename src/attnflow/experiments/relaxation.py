@@ -32,7 +32,10 @@ The runs' length follows their own relaxation time: past ``integration.t_end`` b
 within the cap", "slow mode beyond the cap"). The cloud has settled when ``max_t W2(mu_t, mu_T)`` over
 the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H``
 (:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
-noise (:func:`wander_scale`).
+noise (:func:`wander_scale`). ``ou``'s settling row is sequential (:func:`settle_row`): its control is the
+oscillating law at ``omega_c = min(omega, g)`` (:func:`control_frequency`, a pace the cluster can follow), and an
+undecided look continues both runs and judges them again on a later window (:data:`SETTLE_CONTINUATIONS`,
+:data:`SETTLE_CAP_FACTOR`); the other rows keep the runs above.
 
 ``oscillating``'s no-relaxation row is phase-resolved (:func:`lockin_pair`): the cloud's component at the
 weights' frequency ``omega`` over the settling window (continued to :data:`LOCKIN_PERIODS` periods, and while
@@ -655,18 +658,10 @@ def _settle_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     o = trajs["ou"]
     # The settling window is in units of the longer of the two relaxation times: the energy's and the slow mode's.
     win = settling_window(o.t, length.tau, length.tau_slow)
-    # The replicas start one memory time before the window: the wander a path shows in the window also carries
-    # the noise of the heads' correlation time 1/rate and of the cloud's relaxation time before it (started at
-    # the window itself, the replicas would share that and underestimate the wander); never before
-    # (WINDOW_TAUS - 1) relaxation times, where the cluster has formed.
-    memory = win.tau + 1.0 / procs["ou"].rate
-    t_rep = max(win.start - memory, (WINDOW_TAUS - 1.0) * win.tau) if math.isfinite(win.tau) else win.start
-    k = int(np.flatnonzero(o.t >= min(t_rep, win.start) - 1e-12)[0])
-    reps = wander_scale(o, procs["ou"], k, WANDER_REPLICAS, float(cfg["integration"]["dt"]), _seeds(seed)[5] + 4)
-    w = float(np.sqrt(np.mean(reps**2)))
+    t_from, reps, w = _wander(o, procs["ou"], win, float(cfg["integration"]["dt"]), _seeds(seed)[5] + 4)
     return {
         "window": win,
-        "replicas_from": float(o.t[k]),
+        "replicas_from": t_from,
         "replicas": reps,
         "wander": w,
         "ou": settling(o, win.start, w),
@@ -674,8 +669,209 @@ def _settle_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     }
 
 
+def _wander(o, ou: OrnsteinUhlenbeck, win: Window, dt: float, seed: int) -> tuple[float, np.ndarray, float]:
+    """The replicas' start time, their distances and ``w_H`` (their rms) for the settling window ``win`` of ``o``."""
+    # The replicas start one memory time before the window: the wander a path shows in the window also carries
+    # the noise of the heads' correlation time 1/rate and of the cloud's relaxation time before it (started at
+    # the window itself, the replicas would share that and underestimate the wander); never before
+    # (WINDOW_TAUS - 1) relaxation times, where the cluster has formed.
+    memory = win.tau + 1.0 / ou.rate
+    t_rep = max(win.start - memory, (WINDOW_TAUS - 1.0) * win.tau) if math.isfinite(win.tau) else win.start
+    k = int(np.flatnonzero(o.t >= min(t_rep, win.start) - 1e-12)[0])
+    reps = wander_scale(o, ou, k, WANDER_REPLICAS, dt, seed)
+    return float(o.t[k]), reps, float(np.sqrt(np.mean(reps**2)))
+
+
 def _settle(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     return _settle_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
+
+
+#: Row #2 (the cloud settles) is sequential: while it is undecided (:func:`_undecided`) both of its runs, the OU run
+#: and its control, continue and are judged again at the new settling window, at most this many times (stated
+#: before the confirming runs; each look is on a later, disjoint window with fresh replicas).
+SETTLE_CONTINUATIONS = 2
+#: The continuation's run length is capped at this multiple of the run-length cap (``max_extension x t_end``): a
+#: compute budget paid only by undecided sets (it lets a slow mode with ``4/g`` up to twice the cap be chased).
+SETTLE_CAP_FACTOR = 2.0
+
+
+def control_frequency(g: float, omega: float) -> float:
+    """``omega_c = min(omega, g)``: the frequency of row #2's control, the oscillating law (same amplitude and phases)
+    at a pace the cluster can follow. A cluster relaxing at rate ``g`` follows a stationary point swinging at
+    ``omega`` with gain ``g / sqrt(g^2 + omega^2)``: for ``g << omega`` it averages the swing and is, in the
+    averaged sense, settled (no case the position check must reject). At ``omega_c = g`` the gain is ``1/sqrt(2)``
+    and a window of at least ``1/g`` (:func:`settling_window`) holds at least a radian of its phase."""
+    return min(float(omega), float(g))
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleStage:
+    """One look of row #2: the OU run and its control up to ``T``, judged over the settling ``window`` (in units of
+    ``tau`` and ``tau_slow``, the slowest mode of the state the run ends in) with the finite-``H`` wander ``wander``
+    of replicas started at ``replicas_from``; ``clusters`` and ``antipodal`` describe the OU run's final cloud,
+    ``undecided`` says why the row continued ('' once decided, or at the last look)."""
+
+    T: float
+    tau: float
+    tau_slow: float
+    window: Window
+    replicas_from: float
+    replicas: np.ndarray
+    wander: float
+    ou: Settling
+    control: Settling
+    clusters: int
+    antipodal: bool
+    undecided: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "T": self.T,
+            "tau": self.tau,
+            "tau_slow": self.tau_slow,
+            "window": [self.window.start, self.window.end],
+            "window_ok": self.window.ok,
+            "replicas_from": self.replicas_from,
+            "wander": self.wander,
+            "ou_over_bound": self.ou.ratio,
+            "control_over_bound": self.control.ratio,
+            "clusters_end": self.clusters,
+            "antipodal": self.antipodal,
+            "undecided": self.undecided,
+        }
+
+
+def _undecided(stage: SettleStage) -> str:
+    """Why row #2 cannot decide at this look ('' when it can): the window is too short; the OU run or the control
+    lies within ``MIN_MARGIN`` of the bound; or the OU run fails while its final cloud is several clusters other
+    than an antipodal pair (a saddle it may still leave, or merge from: not a settled state, not yet a drift)."""
+    if not stage.window.ok:
+        return (
+            f"the settling window holds {stage.window.length_taus:.2g} of max(tau, 1/g) (at least {MIN_WINDOW_TAUS:g})"
+        )
+    r_ou, r_c = stage.ou.ratio, stage.control.ratio
+    if abs(margin_below(r_ou, 1.0)) < MIN_MARGIN:
+        return f"the OU run at {fmt(r_ou)} x bound, within the minimum margin {MIN_MARGIN:g} of it"
+    if r_ou >= 1.0 and stage.clusters > 1 and not stage.antipodal:
+        return f"the OU run at {fmt(r_ou)} x bound ends in {stage.clusters} clusters, not an antipodal pair (a saddle)"
+    if abs(margin_above(r_c, 1.0)) < MIN_MARGIN:
+        return f"the control at {fmt(r_c)} x bound, within the minimum margin {MIN_MARGIN:g} of it"
+    return ""
+
+
+def _stage(o, c, ou: OrnsteinUhlenbeck, tau_slow: float, dt: float, seed: int) -> SettleStage:
+    """Row #2 judged on the OU run ``o`` and its control ``c`` (same end time) at their current length; the window
+    in units of the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode."""
+    tau = relaxation_time(o.t, o.diagnostics["energy"])
+    clusters = int(o.diagnostics["clusters"][-1])
+    antipodal = _is_antipodal_pair(o.x[-1], clusters)
+    slow = max(tau_slow, _pair_slow_time(o.x[-1], ou)) if antipodal else tau_slow
+    win = settling_window(o.t, tau, slow)
+    t_from, reps, w = _wander(o, ou, win, dt, seed)
+    return SettleStage(
+        float(o.t[-1]), tau, slow, win, t_from, reps, w, settling(o, win.start, w), settling(c, win.start, w),
+        clusters, antipodal,
+    )  # fmt: skip
+
+
+def _pair_slow_time(x: np.ndarray, ou: OrnsteinUhlenbeck) -> float:
+    """``1 / min_m g_m`` of an antipodal pair's modes (:func:`pair_modes` for the law ``Theta_inf``, Newton from the
+    cloud's two centres; 0 when its rest point is not reached or a rate is not positive). The pair's relative modes,
+    where the clusters' mutual attraction lowers the rate, can be slower than a single cluster's ``g``."""
+    split = _antipodal_pair(x)
+    if split is None:
+        return 0.0
+    labels, centres, _ = split
+    law = GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate))
+    try:
+        rates = pair_modes(law, centres, np.bincount(labels, minlength=2) / len(x)).rates
+    except NumericalError:
+        return 0.0
+    return 1.0 / float(rates.min()) if rates.min() > 0 else 0.0
+
+
+def _is_antipodal_pair(x: np.ndarray, clusters: int) -> bool:
+    """The final cloud is two clusters whose centres are antipodal within :data:`ANTIPODAL_TOL` (a rest point)."""
+    pair = _antipodal_pair(x) if clusters == 2 else None
+    return pair is not None and pair[2] < -1.0 + ANTIPODAL_TOL
+
+
+@functools.lru_cache(maxsize=2)
+def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
+    cfg = yaml.safe_load(cfg_yaml)
+    trajs, procs, length = _simulate_pair(cfg_yaml, seed)
+    st = _settle_cached(cfg_yaml, seed)
+    it = cfg["integration"]
+    dt, spacing = float(it["dt"]), float(it["dt"]) * int(it["save_every"])
+    ou, osc = procs["ou"], procs["oscillating"]
+    o = trajs["ou"]
+    omega, g = float(cfg["oscillating"]["omega"]), 1.0 / length.tau_slow
+    omega_c = control_frequency(g, omega)
+    s_noise = _seeds(seed)[5]
+    if omega_c < omega:
+        # The powered control: the same law at a pace the cloud can follow, from the same cloud, to the same T.
+        proc_c = Oscillating(osc.A_bar, osc.C, omega_c, osc.phase)
+        c = simulate(
+            o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=int(it["save_every"]),
+        )  # fmt: skip
+    else:
+        proc_c, c = osc, trajs["oscillating"]
+    # Look 0: the runs every other row uses, with the window and replicas of _settle (the same numbers), unless the
+    # run ends in an antipodal pair whose slowest mode is slower than the single cluster's (then its own window).
+    clusters = int(o.diagnostics["clusters"][-1])
+    antipodal = _is_antipodal_pair(o.x[-1], clusters)
+    pair_slow = _pair_slow_time(o.x[-1], ou) if antipodal else 0.0
+    stages = [
+        _stage(o, c, ou, length.tau_slow, dt, s_noise + 4)
+        if pair_slow > length.tau_slow
+        else SettleStage(
+            float(o.t[-1]),
+            length.tau,
+            length.tau_slow,
+            st["window"],
+            st["replicas_from"],
+            st["replicas"],
+            st["wander"],
+            st["ou"],
+            settling(c, st["window"].start, st["wander"]),
+            clusters,
+            antipodal,
+        )  # fmt: skip
+    ]
+    cap = SETTLE_CAP_FACTOR * length.cap
+    for k in range(1, SETTLE_CONTINUATIONS + 1):
+        why = _undecided(stages[-1])
+        T = stages[-1].T
+        need = RunLength(length.base, T, cap, stages[-1].tau, stages[-1].tau_slow).needed
+        if not why or T >= cap - 1e-9 or need > cap + 1e-9 or not math.isfinite(need):
+            break
+        stages[-1] = dataclasses.replace(stages[-1], undecided=why)
+        # Doubled, or on to what the window needs (a slow mode), 25% beyond it as _simulate_pair; up to the cap.
+        target = min(cap, max(2.0 * T, 1.25 * need))
+        add = math.ceil(round((target - T) / spacing, 6)) * spacing
+        o, c = _continue_both(o, c, ou, proc_c, add, it, _segment_seed(s_noise, 500 + k))
+        stages.append(_stage(o, c, ou, length.tau_slow, dt, s_noise + 4 + 10 * k))
+    final = stages[-1]
+    return {
+        "stages": stages,
+        "final": final,
+        "omega_c": omega_c,
+        "powered": omega_c < omega,
+        # Row 2's cap is the continuation's: a slow mode beyond it was not chased.
+        "length": RunLength(length.base, final.T, cap, final.tau, final.tau_slow),
+        "ou_traj": o,
+        "control_traj": c,
+    }
+
+
+def settle_row(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Row #2 of ``ou`` (the cloud settles), sequential: ``{"stages": [SettleStage, ...], "final", "omega_c",
+    "powered", "length", "ou_traj", "control_traj"}``. The control is the oscillating law at
+    :func:`control_frequency` (the drawn run where ``g >= omega``); while the row is undecided (:func:`_undecided`)
+    both runs continue (T doubled, or to what a slow mode's window needs; at most :data:`SETTLE_CONTINUATIONS` times,
+    up to :data:`SETTLE_CAP_FACTOR` x the run-length cap) and are judged again at the new window with fresh
+    replicas; the verdict is the last look's."""
+    return _settle_row_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
 
 
 def floor_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> float:
@@ -946,20 +1142,31 @@ def _length_note(length: RunLength, window: Window) -> str:
     )
 
 
-def _settle_note(cfg: dict[str, Any], st: dict[str, Any], length: RunLength, clusters: int, floor_ratio: float) -> str:
-    """Why ``ou``'s settling row (or its control, the oscillating run) failed, from its numbers, the final cluster
-    count and the slow mode."""
-    ou, osc, win = st["ou"], st["oscillating"], st["window"]
+def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) -> str:
+    """Why ``ou``'s settling row (or its control) failed, from the last look's numbers (:func:`settle_row`), the final
+    cluster count and the slow mode."""
+    fin, length = sq["final"], sq["length"]
+    ou, ctrl, win = fin.ou, fin.control, fin.window
+    looks = len(sq["stages"])
+    seq = (
+        ""
+        if looks == 1
+        else f" (look {looks} of at most {SETTLE_CONTINUATIONS + 1}: continued while undecided, "
+        + "; ".join(f"T = {st.T:g}: {st.undecided}" for st in sq["stages"][:-1])
+        + ")"
+    )
     if not win.ok:
-        return _length_note(length, win)
-    if ou.ratio >= 1.0:
+        return _length_note(length, win) + seq
+    if ou.ratio >= 1.0 - MIN_MARGIN:
         head = (
             f"the OU run still moves in its late window ({ou.text()}) although its energy relaxed "
-            f"(tau = {fmt(length.tau)}): "
+            f"(tau = {fmt(fin.tau)}){seq}: "
+            if ou.ratio >= 1.0
+            else f"Undecided: the OU run is within the minimum margin of the bound ({ou.text()}){seq}; "
         )
-        if clusters > 1:
+        if fin.clusters > 1 and not fin.antipodal:
             why = (
-                f"it ends in {clusters} clusters, a saddle of the limiting energy (e.g. near-antipodal clusters) "
+                f"it ends in {fin.clusters} clusters, a saddle of the limiting energy (e.g. near-antipodal clusters) "
                 "that it leaves, or merges from, only slowly."
             )
         else:
@@ -969,19 +1176,28 @@ def _settle_note(cfg: dict[str, Any], st: dict[str, Any], length: RunLength, clu
             )
         extra = f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H)." if floor_ratio <= FLOOR_FACTOR else ""
         return head + why + extra
-    g, omega = 1.0 / length.tau_slow, float(cfg["oscillating"]["omega"])
-    why = (
-        f" The cluster's slow rate g = {fmt(g)} is below the weights' frequency omega = {fmt(omega)}: the cluster "
-        "averages the oscillation and moves by only about g / omega of the stationary point's swing; and the heads' "
-        f"{cfg['heads']['count']} independent phases shrink the swing of their average."
-        if g < omega
+    omega = float(cfg["oscillating"]["omega"])
+    which = (
+        f" (the oscillating law at omega_c = g = {fmt(sq['omega_c'])}; the drawn omega = {fmt(omega)} is faster than "
+        "the cluster can follow)"
+        if sq["powered"]
         else ""
     )
-    # The OU run settled and the oscillating one stays within the bound: the position test has no power here.
-    return "Control without power at this set: " + (
-        f"the oscillating run stays within {fmt(osc.ratio)} of the settling bound in the window ({osc.text()}): its "
-        "weights move the stationary point too little (a small amplitude or frequency) to tell it from a settled "
-        "cloud." + why
+    # The OU run settled and the control stays within the bound: the position test has no power here.
+    if SETTLED_FRACTION * ctrl.displacement < ctrl.late <= WANDER_FACTOR * ctrl.wander:
+        why = (
+            f"the heads' finite-H wander alone ({WANDER_FACTOR:g} w_H = {fmt(WANDER_FACTOR * ctrl.wander)}, at H = "
+            f"{cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}) exceeds the control's whole late motion "
+            f"({fmt(ctrl.late)}): at this H and noise a cloud kept moving cannot be told from a settled one that "
+            "wanders, by position."
+        )
+    else:
+        why = (
+            "its weights move the stationary point too little (amplitude, or the heads' "
+            f"{cfg['heads']['count']} independent phases averaging the swing out) to tell it from a settled cloud."
+        )
+    return f"Control without power at this set: the control{which} stays within {fmt(ctrl.ratio)} of the settling " + (
+        f"bound in the window ({ctrl.text()}){seq}: " + why
     )
 
 
@@ -1158,7 +1374,9 @@ def _figure_snapshots(trajs: dict, title: str):
     return fig
 
 
-def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_ou, s_osc, fl, unit=("s_H", 1.0)):
+def _figure_ou(traj, rel_inf, rel_0, idx, settle_ou, settle_ctrl, osc, fl, unit=("s_H", 1.0)):
+    """The ``ou`` figure; ``settle_ou`` ``(t, W2(mu_t, mu_T), Settling)`` over row #2's last look, ``settle_ctrl`` the
+    same for its control and the control's label."""
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
     ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
@@ -1180,8 +1398,9 @@ def _figure_ou(traj, rel_inf, rel_0, idx, w2_ou, w2_osc, osc, sidx, sidx_osc, s_
     ax[1].axvspan(traj.t[idx[0]], traj.t[-1], color="0.92")
     ax[1].set_title(r"slope $|\partial F|(\mu_t, \Theta)$ / " + label)
     # Without t = T itself (where the distance is 0).
-    ax[2].semilogy(traj.t[sidx][:-1], w2_ou[:-1] / s_ou.bound, label="OU")
-    ax[2].semilogy(osc.t[sidx_osc][:-1], w2_osc[:-1] / s_osc.bound, label="oscillating (control)")
+    (t_ou, w2_ou, s_ou), (t_c, w2_c, s_c, c_label) = settle_ou, settle_ctrl
+    ax[2].semilogy(t_ou[:-1], w2_ou[:-1] / s_ou.bound, label="OU")
+    ax[2].semilogy(t_c[:-1], w2_c[:-1] / s_c.bound, label=c_label)
     ax[2].axhline(1.0, color="k", ls=":", label="criterion (the bound)")
     ax[2].set_title(r"$W_2(\mu_t, \mu_T)$ / (0.1 displacement + 2 wander), settling window", fontsize=9)
     for a in ax:
@@ -1522,12 +1741,18 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     window = run_window(traj)
     length = _run_length(cfg, seed)
     st = _settle(cfg, seed)
-    swin = st["window"]
+    # Row 2 is sequential (settle_row): its control runs at a pace the cloud can follow, and an undecided look
+    # continues both runs. Rows 1 and 3 keep the runs above.
+    sq = settle_row(cfg, seed)
+    fin = sq["final"]
+    swin = fin.window
     idx = _window(traj, window)
-    sidx, sidx_osc = _window(traj, swin), _window(osc, swin)
-    w2_ou, _ = _settling(traj, sidx)
-    w2_osc, _ = _settling(osc, sidx_osc)
-    s_ou, s_osc = st["ou"], st["oscillating"]
+    o2, c2 = sq["ou_traj"], sq["control_traj"]
+    sidx, sidx_c = _window(o2, swin), _window(c2, swin)
+    w2_ou, _ = _settling(o2, sidx)
+    w2_c, _ = _settling(c2, sidx_c)
+    s_ou, s_ctrl = fin.ou, fin.control
+    s_osc = st["oscillating"]
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
@@ -1563,10 +1788,15 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settled_fraction": s_ou.late / s_ou.displacement,
         "settled_fraction_oscillating": s_osc.late / s_osc.displacement,
         "settling_over_bound": s_ou.ratio,
+        "settling_over_bound_control": s_ctrl.ratio,
         "settling_over_bound_oscillating": s_osc.ratio,
-        "wander_scale": st["wander"],
-        "wander_replicas": st["replicas"],
-        "wander_replicas_from": st["replicas_from"],
+        "settling_control_omega": sq["omega_c"],
+        "settling_control_powered": sq["powered"],
+        "settling_looks": [stage.summary() for stage in sq["stages"]],
+        "settling_run_length": dataclasses.asdict(sq["length"]) | {"needed": sq["length"].needed},
+        "wander_scale": fin.wander,
+        "wander_replicas": fin.replicas,
+        "wander_replicas_from": fin.replicas_from,
         "settling_window": [swin.start, swin.end],
         "w2_to_final_late": w2_ou,
         "run_length": dataclasses.asdict(length) | {"needed": length.needed, "capped": length.capped},
@@ -1587,8 +1817,25 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     short = "" if window.ok else f" (the window is only {window.length_taus:.2g} relaxation times long)"
     sshort = "" if swin.ok else f" (the window is only {swin.length_taus:.2g} of the slow time {fmt(swin.tau)} long)"
     swin_text = (
-        f"t in [{swin.start:.3g}, {swin.end:.3g}] (from {WINDOW_TAUS:g} x (tau + 1/g), tau = {fmt(length.tau)}, "
-        f"1/g = {fmt(length.tau_slow)})"
+        f"t in [{swin.start:.3g}, {swin.end:.3g}] (from {WINDOW_TAUS:g} x (tau + 1/g), tau = {fmt(fin.tau)}, "
+        f"1/g = {fmt(fin.tau_slow)}"
+        + (" (the antipodal pair's slowest mode)" if fin.tau_slow > length.tau_slow * (1 + 1e-12) else "")
+        + ")"
+        + (
+            ""
+            if len(sq["stages"]) == 1
+            else f", look {len(sq['stages'])}: both runs continued to T = {fin.T:g} while undecided ("
+            + "; ".join(f"T = {x.T:g}: {x.undecided}" for x in sq["stages"][:-1])
+            + ")"
+        )
+    )
+    g_c = 1.0 / length.tau_slow
+    ctrl_name = (
+        f"the oscillating law at omega_c = min(omega, g) = {fmt(sq['omega_c'])} (the drawn omega = "
+        f"{fmt(float(cfg['oscillating']['omega']))} > g = {fmt(g_c)}: a cluster averages that swing; at g it follows "
+        "it), same cloud, means, amplitude and phases"
+        if sq["powered"]
+        else "the oscillating run (same cloud and means, non-integrable weights; omega <= g: the cluster follows it)"
     )
     why_model = "the theory's relaxation statements are about the gradient flow (docs/model.md)"
     preds = [
@@ -1625,11 +1872,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"< 1 x bound (the bound: {SETTLED_FRACTION:g} of the run's own displacement + {WANDER_FACTOR:g} x the "
             f"wander between {WANDER_REPLICAS} independent noise replicas from the window's start)",
             bool(s_ou.ratio < 1.0) and swin.ok,
-            "the oscillating run (same cloud and means, non-integrable weights)",
-            f"{fmt(s_osc.ratio)} x bound",
-            not bool(s_osc.ratio < 1.0),
+            ctrl_name,
+            f"{fmt(s_ctrl.ratio)} x bound"
+            + (f" (the drawn oscillating run, for reference: {fmt(s_osc.ratio)} x bound)" if sq["powered"] else ""),
+            not bool(s_ctrl.ratio < 1.0),
             margin=margin_below(s_ou.ratio, 1.0),
-            control_margin=margin_above(s_osc.ratio, 1.0),
+            control_margin=margin_above(s_ctrl.ratio, 1.0),
             model="gf",
             model_reason=why_model,
         ),
@@ -1669,7 +1917,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"limit's mean away from it, the heads start {cfg['ou']['init_spread']} x GOE from their means and "
             f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} {scale_name} on the late states.)"
         )
-    settle_note = _settle_note(cfg, st, length, int(traj.diagnostics["clusters"][-1]), fl["ou"]["ratio"])
+    settle_note = _settle_note(cfg, sq, fl["ou"]["ratio"])
     notes = [stat_note, settle_note, _floor_note(fl)]
     for i, (p, note) in enumerate(zip(preds, notes)):
         if not p.ok:
@@ -1687,13 +1935,9 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
                 slope_inf / scale,
                 slope_0 / scale,
                 idx,
-                w2_ou,
-                w2_osc,
+                (o2.t[sidx], w2_ou, s_ou),
+                (c2.t[sidx_c], w2_c, s_ctrl, f"control (omega_c = {fmt(sq['omega_c'])})"),
                 osc,
-                sidx,
-                sidx_osc,
-                s_ou,
-                s_osc,
                 fl,
                 (scale_name, s_H / scale),
             ),
