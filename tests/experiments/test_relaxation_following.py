@@ -66,19 +66,19 @@ def _check(spectrum: list[float], r: float, T: float, seed: int, control: bool, 
     if control:  # g/r small: the factor-1 floor scale overstates what the cluster shows
         assert abs(rms - fs.s_H) > 3.0 * se, msg
     if wander:
-        _check_wander(tr, cluster_modes(_stationary_heads(spectrum, r, seed)[0]), fs)
+        _check_wander(tr, cluster_modes(_stationary_heads(spectrum, r, seed)[0]), fs, control)
 
 
-def _check_wander(tr, m, fs) -> None:
+def _check_wander(tr, m, fs, control: bool) -> None:
     """The cluster's rms displacement along each mode is ``FollowingScale.wander``, ``(E f_m^2 / (g_m (g_m +
     r)))^{1/2}``; the quasi-static guess ``(E f_m^2)^{1/2} / g_m`` (a cluster that sits where the instantaneous
     heads' field vanishes: the control) misses it by more than three standard errors."""
     late = np.flatnonzero(tr.t >= BURN)
     delta = (tr.x[late].mean(1) - m.x) @ m.vectors  # (times, modes): small angles along the modes
-    _compare_wander(tr.t[late], delta, fs.wander, fs.rates, fs)
+    _compare_wander(tr.t[late], delta, fs.wander, fs.rates, fs, control)
 
 
-def _compare_wander(t, delta, wander, rates, fs) -> None:
+def _compare_wander(t, delta, wander, rates, fs, control: bool) -> None:
     cm = correlated_means(t, [delta[:, j] ** 2 for j in range(delta.shape[1])])
     rms = np.sqrt(cm.means)
     se = np.hypot(cm.se / (2.0 * rms), wander * math.sqrt(2.0 / DRAWS) / 2.0)
@@ -88,7 +88,8 @@ def _compare_wander(t, delta, wander, rates, fs) -> None:
     # delta^2 decorrelates more slowly than the slope (the slow mode's 1/g): 20 tau_int give a usable error here
     assert cm.window_closed and cm.length_taus >= 20, msg
     assert np.all(np.abs(rms - wander) <= 3.0 * se), msg
-    assert np.any(np.abs(rms - static) > 3.0 * se), msg
+    if control:  # g/r small enough for the two to differ (at r = 0.3 they agree within the errors)
+        assert np.any(np.abs(rms - static) > 3.0 * se), msg
 
 
 def test_the_mode_rates_are_slow_rate_and_the_scales_agree_with_floor_scale():
@@ -129,8 +130,9 @@ def test_a_single_cluster_shows_s_follow_not_s_H():
     ],
 )
 def test_a_single_cluster_shows_s_follow_at_other_rates_and_on_the_circle(spectrum, r, T, seed, control):
-    """d = 3 and d = 2 at r = 0.3, 1, 3; at r = 0.3 (g/r >= 2.8) the two scales differ by less than the errors."""
-    _check(spectrum, r, T, seed, control)
+    """d = 3 and d = 2 at r = 0.3, 1, 3; at r = 0.3 (g/r >= 2.8) the two scales differ by less than the errors.
+    The displacement along each mode is checked against ``FollowingScale.wander`` too."""
+    _check(spectrum, r, T, seed, control, wander=True)
 
 
 def _pair_run(spectrum: list[float], r: float, T: float, seed: int, counts: tuple[int, int]):
@@ -155,7 +157,9 @@ def _check_pair(
         delta = np.einsum("k,tkd,kdm->tm", p.metric, centres - p.x, p.vectors)
         to_angle = np.sqrt(np.einsum("k,kdm->m", p.masses, p.vectors**2))
         forced = fs.wander > 1e-3 * fs.wander.max()  # equal masses: the relative modes get no forcing
-        _compare_wander(tr.t[late], delta[:, forced] * to_angle[forced], fs.wander[forced], fs.rates[forced], fs)
+        _compare_wander(
+            tr.t[late], delta[:, forced] * to_angle[forced], fs.wander[forced], fs.rates[forced], fs, control
+        )
     msg = (
         f"late rms {rms:.4g} +- {se:.2g}, s_follow {fs.follow:.4g}, s_H {fs.s_H:.4g}, tau_int {cm.tau_int:.3g}, "
         f"normal {fs.normal_sq / fs.s_H**2:.2g} s_H^2, inner {fs.inner:.8f}"
@@ -215,4 +219,6 @@ def test_an_antipodal_pair_shows_s_follow_at_other_rates_unequal_masses_and_on_t
     3.0 errors low; the validated single-cluster s_follow sat 2.95 errors low on the same heads' path: the path's
     excursion, not the pair's. T = 600 at seeds 31, 32, 33: -1.6, -1.3, +1.0 errors, the single cluster's -1.5,
     -1.2, +1.0.)"""
+    # (No wander check here: at r = 1 with unequal masses the quasi-static control is within 3 errors, and at
+    # r = 3, 3 + 7 tokens on the circle delta^2 decorrelates over tau_int ~ 36, so a run of 300 holds only 15.)
     _check_pair(spectrum, r, T, seed, counts, control)
