@@ -796,12 +796,17 @@ def _is_antipodal_pair(x: np.ndarray, clusters: int) -> bool:
     return pair is not None and pair[2] < -1.0 + ANTIPODAL_TOL
 
 
-@functools.lru_cache(maxsize=2)
-def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
+def _pair_start(cfg_yaml: str, seed: int):
+    """What the sequential rows (``ou`` #2, ``oscillating`` #5) start from: the config, the pair's runs, processes
+    and run length (:func:`_simulate_pair`), the settling of :func:`_settle_cached`, the integration options."""
     cfg = yaml.safe_load(cfg_yaml)
     trajs, procs, length = _simulate_pair(cfg_yaml, seed)
-    st = _settle_cached(cfg_yaml, seed)
-    it = cfg["integration"]
+    return cfg, trajs, procs, length, _settle_cached(cfg_yaml, seed), cfg["integration"]
+
+
+@functools.lru_cache(maxsize=2)
+def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
+    cfg, trajs, procs, length, st, it = _pair_start(cfg_yaml, seed)
     dt, spacing = float(it["dt"]), float(it["dt"]) * int(it["save_every"])
     ou, osc = procs["ou"], procs["oscillating"]
     o = trajs["ou"]
@@ -1542,10 +1547,7 @@ def _lockin_of(tr, start: float, omega: float) -> LockIn:
 
 @functools.lru_cache(maxsize=2)
 def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
-    cfg = yaml.safe_load(cfg_yaml)
-    trajs, procs, length = _simulate_pair(cfg_yaml, seed)
-    st = _settle_cached(cfg_yaml, seed)
-    it = cfg["integration"]
+    cfg, trajs, procs, length, st, it = _pair_start(cfg_yaml, seed)
     omega = float(cfg["oscillating"]["omega"])
     runs = {"ou": trajs["ou"], "oscillating": trajs["oscillating"]}
     T0, start = float(runs["ou"].t[-1]), float(st["window"].start)
