@@ -759,13 +759,24 @@ def _undecided(stage: SettleStage) -> str:
     return ""
 
 
-def _stage(o, c, ou: OrnsteinUhlenbeck, tau_slow: float, dt: float, seed: int) -> SettleStage:
-    """Row #2 judged on the OU run ``o`` and its control ``c`` (same end time) at their current length; the window
-    in units of the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode."""
-    tau = relaxation_time(o.t, o.diagnostics["energy"])
+def _end_state(o, ou: OrnsteinUhlenbeck, tau_slow: float) -> tuple[int, bool, float]:
+    """The OU run's final cloud for row #2: its cluster count, whether it is an antipodal pair, and the slow time
+    of its window, the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode."""
     clusters = int(o.diagnostics["clusters"][-1])
     antipodal = _is_antipodal_pair(o.x[-1], clusters)
-    slow = max(tau_slow, _pair_slow_time(o.x[-1], ou)) if antipodal else tau_slow
+    return clusters, antipodal, max(tau_slow, _pair_slow_time(o.x[-1], ou)) if antipodal else tau_slow
+
+
+def _undecided_looks(stages: list[SettleStage]) -> str:
+    """Row #2's earlier looks and why each continued: ``T = ...: <reason>; ...``."""
+    return "; ".join(f"T = {st.T:g}: {st.undecided}" for st in stages[:-1])
+
+
+def _stage(o, c, ou: OrnsteinUhlenbeck, end: tuple[int, bool, float], dt: float, seed: int) -> SettleStage:
+    """Row #2 judged on the OU run ``o`` and its control ``c`` (same end time) at their current length, ``end`` the
+    OU run's :func:`_end_state`."""
+    tau = relaxation_time(o.t, o.diagnostics["energy"])
+    clusters, antipodal, slow = end
     win = settling_window(o.t, tau, slow)
     t_from, reps, w = _wander(o, ou, win, dt, seed)
     return SettleStage(
@@ -779,15 +790,12 @@ def _pair_slow_time(x: np.ndarray, ou: OrnsteinUhlenbeck) -> float:
     cloud's two centres; 0 when its rest point is not reached or a rate is not positive). The pair's relative modes,
     where the clusters' mutual attraction lowers the rate, can be slower than a single cluster's ``g``."""
     split = _antipodal_pair(x)
-    if split is None:
-        return 0.0
-    labels, centres, _ = split
-    law = GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate))
-    try:
-        rates = pair_modes(law, centres, np.bincount(labels, minlength=2) / len(x)).rates
-    except NumericalError:
-        return 0.0
-    return 1.0 / float(rates.min()) if rates.min() > 0 else 0.0
+    pair = (
+        None
+        if split is None
+        else _rest_pair(split, len(x), GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate)))
+    )
+    return 0.0 if pair is None else 1.0 / float(pair.rates.min())
 
 
 def _is_antipodal_pair(x: np.ndarray, clusters: int) -> bool:
@@ -823,12 +831,11 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         proc_c, c = osc, trajs["oscillating"]
     # Look 0: the runs every other row uses, with the window and replicas of _settle (the same numbers), unless the
     # run ends in an antipodal pair whose slowest mode is slower than the single cluster's (then its own window).
-    clusters = int(o.diagnostics["clusters"][-1])
-    antipodal = _is_antipodal_pair(o.x[-1], clusters)
-    pair_slow = _pair_slow_time(o.x[-1], ou) if antipodal else 0.0
+    end = _end_state(o, ou, length.tau_slow)
+    clusters, antipodal, slow = end
     stages = [
-        _stage(o, c, ou, length.tau_slow, dt, s_noise + 4)
-        if pair_slow > length.tau_slow
+        _stage(o, c, ou, end, dt, s_noise + 4)
+        if slow > length.tau_slow
         else SettleStage(
             float(o.t[-1]),
             length.tau,
@@ -855,7 +862,7 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         target = min(cap, max(2.0 * T, 1.25 * need))
         add = math.ceil(round((target - T) / spacing, 6)) * spacing
         o, c = _continue_both(o, c, ou, proc_c, add, it, _segment_seed(s_noise, 500 + k))
-        stages.append(_stage(o, c, ou, length.tau_slow, dt, s_noise + 4 + 10 * k))
+        stages.append(_stage(o, c, ou, _end_state(o, ou, length.tau_slow), dt, s_noise + 4 + 10 * k))
     final = stages[-1]
     return {
         "stages": stages,
@@ -1001,6 +1008,20 @@ def _antipodal_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | Non
     return labels, centres, float(centres[0] @ centres[1])
 
 
+def _rest_pair(split: tuple[np.ndarray, np.ndarray, float], n: int, law: GaussianHeads) -> PairModes | None:
+    """The modes (:func:`pair_modes`, Newton from the centres) of the two-cluster split ``split`` of ``n`` tokens
+    (:func:`_antipodal_pair`) under ``law``, or None when the centres are not antipodal within
+    :data:`ANTIPODAL_TOL`, the rest point is not reached, or a mode does not relax."""
+    labels, centres, inner = split
+    if not inner < -1.0 + ANTIPODAL_TOL:
+        return None
+    try:
+        pair = pair_modes(law, centres, np.bincount(labels, minlength=2) / n)
+    except NumericalError:
+        return None
+    return pair if pair.rates.min() > 0 else None
+
+
 def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: int) -> FollowingScale:
     """``s_follow``: the rms slope ``|dF|(mu_t, Theta_inf)`` of a settled single cluster, or antipodal pair of
     clusters, whose ``H`` OU heads fluctuate around the limit law (linear response), with ``s_H``
@@ -1027,23 +1048,14 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     c = ou.sigma / math.sqrt(2.0 * ou.rate)
     centre = x_ref.mean(0)
     modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
-    pair: PairModes | None = None
-    inner = math.nan
+    law = GaussianHeads.create(ou.A_bar, c)
     split = _antipodal_pair(x_ref) if clusters == 2 else None
-    if split is not None:
-        labels, centres, inner = split
-        if inner < -1.0 + ANTIPODAL_TOL:
-            law = GaussianHeads.create(ou.A_bar, c)
-            masses = np.bincount(labels, minlength=2) / len(x_ref)
-            try:
-                pair = pair_modes(law, centres, masses)
-            except NumericalError:
-                pair = None
-            if pair is not None and not pair.rates.min() > 0:
-                pair = None
-            if pair is not None:
-                S = np.asarray(law.partition(x_ref))
-                U = pair.vectors[labels]  # (N, d, modes): each token's cluster's mode vectors
+    inner = math.nan if split is None else split[2]
+    pair = None if split is None else _rest_pair(split, len(x_ref), law)
+    if pair is not None and split is not None:
+        labels, centres, _ = split
+        S = np.asarray(law.partition(x_ref))
+        U = pair.vectors[labels]  # (N, d, modes): each token's cluster's mode vectors
     U1 = modes.vectors
     slope_sq, mode_sq, vel_sq = [], [], []
     for A in stationary_draws(ou, draws, seed):  # the same draws as floor_scale
@@ -1157,7 +1169,7 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         ""
         if looks == 1
         else f" (look {looks} of at most {SETTLE_CONTINUATIONS + 1}: continued while undecided, "
-        + "; ".join(f"T = {st.T:g}: {st.undecided}" for st in sq["stages"][:-1])
+        + _undecided_looks(sq["stages"])
         + ")"
     )
     if not win.ok:
@@ -1827,7 +1839,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             ""
             if len(sq["stages"]) == 1
             else f", look {len(sq['stages'])}: both runs continued to T = {fin.T:g} while undecided ("
-            + "; ".join(f"T = {x.T:g}: {x.undecided}" for x in sq["stages"][:-1])
+            + _undecided_looks(sq["stages"])
             + ")"
         )
     )
