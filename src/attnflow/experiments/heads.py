@@ -243,6 +243,12 @@ def run_length(t_end: float, d: int, scaled: bool = True) -> float:
     return float(t_end) * (max(1.0, TANGENT_REF / (d - 1)) if scaled else 1.0)
 
 
+def _config_run_length(cfg: dict[str, Any]) -> float:
+    """:func:`run_length` of one set's config (``integration.t_end``, ``tokens.d``, ``integration.tangent_scaled``)."""
+    it = cfg["integration"]
+    return run_length(float(it["t_end"]), int(cfg["tokens"]["d"]), bool(it.get("tangent_scaled", True)))
+
+
 def _set_configs(cfg: dict[str, Any], user_sets: list[str]) -> dict[str, dict[str, Any]]:
     base = HeadsParams.parse(cfg)
     plain = base.model_copy(update={"sets": {}})
@@ -296,7 +302,7 @@ def _run_members(cfg: dict[str, Any], H: int, seeds: list[int]) -> Members:
     f = EnsembleField("gf", samplers, np.ones(len(seeds)), a, hw, X.dtype, X.device)
     stepper = get_integrator("rk4")
     field = cast(_Field, f)  # a batched Field: heads_at gives one Heads per member (as in solve.ensemble)
-    T = run_length(float(it["t_end"]), d, bool(it.get("tangent_scaled", True)))
+    T = _config_run_length(cfg)
     dt, n_steps = float(it["dt"]), int(round(T / float(it["dt"])))
     every = int(it["save_every"])
     ts, slopes, energies, xs = [], [], [], []
@@ -701,7 +707,7 @@ def experiment_heads(
             "constant_control": const_ctrl,
         }
         it = sc["integration"]
-        T_run = run_length(float(it["t_end"]), int(sc["tokens"]["d"]), bool(it.get("tangent_scaled", True)))
+        T_run = _config_run_length(sc)
         results[name]["run_length"] = {"t_end": float(it["t_end"]), "T": T_run}
         label = (
             f"{name}: d {sc['tokens']['d']}, beta {sc['heads']['beta']:g}, rate {sc['weights']['rate']:g}, sigma "
