@@ -3,6 +3,7 @@ allows the finite-H wander measured by independent-noise replicas (a drift fails
 mode is the rate the simulator shows."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -105,16 +106,21 @@ def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
 
 
 def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_is_not_a_pass(monkeypatch):
-    """``ou`` row 1's control is the same run's transient ``[0, 3 tau)`` against the same law, rejected with a
-    margin. Planted without power, the control is not rejected and the row is not a PASS and says why: the late
-    states given as the "transient" (row 1), a zero-amplitude oscillating run, which settles (row 2's control);
-    ``oscillating``'s no-relaxation row (a lock-in test at omega) then finds no motion locked to omega."""
+    """``ou`` row 1's control is the same run's transient ``[0, 3 tau)`` against the same rest configuration (by
+    position: the final cloud is one cluster or an antipodal pair), rejected with a margin. Planted without power,
+    the control is not rejected and the row is not a PASS and says why: the late states given as the "transient"
+    (row 1), a zero-amplitude oscillating run, which settles (row 2's control); ``oscillating``'s no-relaxation
+    row (a lock-in test at omega) then finds no motion locked to omega."""
     res = run_experiment("ou", quick=True, seed=0, sets=SMALL)
     h, stat = res.headline, res.predictions[0]
     assert stat.ok and res.predictions[1].ok, (stat.explanation, res.predictions[1].explanation)
-    tr = h["slope_limit_law_transient_rms_over_scale"]
-    assert tr > relaxation.FLOOR_FACTOR * 1.1
+    assert h["stationarity_statistic"] == "position" and "w_follow" in stat.measured
+    tr, late = h["rest_distance_transient_rms_over_wander"], h["rest_distance_late_rms_over_wander"]
+    assert tr > relaxation.FLOOR_FACTOR * 1.1 and h["rest_distance_start_over_wander"] > tr
     assert stat.control_margin == pytest.approx(tr / relaxation.FLOOR_FACTOR - 1.0, rel=1e-9)
+    assert stat.margin == pytest.approx(1.0 - late / relaxation.FLOOR_FACTOR, rel=1e-9)
+    # The slope test, printed for reference, keeps its own scale.
+    tr = h["slope_limit_law_transient_rms_over_scale"]
     # Prediction and control on one scale: s_follow for a single final cluster or an antipodal pair, s_H otherwise.
     inner = h["following_pair_inner"]
     pair = h["clusters_end"] == 2 and inner is not None and inner < -1.0 + relaxation.ANTIPODAL_TOL
@@ -128,6 +134,7 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     for p in bad.predictions[:2]:
         assert p.passed and not p.control_rejected and not p.ok
         assert "Control without power" in p.explanation, p.explanation
+    assert bad.headline["rest_distance_transient_rms_over_wander"] <= relaxation.FLOOR_FACTOR
     osc = run_experiment("oscillating", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     row = osc.predictions[4]
     assert not row.passed and row.control_rejected and "No motion locked to omega" in row.explanation, row.explanation
@@ -141,3 +148,48 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     assert looks[1] >= 2 * relaxation.LOCKIN_PERIODS * (1 - 1e-6) or osc.headline["lockin_window"][1] >= 64 - 0.1
     assert osc.headline["lockin_window"][1] <= 8.0 * 8 + 1e-9
     assert f"{len(looks)} looks of at most" in row.explanation, row.explanation
+
+
+def test_rest_distance_is_the_mass_weighted_rms_angle_to_each_tokens_rest_point():
+    """``D(mu, x*)^2 = sum_i a_i d(x_i, x*_{k(i)})^2``: tokens at known angles from two antipodal rest points."""
+    rest = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]])
+    ang = np.array([0.1, 0.3, 0.2, 0.05])
+    labels = np.array([0, 0, 1, 1])
+    z = np.where(labels == 0, 1.0, -1.0)
+    x = np.stack([np.sin(ang), np.zeros(4), z * np.cos(ang)], axis=1)
+    a = np.array([1.0, 1.0, 1.0, 5.0])
+    fs = relaxation.FollowingScale(
+        1.0, 1.0, 2, 1.0, np.ones(4), np.ones(4), 0.0, 0.0, "antipodal pair", -1.0, np.ones(4), rest, labels
+    )  # fmt: skip
+    assert relaxation.rest_distance(x, a, fs) == pytest.approx(math.sqrt(float(a @ ang**2) / a.sum()), rel=1e-12)
+    assert relaxation.rest_distance(x, None, fs) == pytest.approx(math.sqrt(float(np.mean(ang**2))), rel=1e-12)
+    assert fs.wander_total == pytest.approx(math.sqrt(4 * 1.0 / (1.0 * (1.0 + 1.0))), rel=1e-12)  # 4 modes, g = r = 1
+    # Control: the wrong assignment of tokens to rest points is far (each token near the other pole).
+    wrong = dataclasses.replace(fs, labels=1 - labels)
+    assert relaxation.rest_distance(x, None, wrong) > 2.5
+    with pytest.raises(ValueError, match="single cluster or an antipodal pair"):
+        relaxation.rest_distance(x, None, dataclasses.replace(fs, rest=None, labels=None, kind=""))
+
+
+def test_ou_row_1_by_position_rejects_a_cloud_held_off_its_rest_point():
+    """The settled run passes by position; the same run with every state rotated by 3 ``w_follow`` away from its
+    rest configuration (a cloud resting elsewhere) is rejected, at about ``sqrt(9 + late^2)`` ``w_follow``."""
+    cfg = experiment_config("ou", quick=True, sets=SMALL)
+    ou = relaxation._runs(cfg, 0)[1]["ou"]
+    sq = relaxation.settle_row(cfg, 0)
+    o, win = sq["ou_traj"], sq["final"].window
+    fs = relaxation.following_scale(o.x[-1], ou, relaxation.FLOOR_DRAWS, relaxation._seeds(0)[5] + 3)
+    assert fs.applies and fs.wander_total > 0
+    sidx, tidx = relaxation._window(o, win), relaxation.transient_window(o.t, sq["final"].tau)
+    pos = relaxation._position_row(o, o, sidx, tidx, fs)
+    assert pos["late"] < relaxation.FLOOR_FACTOR
+    theta = 3.0 * fs.wander_total
+    e0 = fs.rest[0]
+    u = np.linalg.svd(e0[None])[2][1]  # a unit vector orthogonal to the rest point
+    R = np.eye(len(e0)) + np.sin(theta) * (np.outer(u, e0) - np.outer(e0, u))
+    R += (np.cos(theta) - 1.0) * (np.outer(e0, e0) + np.outer(u, u))
+    assert np.allclose(R @ R.T, np.eye(len(e0)), atol=1e-12)
+    planted = dataclasses.replace(o, x=np.einsum("ij,tnj->tni", R, o.x))
+    off = relaxation._position_row(o, planted, sidx, tidx, fs)
+    assert off["late"] > relaxation.FLOOR_FACTOR * 1.1
+    assert off["late"] == pytest.approx(math.sqrt(9.0 + pos["late"] ** 2), abs=pos["late"] + 0.2)

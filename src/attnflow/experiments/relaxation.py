@@ -65,6 +65,7 @@ from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
 from attnflow.analysis.stationary import tangent_bases
 from attnflow.core.errors import InputError, NumericalError
+from attnflow.core.geometry import geodesic_distance
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
 from attnflow.dynamics.fields import metric_speed
@@ -276,7 +277,10 @@ def slow_rate(A_bar: np.ndarray) -> float:
 
 #: Two clusters form an antipodal pair when the inner product of their centres is below ``-1 + ANTIPODAL_TOL``
 #: (within about 2.6 degrees of antipodal): the pair's rest point under unequal masses is antipodal to ~1e-7 in
-#: that inner product (the validated configurations), a settled pair's centres a few token widths off it.
+#: that inner product (the validated configurations), a settled pair's centres a few token widths off it. Row 2's
+#: end state asks it of the cloud; the linear response (:func:`following_scale`) asks it of the rest point Newton
+#: reaches from the cloud's centres, because the heads' noise holds a settled pair off its rest point by its
+#: wander (5-10 degrees at ``H = 8``, ``sigma = 0.3``), which no fixed angle knows.
 ANTIPODAL_TOL = 1e-3
 
 
@@ -919,7 +923,9 @@ class FollowingScale:
     (off the modes: the clusters' width, kept at factor 1), ``rates`` the modes' ``g_m``, ``rate`` the heads'
     ``r``, ``angle`` the largest angle in degrees between a cluster's centre and the rest point its modes belong
     to, ``kind`` ``"single"``, ``"antipodal pair"`` or ``""`` (the fallback), ``inner`` the inner product of the
-    two centres of a two-cluster cloud (``nan`` otherwise; antipodal below ``-1 + ANTIPODAL_TOL``).
+    two centres of a two-cluster cloud (``nan`` otherwise; antipodal below ``-1 + ANTIPODAL_TOL``), ``rest`` the
+    rest points ``x*_k`` ``(k, d)`` the modes belong to and ``labels`` each token's cluster ``k(i)`` (None for the
+    fallback).
     """
 
     follow: float
@@ -933,6 +939,8 @@ class FollowingScale:
     kind: str = "single"
     inner: float = math.nan
     angular_sq: np.ndarray | None = None
+    rest: np.ndarray | None = None
+    labels: np.ndarray | None = None
 
     @property
     def single(self) -> bool:
@@ -971,6 +979,12 @@ class FollowingScale:
             return np.full(len(self.rates), math.nan)
         return np.sqrt(self.angular_sq / (self.rates * (self.rates + self.rate)))
 
+    @property
+    def wander_total(self) -> float:
+        """``w_follow = (sum_m wander_m^2)^{1/2}``, radians: the rms distance :func:`rest_distance` by which a cloud
+        that follows its heads sits from its rest configuration (linear response, :attr:`wander`)."""
+        return float(np.sqrt(np.sum(self.wander**2)))
+
     def table(self) -> list[dict[str, float]]:
         """One row per mode: ``g``, ``E[f^2]``, ``g / (g + r)``, the rms displacement (:attr:`wander`)."""
         return [
@@ -981,7 +995,8 @@ class FollowingScale:
     def describe(self) -> str:
         if not self.applies:
             why = (
-                f"whose centres are not antipodal (inner product {fmt(self.inner)} >= -1 + {ANTIPODAL_TOL:g})"
+                f"(centres' inner product {fmt(self.inner)}) whose rest pair Newton does not reach, is not antipodal "
+                f"within {ANTIPODAL_TOL:g} or has a mode that does not relax (a saddle)"
                 if self.clusters == 2 and math.isfinite(self.inner)
                 else "neither one cluster nor an antipodal pair"
             )
@@ -1010,14 +1025,15 @@ def _antipodal_pair(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | Non
 
 def _rest_pair(split: tuple[np.ndarray, np.ndarray, float], n: int, law: GaussianHeads) -> PairModes | None:
     """The modes (:func:`pair_modes`, Newton from the centres) of the two-cluster split ``split`` of ``n`` tokens
-    (:func:`_antipodal_pair`) under ``law``, or None when the centres are not antipodal within
-    :data:`ANTIPODAL_TOL`, the rest point is not reached, or a mode does not relax."""
-    labels, centres, inner = split
-    if not inner < -1.0 + ANTIPODAL_TOL:
-        return None
+    (:func:`_antipodal_pair`) under ``law``, or None when the rest point is not reached, is not antipodal within
+    :data:`ANTIPODAL_TOL`, or has a mode that does not relax (a saddle). The cloud's own centres may sit off it by
+    the heads' noise."""
+    labels, centres, _ = split
     try:
         pair = pair_modes(law, centres, np.bincount(labels, minlength=2) / n)
     except NumericalError:
+        return None
+    if not float(pair.x[0] @ pair.x[1]) < -1.0 + ANTIPODAL_TOL:
         return None
     return pair if pair.rates.min() > 0 else None
 
@@ -1035,12 +1051,13 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     ``u_m`` (all tokens of one cluster share one velocity): ``||(v . u_m) u_m||_mu^2`` of the ``gf`` field of
     ``H`` heads ``A_bar + c S`` drawn from the stationary law.
 
-    Antipodal pair (two clusters whose centres' inner product is below ``-1 + ANTIPODAL_TOL``, any masses): the
+    Antipodal pair (two clusters from whose centres Newton reaches a rest pair antipodal within ``ANTIPODAL_TOL``
+    all of whose modes relax, any masses; the centres themselves may sit off it by the heads' noise): the
     same with the pair's modes (:func:`pair_modes` for the law ``Theta_inf``, Newton from the two centres), which
     are orthonormal in the mobility metric ``M``; the slope is ``|J delta|_M`` and the forcing's mode component is
     ``f_m = <u_m, f>_M = sum_i a_i S(x_i) u^{k(i)}_m . v(x_i)`` (``S`` the law's, ``k(i)`` token ``i``'s cluster).
 
-    Anything else (more clusters, a non-antipodal pair, a pair whose rest point is not reached or has a mode that
+    Anything else (more clusters, a pair whose rest point is not reached, is not antipodal or has a mode that
     does not relax) gets ``follow = nan`` and :attr:`FollowingScale.scale` falls back to ``s_H``.
     """
     x_ref = np.asarray(x_ref, dtype=np.float64)
@@ -1077,11 +1094,13 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
         cos = abs(float(centre @ modes.x)) / max(float(np.linalg.norm(centre)), 1e-300)
         angle = math.degrees(math.acos(min(1.0, cos)))
         kind = "single"
+        rest, rest_labels = modes.x[None], np.zeros(len(x_ref), dtype=int)
     elif pair is not None:
         rates = pair.rates
         cos = min(float(centres[k] @ pair.x[k]) for k in range(2))
         angle = math.degrees(math.acos(min(1.0, cos)))
         kind = "antipodal pair"
+        rest, rest_labels = pair.x, labels
     else:  # no one centre or pair, no one rest point: only s_H
         nan = np.full(len(modes.rates), math.nan)
         return FollowingScale(math.nan, s_H, clusters, ou.rate, modes.rates, nan, math.nan, math.nan, "", inner)
@@ -1093,7 +1112,23 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     else:  # M-coordinates to the tokens' mass-weighted angles: |u_m|^2 averaged over the clusters' masses
         assert pair is not None
         angular = f2 * np.einsum("k,kdm->m", pair.masses, pair.vectors**2)
-    return FollowingScale(follow, s_H, clusters, ou.rate, rates, f2, normal, angle, kind, inner, angular)
+    return FollowingScale(
+        follow, s_H, clusters, ou.rate, rates, f2, normal, angle, kind, inner, angular, rest, rest_labels
+    )  # fmt: skip
+
+
+def rest_distance(x: np.ndarray, weights: np.ndarray | None, fs: FollowingScale) -> float:
+    """``D(mu, x*) = (sum_i a_i d(x_i, x*_{k(i)})^2)^{1/2}``, radians: the distance of the cloud ``x`` (token weights
+    ``a``, uniform when None) from the rest configuration of :func:`following_scale` (``fs.rest``), each token to
+    the rest point of its cluster ``k(i)`` (``fs.labels``). For a cloud of point clusters it is the mass-weighted
+    rms angle of the clusters from their rest points, the quantity whose linear-response value is
+    :attr:`FollowingScale.wander_total`."""
+    if fs.rest is None or fs.labels is None:
+        raise ValueError("rest_distance needs a single cluster or an antipodal pair (FollowingScale.applies)")
+    x = np.asarray(x, dtype=np.float64)
+    a = np.full(len(x), 1.0 / len(x)) if weights is None else np.asarray(weights, dtype=np.float64) / np.sum(weights)
+    d = geodesic_distance(torch.from_numpy(x), torch.from_numpy(np.asarray(fs.rest)[fs.labels])).numpy()
+    return float(np.sqrt(np.sum(a * d**2)))
 
 
 def _wander_note(fs: FollowingScale) -> str:
@@ -1733,6 +1768,45 @@ def _no_relaxation_row(
 # --- experiments -----------------------------------------------------------------------------------
 
 
+def _position_row(traj, settled, sidx: np.ndarray, tidx: np.ndarray, fs: FollowingScale) -> dict[str, float]:
+    """Row 1 by position: the rms of :func:`rest_distance` over the settled run's settling window ``sidx``
+    (``late``), over the run's transient ``tidx`` (``transient``, the control) and at ``t = 0`` (``start``), each
+    over ``w_follow`` (:attr:`FollowingScale.wander_total`)."""
+    w = fs.wander_total
+
+    def rms(run, idx: np.ndarray) -> float:
+        return float(np.sqrt(np.mean([rest_distance(run.x[k], run.token_weights, fs) ** 2 for k in idx])))
+
+    return {
+        "late": rms(settled, sidx) / w,
+        "transient": rms(traj, tidx) / w,
+        "start": rest_distance(traj.x[0], traj.token_weights, fs) / w,
+    }
+
+
+def _position_note(pos: dict[str, float], fs: FollowingScale, swin: Window) -> str:
+    """Why row 1 by position failed: a settling window too short, the control without power, or the cloud away
+    from its rest point."""
+    if not swin.ok:
+        return (
+            f"The settling window holds only {swin.length_taus:.2g} of max(tau, 1/g) = {fmt(swin.tau)} (at least "
+            f"{MIN_WINDOW_TAUS:g}): the run, continued up to its cap, is too short for the slowest mode to relax."
+        )
+    if pos["transient"] <= FLOOR_FACTOR * (1 + MIN_MARGIN):
+        return (
+            f"Control without power at this set: the transient's rms distance from the rest configuration is only "
+            f"{fmt(pos['transient'])} w_follow (t = 0: {fmt(pos['start'])}) against {FLOOR_FACTOR:g}: the heads' "
+            "noise moves the settled cloud about as far as the cloud ever was from its rest point."
+        )
+    m = int(np.argmin(fs.rates))
+    return (
+        f"The settled cloud sits {fmt(pos['late'])} w_follow (rms) from the rest configuration of the limit law, "
+        f"beyond what its heads' noise explains; its final state is {fs.angle:.3g} degrees from the rest point and "
+        f"the slowest mode relaxes at g = {fmt(float(fs.rates[m]))} (1/g = {fmt(1.0 / float(fs.rates[m]))}): a cloud "
+        "still relaxing along it, or resting elsewhere."
+    )
+
+
 def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
     """OU weights: relaxation to a stationary point of the limiting energy (with its own transient as control)."""
     start = time.perf_counter()
@@ -1783,7 +1857,20 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     tidx = transient_window(traj.t, window.tau)
     rms_tr = float(np.sqrt(np.mean(slope_inf[tidx] ** 2)))
     st_tr = rms_tr / scale
+    # Row 1 by position where the linear response applies: the settled cloud (row 2's run, over its settling window,
+    # which is in units of the slowest mode) against the rest configuration it relaxes to, in units of the wander
+    # w_follow a cloud following its heads shows; the slope of a mode of rate g is only g times its displacement,
+    # so a slope test cannot see a slow mode or tell a near-critical start (the uniform cloud) from a rest point.
+    fs_pos = fs if o2 is traj else following_scale(o2.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
+    pos = _position_row(traj, o2, sidx, tidx, fs_pos) if fs_pos.applies else None
     headline = {
+        "stationarity_statistic": "position" if pos else "slope",
+        "rest_distance_late_rms_over_wander": pos["late"] if pos else None,
+        "rest_distance_transient_rms_over_wander": pos["transient"] if pos else None,
+        "rest_distance_start_over_wander": pos["start"] if pos else None,
+        "wander_follow_radians": fs_pos.wander_total if pos else None,
+        "rest_points": np.asarray(fs_pos.rest).tolist() if pos else None,
+        "rest_cluster_angle_degrees": fs_pos.angle if pos else None,
         "slope_limit_law_transient_rms_over_s_H": rms_tr / s_H,
         "transient_window": [float(traj.t[tidx[0]]), float(traj.t[tidx[-1]])],
         "slope_limit_law_late_rms_over_s_H": rms_inf / s_H,
@@ -1852,11 +1939,37 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         else "the oscillating run (same cloud and means, non-integrable weights; omega <= g: the cluster follows it)"
     )
     why_model = "the theory's relaxation statements are about the gradient flow (docs/model.md)"
-    preds = [
-        Prediction(
+    claim_1 = (
+        "OU weights: the cloud relaxes to a stationary point of the limiting energy F(., Theta_inf) "
+        "(anisotropic law: stationary points are isolated), up to the heads' finite-H fluctuation"
+    )
+    if pos:
+        w = fs_pos.wander_total
+        row_1 = Prediction(
             "ou",
-            "OU weights: the cloud relaxes to a stationary point of the limiting energy F(., Theta_inf) "
-            "(anisotropic law: stationary points are isolated), up to the heads' finite-H fluctuation",
+            claim_1,
+            f"rms over {swin_text} of D(mu_t, x*) = {fmt(pos['late'])} w_follow (D: each token's angle to its "
+            f"cluster's rest point x* of F(., Theta_inf), rms over the tokens; w_follow = {fmt(w)} rad = "
+            f"{math.degrees(w):.3g} degrees, the distance {'a single cluster' if fs_pos.single else 'an antipodal pair'} following its heads keeps from it by linear "
+            f"response; the final cloud's centre {fs_pos.angle:.3g} degrees from x*). For reference, the slope "
+            f"|dF|(mu_t, Theta_inf) over {win}: {fmt(st_inf)} {scale_name}{sshort}",
+            f"<= {FLOOR_FACTOR:g} w_follow = {fmt(FLOOR_FACTOR * w)} rad (w_follow^2 = sum over modes of "
+            "E[phi_m^2] / (g_m (g_m + r)), FollowingScale.wander_total)",
+            bool(pos["late"] <= FLOOR_FACTOR) and swin.ok,
+            f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
+            "relaxed) against the same rest configuration",
+            f"{fmt(pos['transient'])} w_follow (t = 0: {fmt(pos['start'])} w_follow; the slope test's transient, "
+            f"for reference: {fmt(st_tr)} {scale_name})",
+            not bool(pos["transient"] <= FLOOR_FACTOR),
+            margin=margin_below(pos["late"], FLOOR_FACTOR),
+            control_margin=margin_above(pos["transient"], FLOOR_FACTOR),
+            model="gf",
+            model_reason=why_model,
+        )
+    else:
+        row_1 = Prediction(
+            "ou",
+            claim_1,
             f"rms over {win} of |dF|(mu_t, Theta_inf) = {fmt(st_inf)} {scale_name}{in_s_H(rms_inf)} "
             f"(t = 0: {fmt(float(slope_inf[0]) / scale)} {scale_name}); {fs.describe()}{short}",
             f"<= {FLOOR_FACTOR:g} {scale_name} = {fmt(FLOOR_FACTOR * scale)} ("
@@ -1878,7 +1991,9 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             control_margin=margin_above(st_tr, FLOOR_FACTOR),
             model="gf",
             model_reason=why_model,
-        ),
+        )
+    preds = [
+        row_1,
         Prediction(
             "ou",
             "OU weights: the cloud settles (W2(mu_t, mu_T) over the late window stays within the finite-H wander)",
@@ -1932,11 +2047,12 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} {scale_name} on the late states.)"
         )
     settle_note = _settle_note(cfg, sq, fl["ou"]["ratio"])
-    notes = [stat_note, settle_note, _floor_note(fl)]
+    notes = [_position_note(pos, fs_pos, swin) if pos else stat_note, settle_note, _floor_note(fl)]
     for i, (p, note) in enumerate(zip(preds, notes)):
         if not p.ok:
-            # A window too short for the run's relaxation time is the reason, whatever the numbers say.
-            note = note if i == 1 or window.ok else _length_note(length, window)
+            # A window too short for the run's relaxation time is the reason, whatever the numbers say (rows judged
+            # on the settling window say so themselves).
+            note = note if i == 1 or (i == 0 and pos) or window.ok else _length_note(length, window)
             p.explanation = (note + " " + p.explanation).strip()
     res = ExperimentResult(
         "ou",
