@@ -1426,10 +1426,11 @@ def _figure_snapshots(trajs: dict, title: str):
     return fig
 
 
-def _figure_ou(traj, rel_inf, rel_0, idx, settle_ou, settle_ctrl, osc, fl, unit=("s_H", 1.0)):
+def _figure_ou(traj, rel_inf, rel_0, idx, settle_ou, settle_ctrl, osc, fl, unit=("s_H", 1.0), position=None):
     """The ``ou`` figure; ``settle_ou`` ``(t, W2(mu_t, mu_T), Settling)`` over row #2's last look, ``settle_ctrl`` the
-    same for its control and the control's label."""
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    same for its control and the control's label; ``position`` row #1's ``(t, D(mu_t, x*) / w_follow, settling window
+    start, transient end)`` when it is tested by position (a fourth panel)."""
+    fig, ax = plt.subplots(1, 4 if position is not None else 3, figsize=(20 if position is not None else 15, 4))
     ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
     ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
     ax[0].axhline(fl["scale"], color="k", lw=0.8, label=r"floor scale $s_H$")
@@ -1455,6 +1456,14 @@ def _figure_ou(traj, rel_inf, rel_0, idx, settle_ou, settle_ctrl, osc, fl, unit=
     ax[2].semilogy(t_c[:-1], w2_c[:-1] / s_c.bound, label=c_label)
     ax[2].axhline(1.0, color="k", ls=":", label="criterion (the bound)")
     ax[2].set_title(r"$W_2(\mu_t, \mu_T)$ / (0.1 displacement + 2 wander), settling window", fontsize=9)
+    if position is not None:
+        t_p, d_p, start, t_tr = position
+        ax[3].semilogy(t_p, np.maximum(d_p, 1e-300), label="OU run (row 2's, to its last look)")
+        ax[3].axhline(FLOOR_FACTOR, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} " + r"$w_{follow}$")
+        ax[3].axhline(1.0, color="0.5", lw=0.8, ls="--", label=r"$w_{follow}$ (linear response)")
+        ax[3].axvspan(start, t_p[-1], color="0.92", label="settling window")
+        ax[3].axvspan(t_p[0], t_tr, color="tab:red", alpha=0.08, label="transient (the control)")
+        ax[3].set_title(r"distance from the rest point $D(\mu_t, x^*)$ / $w_{follow}$", fontsize=9)
     for a in ax:
         a.set_xlabel("t")
         a.grid(alpha=0.3, which="both")
@@ -1768,30 +1777,26 @@ def _no_relaxation_row(
 # --- experiments -----------------------------------------------------------------------------------
 
 
-def _position_row(traj, settled, sidx: np.ndarray, tidx: np.ndarray, fs: FollowingScale) -> dict[str, float]:
+def _position_row(traj, settled, sidx: np.ndarray, tidx: np.ndarray, fs: FollowingScale) -> dict[str, Any]:
     """Row 1 by position: the rms of :func:`rest_distance` over the settled run's settling window ``sidx``
     (``late``), over the run's transient ``tidx`` (``transient``, the control) and at ``t = 0`` (``start``), each
-    over ``w_follow`` (:attr:`FollowingScale.wander_total`)."""
+    over ``w_follow`` (:attr:`FollowingScale.wander_total`); ``series`` is ``D(mu_t, x*) / w_follow`` at every saved
+    time of the settled run (the figure)."""
     w = fs.wander_total
-
-    def rms(run, idx: np.ndarray) -> float:
-        return float(np.sqrt(np.mean([rest_distance(run.x[k], run.token_weights, fs) ** 2 for k in idx])))
-
+    series = np.array([rest_distance(x, settled.token_weights, fs) for x in settled.x]) / w
+    early = np.array([rest_distance(traj.x[k], traj.token_weights, fs) for k in tidx]) / w
     return {
-        "late": rms(settled, sidx) / w,
-        "transient": rms(traj, tidx) / w,
-        "start": rest_distance(traj.x[0], traj.token_weights, fs) / w,
+        "late": float(np.sqrt(np.mean(series[sidx] ** 2))),
+        "transient": float(np.sqrt(np.mean(early**2))),
+        "start": float(early[0])
+        if len(tidx) and tidx[0] == 0
+        else rest_distance(traj.x[0], traj.token_weights, fs) / w,
+        "series": series,
     }
 
 
-def _position_note(pos: dict[str, float], fs: FollowingScale, swin: Window) -> str:
-    """Why row 1 by position failed: a settling window too short, the control without power, or the cloud away
-    from its rest point."""
-    if not swin.ok:
-        return (
-            f"The settling window holds only {swin.length_taus:.2g} of max(tau, 1/g) = {fmt(swin.tau)} (at least "
-            f"{MIN_WINDOW_TAUS:g}): the run, continued up to its cap, is too short for the slowest mode to relax."
-        )
+def _position_note(pos: dict[str, Any], fs: FollowingScale) -> str:
+    """Why row 1 by position failed: the control without power, or the cloud away from its rest point."""
     if pos["transient"] <= FLOOR_FACTOR * (1 + MIN_MARGIN):
         return (
             f"Control without power at this set: the transient's rms distance from the rest configuration is only "
@@ -2047,7 +2052,11 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"their average moves by about that over sqrt({ou.H}): {fmt(st_0)} {scale_name} on the late states.)"
         )
     settle_note = _settle_note(cfg, sq, fl["ou"]["ratio"])
-    notes = [_position_note(pos, fs_pos, swin) if pos else stat_note, settle_note, _floor_note(fl)]
+    notes = [
+        (_position_note(pos, fs_pos) if swin.ok else _length_note(sq["length"], swin)) if pos else stat_note,
+        settle_note,
+        _floor_note(fl),
+    ]
     for i, (p, note) in enumerate(zip(preds, notes)):
         if not p.ok:
             # A window too short for the run's relaxation time is the reason, whatever the numbers say (rows judged
@@ -2070,6 +2079,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
                 osc,
                 fl,
                 (scale_name, s_H / scale),
+                (o2.t, pos["series"], swin.start, float(traj.t[tidx[-1]])) if pos else None,
             ),
         },
         configs=[],
