@@ -1788,9 +1788,7 @@ def _position_row(traj, settled, sidx: np.ndarray, tidx: np.ndarray, fs: Followi
     return {
         "late": float(np.sqrt(np.mean(series[sidx] ** 2))),
         "transient": float(np.sqrt(np.mean(early**2))),
-        "start": float(early[0])
-        if len(tidx) and tidx[0] == 0
-        else rest_distance(traj.x[0], traj.token_weights, fs) / w,
+        "start": float(early[0]),  # transient_window starts at t = 0
         "series": series,
     }
 
