@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnflow.core.errors import InputError
 from attnflow.weights.processes import (
     Constant,
     FromCallable,
@@ -122,3 +123,49 @@ def test_constant_callable_sampled_and_as_process(rng):
     np.testing.assert_allclose(s.sampler()(0.25).A.numpy(), 1.5 * A)
     with pytest.raises(ValueError, match="increasing"):
         Sampled([1.0, 0.0], np.stack([A, A]))
+
+
+def test_rotated_is_the_inner_law_turned_in_its_plane(rng):
+    """``Rotated``: heads ``R_t A_h(t) R_t^T`` with ``R_t`` the plane rotation by ``rate t`` (``u`` towards ``v``,
+    the identity off the plane), and the same noise path as the inner OU process with the same seed."""
+    from attnflow.weights.processes import Rotated, plane_rotation
+
+    d, H = 4, 3
+    A_bar = random_sym(rng, H, d)
+    q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    u, v = q[:, 0], q[:, 1]
+    R = plane_rotation(u, v, 0.7)
+    assert np.allclose(R @ R.T, np.eye(d), atol=1e-12) and np.linalg.det(R) == pytest.approx(1.0)
+    assert np.allclose(R @ u, math.cos(0.7) * u + math.sin(0.7) * v, atol=1e-12)
+    assert np.allclose(R @ q[:, 2], q[:, 2], atol=1e-12)  # off the plane: fixed
+    ou = OrnsteinUhlenbeck(A_bar, 1.3, 0.4, A0=A_bar + random_sym(rng, H, d), seed=5)
+    rot = Rotated(ou, u, v, 0.35, t0=2.0)
+    plain, turned = ou.sampler(), rot.sampler()
+    for t in (0.0, 0.1, 0.25, 1.0):
+        A, At = plain(t).K.numpy(), turned(t).K.numpy()
+        Rt = plane_rotation(u, v, 0.35 * (2.0 + t))
+        assert np.allclose(At, np.einsum("ij,hjk,lk->hil", Rt, A, Rt), atol=1e-12)
+    assert rot.gradient_flow and rot.sampler().get_state()["t"] == 0.0
+    # Control: a plane that is not orthonormal is refused.
+    with pytest.raises(InputError, match="orthonormal"):
+        Rotated(ou, u, 2 * v, 0.35)
+
+
+def test_gf_field_is_equivariant_so_a_turned_law_turns_its_clouds(rng):
+    """The premise of ``ou`` row #2's control: ``v(R x; R A R^T) = R v(x; A)`` for the ``gf`` field; the ``mha``
+    field with a value matrix that is not turned is the control that breaks it."""
+    from attnflow.dynamics.fields import velocity
+    from attnflow.weights.processes import plane_rotation
+
+    d, H, N = 3, 4, 7
+    A = random_sym(rng, H, d)
+    x = rng.standard_normal((N, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    R = plane_rotation(np.eye(d)[0], np.eye(d)[1], 1.1)
+    turned = np.einsum("ij,hjk,lk->hil", R, A, R)
+    v0 = np.asarray(velocity(x, A, model="gf"))
+    v1 = np.asarray(velocity(x @ R.T, turned, model="gf"))
+    assert np.allclose(v1, v0 @ R.T, atol=1e-12)
+    V = random_sym(rng, H, d)  # not turned with the keys: the field is not the turned field
+    bad = np.asarray(velocity(x @ R.T, turned, V, model="mha"))
+    assert not np.allclose(bad, np.asarray(velocity(x, A, V, model="mha")) @ R.T, atol=1e-3)

@@ -33,8 +33,8 @@ within the cap", "slow mode beyond the cap"). The cloud has settled when ``max_t
 the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w_H``
 (:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
 noise (:func:`wander_scale`). ``ou``'s settling row is sequential (:func:`settle_row`): its control is the
-oscillating law at ``omega_c = min(omega, g)`` (:func:`control_frequency`, a pace the cluster can follow), and an
-undecided look continues both runs and judges them again on a later window (:data:`SETTLE_CONTINUATIONS`,
+same OU law turned at ``g / 4`` in the plane of the means' two leading axes (:func:`control_process`, a stationary
+point that keeps moving at a pace the cluster can follow), and an undecided look continues both runs and judges them again on a later window (:data:`SETTLE_CONTINUATIONS`,
 :data:`SETTLE_CAP_FACTOR`); the other rows keep the runs above.
 
 ``oscillating``'s no-relaxation row is phase-resolved (:func:`lockin_pair`): the cloud's component at the
@@ -90,7 +90,7 @@ from attnflow.experiments.lockin import design as lockin_design
 from attnflow.io.store import trajectory_to_dataset
 from attnflow.solve.simulation import simulate
 from attnflow.viz.plotting import snapshot_indices
-from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
+from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating, Rotated
 
 #: The cloud has settled when, over the late window, it stays within this fraction of its whole displacement
 #: of its final state, plus :data:`WANDER_FACTOR` times the wander scale of the heads' finite-H noise.
@@ -699,13 +699,49 @@ SETTLE_CONTINUATIONS = 2
 SETTLE_CAP_FACTOR = 2.0
 
 
-def control_frequency(g: float, omega: float) -> float:
-    """``omega_c = min(omega, g)``: the frequency of row #2's control, the oscillating law (same amplitude and phases)
-    at a pace the cluster can follow. A cluster relaxing at rate ``g`` follows a stationary point swinging at
-    ``omega`` with gain ``g / sqrt(g^2 + omega^2)``: for ``g << omega`` it averages the swing and is, in the
-    averaged sense, settled (no case the position check must reject). At ``omega_c = g`` the gain is ``1/sqrt(2)``
-    and a window of at least ``1/g`` (:func:`settling_window`) holds at least a radian of its phase."""
-    return min(float(omega), float(g))
+#: Row #2's control turns the OU law at this fraction of the slowest rate ``g`` (:func:`control_turn`).
+CONTROL_TURN_FRACTION = 0.25
+
+
+def control_turn(g: float) -> float:
+    """``Omega = g / 4``: the pace at which row #2's control turns the OU law. A drift of rate ``g`` holds a point
+    that turns at ``Omega`` with a lag of about ``Omega / g`` (linear response); the gradient of a well of curvature
+    ``g`` is at most about ``g / 2`` (``(g/4) sin 2 theta`` along the slow axis of ``x^T A x``), so at ``g / 4`` the
+    cluster keeps up, a quarter turn of ``theta`` behind (``sin 2 theta = 1/2``), rather than slipping and
+    averaging the turn. Over a settling window of length ``L >= 1/g`` it moves by ``Omega L >= 1/4`` rad, and the
+    motion grows with the window (an undecided look that continues the run gives the control more power; a swing's
+    stays bounded by its amplitude)."""
+    return CONTROL_TURN_FRACTION * float(g)
+
+
+def control_plane(A_bar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two leading eigenvectors ``(u, v)`` of the heads' average mean ``(1/H) sum_h Abar_h``: the plane in which
+    row #2's control turns (a cluster rests near ``u`` and relaxes slowest towards ``v``; an antipodal pair turns
+    rigidly; on the circle it is the whole plane)."""
+    M = np.asarray(A_bar, dtype=np.float64).mean(axis=0)
+    _, vecs = np.linalg.eigh(0.5 * (M + M.T))
+    return vecs[:, -1].copy(), vecs[:, -2].copy()
+
+
+def control_process(ou: OrnsteinUhlenbeck, turn: float, seed: int, A0: np.ndarray | None = None, t0: float = 0.0):
+    """Row #2's control, ``R_t Theta_t R_t^T``: the OU law of ``ou`` (same means, rate and noise level; its own
+    noise ``seed``; from ``A0``, default ``ou``'s start) turned at ``turn`` in :func:`control_plane`, the angle
+    counted from the absolute time ``t0`` of the segment's start (a :class:`~attnflow.weights.Rotated` process).
+    Its stationary points turn rigidly (the ``gf`` field is equivariant): weights whose path never ends."""
+    u, v = control_plane(ou.A_bar)
+    inner = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=ou.A0 if A0 is None else A0, seed=seed)
+    return Rotated(inner, u, v, turn, t0)
+
+
+def _continue_turned(o, c, ou: OrnsteinUhlenbeck, proc_c: Rotated, add: float, it: dict[str, Any], seeds):
+    """The OU run ``o`` and the turned control ``c`` (ending at the same time ``T``) continued by ``add``, each with
+    fresh noise from its last heads (Markov continuations; the control's heads unturned by ``R_T``, then turned on
+    from ``T``)."""
+    T = float(o.t[-1])
+    ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seeds[0])
+    R = proc_c.rotation(T - proc_c.t0)
+    c_next = control_process(ou, proc_c.rate, seeds[1], A0=np.einsum("ji,hjk,kl->hil", R, c.A[-1], R), t0=T)
+    return _continued(o, ou_next, add, it, seeds[0]), _continued(c, c_next, add, it, seeds[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -758,8 +794,12 @@ def _undecided(stage: SettleStage) -> str:
         return f"the OU run at {fmt(r_ou)} x bound, within the minimum margin {MIN_MARGIN:g} of it"
     if r_ou >= 1.0 and stage.clusters > 1 and not stage.antipodal:
         return f"the OU run at {fmt(r_ou)} x bound ends in {stage.clusters} clusters, not an antipodal pair (a saddle)"
-    if abs(margin_above(r_c, 1.0)) < MIN_MARGIN:
-        return f"the control at {fmt(r_c)} x bound, within the minimum margin {MIN_MARGIN:g} of it"
+    if margin_above(r_c, 1.0) < MIN_MARGIN:
+        # The turned control moves by about Omega L: a longer window gives it more power (not so a swing).
+        return (
+            f"the control at {fmt(r_c)} x bound, not above it by the minimum margin {MIN_MARGIN:g} (it turns: a longer "
+            "window holds more of its motion)"
+        )
     return ""
 
 
@@ -820,19 +860,17 @@ def _pair_start(cfg_yaml: str, seed: int):
 def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     cfg, trajs, procs, length, st, it = _pair_start(cfg_yaml, seed)
     dt, spacing = float(it["dt"]), float(it["dt"]) * int(it["save_every"])
-    ou, osc = procs["ou"], procs["oscillating"]
+    ou = procs["ou"]
     o = trajs["ou"]
-    omega, g = float(cfg["oscillating"]["omega"]), 1.0 / length.tau_slow
-    omega_c = control_frequency(g, omega)
+    turn = control_turn(1.0 / length.tau_slow)
     s_noise = _seeds(seed)[5]
-    if omega_c < omega:
-        # The powered control: the same law at a pace the cloud can follow, from the same cloud, to the same T.
-        proc_c = Oscillating(osc.A_bar, osc.C, omega_c, osc.phase)
-        c = simulate(
-            o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=int(it["save_every"]),
-        )  # fmt: skip
-    else:
-        proc_c, c = osc, trajs["oscillating"]
+    # The control: the same OU law (its own noise) turned at g/4, from the same cloud, to the same T.
+    s_ctrl = _segment_seed(s_noise, 700)
+    proc_c = control_process(ou, turn, s_ctrl)
+    c = simulate(
+        o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=int(it["save_every"]),
+        seed=s_ctrl,
+    )  # fmt: skip
     # Look 0: the runs every other row uses, with the window and replicas of _settle (the same numbers), unless the
     # run ends in an antipodal pair whose slowest mode is slower than the single cluster's (then its own window).
     end = _end_state(o, ou, length.tau_slow)
@@ -865,14 +903,16 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         # Doubled, or on to what the window needs (a slow mode), 25% beyond it as _simulate_pair; up to the cap.
         target = min(cap, max(2.0 * T, 1.25 * need))
         add = math.ceil(round((target - T) / spacing, 6)) * spacing
-        o, c = _continue_both(o, c, ou, proc_c, add, it, _segment_seed(s_noise, 500 + k))
+        o, c = _continue_turned(
+            o, c, ou, proc_c, add, it, (_segment_seed(s_noise, 500 + k), _segment_seed(s_noise, 700 + k))
+        )
         stages.append(_stage(o, c, ou, _end_state(o, ou, length.tau_slow), dt, s_noise + 4 + 10 * k))
     final = stages[-1]
     return {
         "stages": stages,
         "final": final,
-        "omega_c": omega_c,
-        "powered": omega_c < omega,
+        "turn": turn,
+        "plane": control_plane(ou.A_bar),
         # Row 2's cap is the continuation's: a slow mode beyond it was not chased.
         "length": RunLength(length.base, final.T, cap, final.tau, final.tau_slow),
         "ou_traj": o,
@@ -881,9 +921,9 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
 
 
 def settle_row(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Row #2 of ``ou`` (the cloud settles), sequential: ``{"stages": [SettleStage, ...], "final", "omega_c",
-    "powered", "length", "ou_traj", "control_traj"}``. The control is the oscillating law at
-    :func:`control_frequency` (the drawn run where ``g >= omega``); while the row is undecided (:func:`_undecided`)
+    """Row #2 of ``ou`` (the cloud settles), sequential: ``{"stages": [SettleStage, ...], "final", "turn",
+    "plane", "length", "ou_traj", "control_traj"}``. The control is the OU law turned at :func:`control_turn` in
+    :func:`control_plane` (:func:`control_process`); while the row is undecided (:func:`_undecided`)
     both runs continue (T doubled, or to what a slow mode's window needs; at most :data:`SETTLE_CONTINUATIONS` times,
     up to :data:`SETTLE_CAP_FACTOR` x the run-length cap) and are judged again at the new window with fresh
     replicas; the verdict is the last look's."""
@@ -1228,13 +1268,7 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
             )
         extra = f" Its slope is at the finite-H floor ({floor_ratio:.2g} s_H)." if floor_ratio <= FLOOR_FACTOR else ""
         return head + why + extra
-    omega = float(cfg["oscillating"]["omega"])
-    which = (
-        f" (the oscillating law at omega_c = g = {fmt(sq['omega_c'])}; the drawn omega = {fmt(omega)} is faster than "
-        "the cluster can follow)"
-        if sq["powered"]
-        else ""
-    )
+    which = f" (the OU law turned at Omega = g/4 = {fmt(sq['turn'])}: {fmt(sq['turn'] * (win.end - win.start))} rad over the window)"
     # The OU run settled and the control stays within the bound: the position test has no power here.
     if SETTLED_FRACTION * ctrl.displacement < ctrl.late <= WANDER_FACTOR * ctrl.wander:
         why = (
@@ -1245,8 +1279,8 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         )
     else:
         why = (
-            "its weights move the stationary point too little (amplitude, or the heads' "
-            f"{cfg['heads']['count']} independent phases averaging the swing out) to tell it from a settled cloud."
+            "its weights turn the stationary point too little over this window to tell it from a settled cloud "
+            "within the run-length cap."
         )
     return f"Control without power at this set: the control{which} stays within {fmt(ctrl.ratio)} of the settling " + (
         f"bound in the window ({ctrl.text()}){seq}: " + why
@@ -1894,8 +1928,8 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settling_over_bound": s_ou.ratio,
         "settling_over_bound_control": s_ctrl.ratio,
         "settling_over_bound_oscillating": s_osc.ratio,
-        "settling_control_omega": sq["omega_c"],
-        "settling_control_powered": sq["powered"],
+        "settling_control_turn_rate": sq["turn"],
+        "settling_control_turn_radians": sq["turn"] * (swin.end - swin.start),
         "settling_looks": [stage.summary() for stage in sq["stages"]],
         "settling_run_length": dataclasses.asdict(sq["length"]) | {"needed": sq["length"].needed},
         "wander_scale": fin.wander,
@@ -1935,11 +1969,9 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     )
     g_c = 1.0 / length.tau_slow
     ctrl_name = (
-        f"the oscillating law at omega_c = min(omega, g) = {fmt(sq['omega_c'])} (the drawn omega = "
-        f"{fmt(float(cfg['oscillating']['omega']))} > g = {fmt(g_c)}: a cluster averages that swing; at g it follows "
-        "it), same cloud, means, amplitude and phases"
-        if sq["powered"]
-        else "the oscillating run (same cloud and means, non-integrable weights; omega <= g: the cluster follows it)"
+        f"the same OU law (its own noise) turned at Omega = g/4 = {fmt(sq['turn'])} (g = {fmt(g_c)}) in the plane of "
+        "the means' two leading axes, R_t Theta_t R_t^T: its stationary point keeps turning at a pace the cluster "
+        f"follows ({fmt(sq['turn'] * (swin.end - swin.start))} rad over the window); same cloud, judged like the OU run"
     )
     why_model = "the theory's relaxation statements are about the gradient flow (docs/model.md)"
     claim_1 = (
@@ -2005,8 +2037,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"wander between {WANDER_REPLICAS} independent noise replicas from the window's start)",
             bool(s_ou.ratio < 1.0) and swin.ok,
             ctrl_name,
-            f"{fmt(s_ctrl.ratio)} x bound"
-            + (f" (the drawn oscillating run, for reference: {fmt(s_osc.ratio)} x bound)" if sq["powered"] else ""),
+            f"{fmt(s_ctrl.ratio)} x bound (the drawn oscillating run, for reference: {fmt(s_osc.ratio)} x bound)",
             not bool(s_ctrl.ratio < 1.0),
             margin=margin_below(s_ou.ratio, 1.0),
             control_margin=margin_above(s_ctrl.ratio, 1.0),
@@ -2073,7 +2104,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
                 slope_0 / scale,
                 idx,
                 (o2.t[sidx], w2_ou, s_ou),
-                (c2.t[sidx_c], w2_c, s_ctrl, f"control (omega_c = {fmt(sq['omega_c'])})"),
+                (c2.t[sidx_c], w2_c, s_ctrl, f"control (turned at {fmt(sq['turn'])})"),
                 osc,
                 fl,
                 (scale_name, s_H / scale),

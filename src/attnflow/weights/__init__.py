@@ -9,11 +9,13 @@ from attnflow.weights.processes import (
     OrnsteinUhlenbeck,
     Oscillating,
     OUSampler,
+    Rotated,
     Sampled,
     ValueRule,
     WeightProcess,
     WeightSampler,
     as_process,
+    plane_rotation,
 )
 
 __all__ = [
@@ -23,9 +25,11 @@ __all__ = [
     "OUSampler",
     "Oscillating",
     "OrnsteinUhlenbeck",
+    "Rotated",
     "Sampled",
     "ValueRule",
     "WeightProcess",
     "WeightSampler",
     "as_process",
+    "plane_rotation",
 ]

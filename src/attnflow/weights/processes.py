@@ -239,6 +239,85 @@ class Oscillating(WeightProcess):
         return {**super().describe(), "omega": self.omega.tolist(), "phase": self.phase.tolist()}
 
 
+def plane_rotation(u: np.ndarray, v: np.ndarray, angle: float) -> np.ndarray:
+    """``R = exp(angle J)``, ``J = v u^T - u v^T``: the rotation by ``angle`` in the plane of the orthonormal ``u, v``
+    (``u`` towards ``v``), the identity on its complement: ``R = I + sin(angle) J - (1 - cos(angle)) (u u^T + v v^T)``."""
+    J = np.outer(v, u) - np.outer(u, v)
+    P = np.outer(u, u) + np.outer(v, v)
+    return np.eye(len(u)) + math.sin(angle) * J - (1.0 - math.cos(angle)) * P
+
+
+class Rotated(WeightProcess):
+    """``A_h(t) = R_t Atilde_h(t) R_t^T`` (and ``V_h`` alike), ``R_t`` the rotation by ``rate (t0 + t)`` in the plane
+    of the orthonormal ``u, v`` (:func:`plane_rotation`): the process ``inner`` seen in a frame that turns at
+    ``rate``. The ``gf`` field is equivariant (``v(R x; R A R^T) = R v(x; A)``), so a cloud of this law is a cloud
+    of ``inner`` carried by the turn: its stationary points turn rigidly at ``rate``, a path of infinite length
+    however ``inner`` converges. Dense heads only."""
+
+    def __init__(self, inner: WeightProcess, u: Any, v: Any, rate: float, t0: float = 0.0):
+        uu, vv = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
+        if uu.shape != (inner.d,) or vv.shape != (inner.d,):
+            raise InputError(f"u and v must be vectors of length d = {inner.d}; got {uu.shape} and {vv.shape}")
+        if not np.allclose([uu @ uu, vv @ vv, uu @ vv], [1.0, 1.0, 0.0], atol=1e-9):
+            raise InputError("u and v must be orthonormal")
+        if not math.isfinite(rate) or not math.isfinite(t0):
+            raise InputError(f"rate and t0 must be finite; got rate={rate}, t0={t0}")
+        self.inner, self.u, self.v, self.rate, self.t0 = inner, uu, vv, float(rate), float(t0)
+        self.H, self.d = inner.H, inner.d
+
+    def rotation(self, t: float) -> np.ndarray:
+        """``R_t``."""
+        return plane_rotation(self.u, self.v, self.rate * (self.t0 + float(t)))
+
+    def sampler(self, seed: int | None = None) -> WeightSampler:
+        return RotatedSampler(self, self.inner.sampler(seed))
+
+    @property
+    def gradient_flow(self) -> bool:
+        return self.inner.gradient_flow
+
+    def describe(self) -> dict:
+        return {**super().describe(), "inner": self.inner.describe(), "rate": self.rate, "t0": self.t0}
+
+
+class RotatedSampler(WeightSampler):
+    """:class:`Rotated`'s realisation: ``inner``'s heads at ``t``, turned by ``R_t``; state and breaks are inner's."""
+
+    def __init__(self, process: Rotated, inner: WeightSampler):
+        self.process, self.inner = process, inner
+
+    def _turn(self, h: Heads, t: float) -> Heads:
+        if (
+            h.Q is not None
+            or h.bias_q is not None
+            or h.bias_k is not None
+            or h.bias_v is not None
+            or h.rope is not None
+        ):
+            raise InputError("Rotated takes dense heads (A_h, V_h) without biases or rotary embeddings")
+        R = torch.from_numpy(self.process.rotation(t)).to(h.K.dtype)
+        turn = lambda M: R @ M @ R.T
+        return Heads(K=turn(h.K), V=None if h.V is None else turn(h.V))
+
+    def __call__(self, t: float) -> Heads:
+        return self._turn(self.inner(float(t)), float(t))
+
+    def left(self, t: float) -> Heads:
+        return self._turn(self.inner.left(float(t)), float(t))
+
+    def next_break(self, t: float) -> float:
+        return self.inner.next_break(t)
+
+    def forget_before(self, t: float) -> None:
+        self.inner.forget_before(t)
+
+    def get_state(self) -> dict:
+        return self.inner.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.inner.set_state(state)
+
+
 class OrnsteinUhlenbeck(WeightProcess):
     """``dA_h = -rate (A_h - Abar_h) dt + sigma dS_h``, sampled with its exact Gaussian transition
 
