@@ -193,3 +193,26 @@ def test_ou_row_1_by_position_rejects_a_cloud_held_off_its_rest_point():
     off = relaxation._position_row(o, planted, sidx, tidx, fs)
     assert off["late"] > relaxation.FLOOR_FACTOR * 1.1
     assert off["late"] == pytest.approx(math.sqrt(9.0 + pos["late"] ** 2), abs=pos["late"] + 0.2)
+
+
+def test_wander_replicas_run_as_one_batch_equal_the_single_runs():
+    """``wander_scale`` runs its replicas as one ensemble: each member equals the single run with its noise seed (an
+    independent implementation, :func:`attnflow.simulate` one replica at a time), to rounding."""
+    from attnflow.analysis.distances import wasserstein_sphere
+    from attnflow.weights.processes import OrnsteinUhlenbeck
+
+    cfg = experiment_config("ou", quick=True, sets=["tokens.n=16", "heads.count=4", "integration.t_end=4"])
+    trajs, procs = relaxation._runs(cfg, 0)
+    o, ou = trajs["ou"], procs["ou"]
+    k, dt = len(o.t) // 2, float(cfg["integration"]["dt"])
+    batched = relaxation.wander_scale(o, ou, k, 3, dt, 7)
+    n = max(1, int(round(float(o.t[-1] - o.t[k]) / dt)))
+    single = []
+    for r in range(3):
+        proc = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[k])
+        rep = simulate(o.x[k], proc, model="gf", t_end=n * dt, dt=dt, method="rk4", save_every=n,
+                       seed=relaxation._segment_seed(7, 1000 + r))  # fmt: skip
+        single.append(wasserstein_sphere(o.x[-1], rep.x[-1]).value)
+    assert np.all(batched > 0) and np.allclose(batched, single, rtol=1e-9, atol=1e-12)
+    # Control: another seed's replicas are another wander (the seed reaches every member).
+    assert not np.allclose(relaxation.wander_scale(o, ou, k, 3, dt, 8), single, rtol=1e-3)
