@@ -7,6 +7,7 @@ match ``s_follow`` within three standard errors (the run's own, from its integra
 Monte Carlo's), and the factor-1 scale ``s_H`` (the negative control) must miss it by more at ``g/r`` small."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from attnflow.analysis.limits import stationarity
 from attnflow.core.heads import goe_heads
 from attnflow.dynamics.infinite import GaussianHeads
+from attnflow.experiments import relaxation
 from attnflow.experiments.floors import correlated_means
 from attnflow.experiments.relaxation import (
     cluster_modes,
@@ -283,3 +285,8 @@ def test_a_pair_held_off_its_rest_point_by_noise_is_still_a_pair_a_saddle_is_not
     saddle = np.concatenate([np.tile(low, (4, 1)), np.tile(-low, (6, 1))])
     sad = following_scale(saddle, ou, 16, 7)
     assert not sad.applies and sad.scale == sad.s_H and "a saddle" in sad.describe()
+    # Row 2 calls the same clouds the same (its window in units of the pair's slowest mode; a saddle is no pair).
+    end = lambda c: relaxation._end_state(SimpleNamespace(x=c[None], diagnostics={"clusters": [2]}), ou, 0.5)
+    clusters, antipodal, slow = end(cloud)
+    assert antipodal and slow == pytest.approx(1.0 / fs.rates.min())
+    assert end(saddle) == (2, False, 0.5)

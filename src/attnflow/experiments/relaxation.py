@@ -806,10 +806,13 @@ def _undecided(stage: SettleStage) -> str:
 
 def _end_state(o, ou: OrnsteinUhlenbeck, tau_slow: float) -> tuple[int, bool, float]:
     """The OU run's final cloud for row #2: its cluster count, whether it is an antipodal pair, and the slow time
-    of its window, the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode."""
+    of its window, the slower of ``tau_slow`` (the single cluster's ``1/g``) and an antipodal pair's slowest mode.
+    An antipodal pair is what rows 1 and 3 call one (:func:`following_scale`): two clusters from whose centres Newton
+    reaches a rest pair of ``Theta_inf``, antipodal within :data:`ANTIPODAL_TOL`, all of whose modes relax (the
+    cloud's own centres sit off it by the heads' noise)."""
     clusters = int(o.diagnostics["clusters"][-1])
-    antipodal = _is_antipodal_pair(o.x[-1], clusters)
-    return clusters, antipodal, max(tau_slow, _pair_slow_time(o.x[-1], ou)) if antipodal else tau_slow
+    pair = _pair_slow_time(o.x[-1], ou) if clusters == 2 else 0.0
+    return clusters, pair > 0.0, max(tau_slow, pair)
 
 
 def _undecided_looks(stages: list[SettleStage]) -> str:
@@ -841,12 +844,6 @@ def _pair_slow_time(x: np.ndarray, ou: OrnsteinUhlenbeck) -> float:
         else _rest_pair(split, len(x), GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate)))
     )
     return 0.0 if pair is None else 1.0 / float(pair.rates.min())
-
-
-def _is_antipodal_pair(x: np.ndarray, clusters: int) -> bool:
-    """The final cloud is two clusters whose centres are antipodal within :data:`ANTIPODAL_TOL` (a rest point)."""
-    pair = _antipodal_pair(x) if clusters == 2 else None
-    return pair is not None and pair[2] < -1.0 + ANTIPODAL_TOL
 
 
 def _pair_start(cfg_yaml: str, seed: int):
