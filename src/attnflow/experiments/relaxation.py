@@ -107,7 +107,7 @@ SETTLED_FRACTION = 0.1
 WANDER_FACTOR = 2.0
 #: Replica runs behind the wander scale ``w_H``. The worst case is a one-dimensional wander (the circle, or one slow
 #: mode carrying it): each replica's ``W2`` is then ``|N(0, w^2)|`` and the rms of ``n`` of them scatters by
-#: ``1/sqrt(2 n)`` relative. At ``n = 4`` (until 2026-12-02 11:20) that is 35%, and a settled cloud fails the bound
+#: ``1/sqrt(2 n)`` relative. At ``n = 4`` (until 2026-12-02 11:05) that is 35%, and a settled cloud fails the bound
 #: whenever ``w_H`` comes out below about 0.55 of its value (chi^2_4 < 1.2: 12% of looks); at 16, 18% and 0.3%.
 WANDER_REPLICAS = 16
 #: Slope floor: the late-window rms slope ``|dF|(mu_t, Theta_t)`` is "at the finite-H floor" when it is at
