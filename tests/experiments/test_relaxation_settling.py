@@ -109,7 +109,7 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     """``ou`` row 1's control is the same run's transient ``[0, 3 tau)`` against the same rest configuration (by
     position: the final cloud is one cluster or an antipodal pair), rejected with a margin. Planted without power,
     the control is not rejected and the row is not a PASS and says why: the late states given as the "transient"
-    (row 1), a zero-amplitude oscillating run, which settles (row 2's control); ``oscillating``'s no-relaxation
+    (row 1), the OU law not turned, which settles (row 2's control); ``oscillating``'s no-relaxation
     row (a lock-in test at omega) then finds no motion locked to omega."""
     res = run_experiment("ou", quick=True, seed=0, sets=SMALL)
     h, stat = res.headline, res.predictions[0]
@@ -130,10 +130,13 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     assert 0 < h["following_over_s_H"] <= 1.0
     assert h["transient_window"][0] == 0.0 and h["transient_window"][1] < h["window"][0]
     monkeypatch.setattr(relaxation, "transient_window", lambda t, tau: np.arange(len(t) // 2, len(t)))
+    monkeypatch.setattr(relaxation, "control_turn", lambda g: 0.0)  # row 2's control: the OU law, not turned
     bad = run_experiment("ou", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     for p in bad.predictions[:2]:
         assert p.passed and not p.control_rejected and not p.ok
         assert "Control without power" in p.explanation, p.explanation
+    # Row 2 looked again while its control stayed within the bound (a turn would gain power; this one cannot).
+    assert bad.headline["settling_looks"][0]["undecided"] and len(bad.headline["settling_looks"]) > 1
     assert bad.headline["rest_distance_transient_rms_over_wander"] <= relaxation.FLOOR_FACTOR
     osc = run_experiment("oscillating", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     row = osc.predictions[4]
