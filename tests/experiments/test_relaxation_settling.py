@@ -129,7 +129,10 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     assert tr == pytest.approx(h["slope_limit_law_transient_rms_over_s_H"] / h["following_over_s_H"], rel=1e-9)
     assert 0 < h["following_over_s_H"] <= 1.0
     assert h["transient_window"][0] == 0.0 and h["transient_window"][1] < h["window"][0]
-    monkeypatch.setattr(relaxation, "transient_window", lambda t, tau: np.arange(len(t) // 2, len(t)))
+    # The position's control window is the first relaxation time, inside the slope test's [0, 3 tau).
+    pw = h["position_control_window"]
+    assert pw[0] == 0.0 and pw[1] < h["relaxation_time"] < h["transient_window"][1]
+    monkeypatch.setattr(relaxation, "transient_window", lambda t, tau, taus=3: np.arange(len(t) // 2, len(t)))
     monkeypatch.setattr(relaxation, "control_turn", lambda g: 0.0)  # row 2's control: the OU law, not turned
     bad = run_experiment("ou", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     for p in bad.predictions[:2]:

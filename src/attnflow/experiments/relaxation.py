@@ -648,11 +648,19 @@ def settling(traj, start: float, wander: float) -> Settling:
     return Settling(float(late.max()), full, float(wander))
 
 
-def transient_window(t: np.ndarray, tau: float) -> np.ndarray:
-    """Indices of the transient ``[0, WINDOW_TAUS tau)``, ``tau`` the run's relaxation time: the cloud before it
-    relaxed (the cluster forms in about ``tau``). At least the first two saved states."""
+#: Row 1 by position takes its control, the cloud before it relaxed, over ``[0, tau)``: a token's distance to its
+#: rest point is largest at the start and falls as the cloud collapses, so the rms over ``[0, tau)`` is at least the
+#: rms over ``[0, 3 tau)`` at every set where it does (all 20 of ``--seed 9``: 1.3-1.8 times it). The slope test keeps
+#: ``[0, 3 tau)``: the uniform start is nearly a critical configuration, its slope is largest during the collapse.
+#: (``3`` until 2026-12-02 11:50, when the position control lacked power at ``H = 8``, ``sigma ~ 0.47``.)
+POSITION_CONTROL_TAUS = 1.0
+
+
+def transient_window(t: np.ndarray, tau: float, taus: float = WINDOW_TAUS) -> np.ndarray:
+    """Indices of the transient ``[0, taus tau)`` (default ``WINDOW_TAUS = 3``), ``tau`` the run's relaxation time:
+    the cloud before it relaxed (the cluster forms in about ``tau``). At least the first two saved states."""
     t = np.asarray(t)
-    n = int(np.count_nonzero(t < WINDOW_TAUS * tau)) if math.isfinite(tau) else len(t) // 2
+    n = int(np.count_nonzero(t < taus * tau)) if math.isfinite(tau) else len(t) // 2
     return np.arange(max(2, min(n, len(t))))
 
 
@@ -1900,7 +1908,8 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     # w_follow a cloud following its heads shows; the slope of a mode of rate g is only g times its displacement,
     # so a slope test cannot see a slow mode or tell a near-critical start (the uniform cloud) from a rest point.
     fs_pos = fs if o2 is traj else following_scale(o2.x[-1], ou, FLOOR_DRAWS, _seeds(seed)[5] + 3)
-    pos = _position_row(traj, o2, sidx, tidx, fs_pos) if fs_pos.applies else None
+    pidx = transient_window(traj.t, window.tau, POSITION_CONTROL_TAUS)
+    pos = _position_row(traj, o2, sidx, pidx, fs_pos) if fs_pos.applies else None
     headline = {
         "stationarity_statistic": "position" if pos else "slope",
         "rest_distance_late_rms_over_wander": pos["late"] if pos else None,
@@ -1911,6 +1920,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "rest_cluster_angle_degrees": fs_pos.angle if pos else None,
         "slope_limit_law_transient_rms_over_s_H": rms_tr / s_H,
         "transient_window": [float(traj.t[tidx[0]]), float(traj.t[tidx[-1]])],
+        "position_control_window": [float(traj.t[pidx[0]]), float(traj.t[pidx[-1]])] if pos else None,
         "slope_limit_law_late_rms_over_s_H": rms_inf / s_H,
         "slope_t0_law_late_rms_over_s_H": st_0 * scale / s_H,
         "slope_limit_law_start_over_s_H": float(slope_inf[0]) / s_H,
@@ -1992,8 +2002,8 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
             f"<= {FLOOR_FACTOR:g} w_follow = {fmt(FLOOR_FACTOR * w)} rad (w_follow^2 = sum over modes of "
             "E[phi_m^2] / (g_m (g_m + r)), FollowingScale.wander_total)",
             bool(pos["late"] <= FLOOR_FACTOR) and swin.ok,
-            f"the same run's transient t in [0, {traj.t[tidx[-1]]:.3g}] ({WINDOW_TAUS:g} tau: the cloud before it "
-            "relaxed) against the same rest configuration",
+            f"the same run before it relaxed, t in [0, {traj.t[pidx[-1]]:.3g}] ({POSITION_CONTROL_TAUS:g} tau, tau = "
+            f"{fmt(window.tau)}), against the same rest configuration",
             f"{fmt(pos['transient'])} w_follow (t = 0: {fmt(pos['start'])} w_follow; the slope test's transient, "
             f"for reference: {fmt(st_tr)} {scale_name})",
             not bool(pos["transient"] <= FLOOR_FACTOR),
@@ -2109,7 +2119,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
                 osc,
                 fl,
                 (scale_name, s_H / scale),
-                (o2.t, pos["series"], swin.start, float(traj.t[tidx[-1]])) if pos else None,
+                (o2.t, pos["series"], swin.start, float(traj.t[pidx[-1]])) if pos else None,
             ),
         },
         configs=[],
