@@ -1288,8 +1288,10 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         )
     else:
         why = (
-            "its weights turn the stationary point too little over this window to tell it from a settled cloud "
-            "within the run-length cap."
+            f"over the window the cap allows, its turn moved it {fmt(ctrl.late)}, against a bound of {fmt(ctrl.bound)} "
+            f"({fmt(WANDER_FACTOR * ctrl.wander / ctrl.bound)} of it the finite-H wander, w_H = {fmt(ctrl.wander)} rad "
+            f"at H = {cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}): a turning cloud cannot be told from a "
+            "settled one that wanders here."
         )
     return f"Control without power at this set: the control{which} stays within {fmt(ctrl.ratio)} of the settling " + (
         f"bound in the window ({ctrl.text()}){seq}: " + why
