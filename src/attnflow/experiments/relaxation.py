@@ -34,8 +34,9 @@ the settling window is below ``SETTLED_FRACTION W2(mu_0, mu_T) + WANDER_FACTOR w
 (:class:`Settling`), ``w_H`` the finite-``H`` wander measured by replica runs with independent heads'
 noise (:func:`wander_scale`). ``ou``'s settling row is sequential (:func:`settle_row`): its control is the
 same OU law turned at ``g / 4`` in the plane of the means' two leading axes (:func:`control_process`, a stationary
-point that keeps moving at a pace the cluster can follow), and an undecided look continues both runs and judges them again on a later window (:data:`SETTLE_CONTINUATIONS`,
-:data:`SETTLE_CAP_FACTOR`); the other rows keep the runs above.
+point that keeps moving at a pace the cluster can follow), and an undecided look continues both runs and judges
+them again on a later window (:data:`SETTLE_CONTINUATIONS`, :data:`SETTLE_CAP_FACTOR`); the other rows keep the runs
+above.
 
 ``oscillating``'s no-relaxation row is phase-resolved (:func:`lockin_pair`): the cloud's component at the
 weights' frequency ``omega`` over the settling window (continued to :data:`LOCKIN_PERIODS` periods, and while
@@ -441,13 +442,17 @@ def _continued(traj, process, t_add: float, it: dict[str, Any], seed: int | None
     )
 
 
+def _continue_ou(o, ou: OrnsteinUhlenbeck, add: float, it: dict[str, Any], seed: int):
+    """The OU run ``o`` continued by ``add`` with fresh noise ``seed`` from its last heads (a Markov continuation)."""
+    return _continued(o, OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seed), add, it, seed)
+
+
 def _continue_both(o, c, ou: OrnsteinUhlenbeck, osc: Oscillating, add: float, it: dict[str, Any], seed: int):
     """The OU run ``o`` and the oscillating run ``c`` (ending at the same time) continued by ``add``: OU with fresh
-    noise ``seed`` from its last heads (a Markov continuation), the oscillating weights at their phase."""
+    noise ``seed`` from its last heads (:func:`_continue_ou`), the oscillating weights at their phase."""
     T = float(o.t[-1])
-    ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seed)
     osc_next = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * T)
-    return _continued(o, ou_next, add, it, seed), _continued(c, osc_next, add, it, None)
+    return _continue_ou(o, ou, add, it, seed), _continued(c, osc_next, add, it, None)
 
 
 def _segment_seed(seed: int, j: int) -> int:
@@ -750,10 +755,9 @@ def _continue_turned(o, c, ou: OrnsteinUhlenbeck, proc_c: Rotated, add: float, i
     fresh noise from its last heads (Markov continuations; the control's heads unturned by ``R_T``, then turned on
     from ``T``)."""
     T = float(o.t[-1])
-    ou_next = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seeds[0])
     R = proc_c.rotation(T - proc_c.t0)
     c_next = control_process(ou, proc_c.rate, seeds[1], A0=np.einsum("ji,hjk,kl->hil", R, c.A[-1], R), t0=T)
-    return _continued(o, ou_next, add, it, seeds[0]), _continued(c, c_next, add, it, seeds[1])
+    return _continue_ou(o, ou, add, it, seeds[0]), _continued(c, c_next, add, it, seeds[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -921,7 +925,7 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         "stages": stages,
         "final": final,
         "turn": turn,
-        "plane": control_plane(ou.A_bar),
+        "plane": (proc_c.u, proc_c.v),
         # Row 2's cap is the continuation's: a slow mode beyond it was not chased.
         "length": RunLength(length.base, final.T, cap, final.tau, final.tau_slow),
         "ou_traj": o,
@@ -1889,6 +1893,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     w2_c, _ = _settling(c2, sidx_c)
     s_ou, s_ctrl = fin.ou, fin.control
     s_osc = st["oscillating"]
+    turned = sq["turn"] * (swin.end - swin.start)  # the control's turn over the settling window, radians
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
     s_H = fl["scale"]
@@ -1942,7 +1947,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
         "settling_over_bound_control": s_ctrl.ratio,
         "settling_over_bound_oscillating": s_osc.ratio,
         "settling_control_turn_rate": sq["turn"],
-        "settling_control_turn_radians": sq["turn"] * (swin.end - swin.start),
+        "settling_control_turn_radians": turned,
         "settling_looks": [stage.summary() for stage in sq["stages"]],
         "settling_run_length": dataclasses.asdict(sq["length"]) | {"needed": sq["length"].needed},
         "wander_scale": fin.wander,
@@ -1984,7 +1989,7 @@ def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | No
     ctrl_name = (
         f"the same OU law (its own noise) turned at Omega = g/4 = {fmt(sq['turn'])} (g = {fmt(g_c)}) in the plane of "
         "the means' two leading axes, R_t Theta_t R_t^T: its stationary point keeps turning at a pace the cluster "
-        f"follows ({fmt(sq['turn'] * (swin.end - swin.start))} rad over the window); same cloud, judged like the OU run"
+        f"follows ({fmt(turned)} rad over the window); same cloud, judged like the OU run"
     )
     why_model = "the theory's relaxation statements are about the gradient flow (docs/model.md)"
     claim_1 = (
