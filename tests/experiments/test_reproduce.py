@@ -14,7 +14,15 @@ from attnflow.cli.main import app
 from attnflow.dynamics.lipschitz import lipschitz_bound
 from attnflow.experiments import ExperimentConfigError, experiment_config, relaxation
 from attnflow.experiments.edi import _order, _rms
-from attnflow.experiments.heads import COMPETING, _decide, _exponent_fit, _ratio_margin, batches_needed
+from attnflow.experiments.heads import (
+    COMPETING,
+    NO_FIT_BATCHES,
+    _decide,
+    _exponent_fit,
+    _ratio_margin,
+    adds_batch,
+    batches_needed,
+)
 from attnflow.experiments.relaxation import FLOOR_FACTOR, bures_wasserstein, floor_scale, law_path_length
 from attnflow.experiments.report import README_BEGIN, README_END
 from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
@@ -280,28 +288,51 @@ def test_reproduce_rejects_unknown_names(tmp_path):
     assert r.exit_code == 2 and "unknown experiment" in r.output
 
 
-def test_batches_needed_projects_the_interval_and_the_projection_decides():
-    """The sequential design's stopping rule: the CI's half-width towards the nearer decision, shrunk like
-    1/sqrt(seeds) around the estimate. Closed forms, the undecidable band, and on synthetic floors the
-    projected number of seeds decides where 8 seeds did not (control: a quarter of them does not)."""
-    # Pass side: the upper end 0.3 must come below 0.25 x 0.9 = 0.225: (0.2 / 0.125)^2 = 2.56 batches.
-    assert batches_needed([0.0, 0.3], 0.1, 0.5, 1) == pytest.approx(2.56)
-    # Fail side: the lower end 0.2 must rise above 0.25: (0.2 / 0.15)^2 x 2 batches.
-    assert batches_needed([0.2, 0.6], 0.4, 0.5, 2) == pytest.approx(2 * (0.2 / 0.15) ** 2)
-    assert math.isinf(batches_needed([0.1, 0.4], 0.24, 0.5, 1))  # inside the margin band: never decided
-    assert math.isinf(batches_needed([0.1, 0.4], 0.2, -0.1, 1))  # no gap to the competing law
-    assert math.isnan(batches_needed([math.nan, math.nan], math.nan, 0.5, 1))  # no fit: nothing to project
+def test_batches_needed_projects_the_interval_width_not_the_estimate():
+    """The sequential design's projection: the CI's half-width, shrinking like 1/sqrt(seeds), against the
+    distance an interval centred on the prediction needs from the midpoint. Closed forms; the estimate's
+    location does not enter (an interval inside the margin band is still decidable by more seeds)."""
+    # Half-width 0.15 must come below 0.25 x 0.9 = 0.225: (0.15 / 0.225)^2 batches.
+    assert batches_needed([0.0, 0.3], 0.5, 1) == pytest.approx((0.15 / 0.225) ** 2)
+    assert batches_needed([0.2, 0.6], 0.5, 2) == pytest.approx(2 * (0.2 / 0.225) ** 2)
+    assert batches_needed([0.1, 0.4], 0.5, 1) == pytest.approx(
+        batches_needed([0.0, 0.3], 0.5, 1)
+    )  # the band: same width
+    assert math.isinf(batches_needed([0.1, 0.4], -0.1, 1))  # no gap to the competing law
+    assert math.isnan(batches_needed([math.nan, math.nan], 0.5, 1))  # no fit: nothing to project
+    undecided = {"decision": "undecided", "gap": 0.5}
+    assert adds_batch({**undecided, "ratio": {"ci": [0.0, 0.3]}}, 1, 12)
+    assert not adds_batch({**undecided, "ratio": {"ci": [0.0, 0.3]}}, 12, 12)  # the budget is spent
+    assert not adds_batch({**undecided, "ratio": {"ci": [-1.0, 2.0]}}, 1, 12)  # 44 batches: beyond the budget
+    assert not adds_batch({"decision": "pass", "gap": 0.5, "ratio": {"ci": [-0.1, 0.1]}}, 1, 12)
+    nofit = {**undecided, "ratio": {"ci": [math.nan, math.nan]}}
+    assert adds_batch(nofit, NO_FIT_BATCHES - 1, 12) and not adds_batch(nofit, NO_FIT_BATCHES, 12)
+
+
+def _design(law: float, rng_seed: int, noise: float = 0.3, cap: int = 12) -> tuple[dict, int]:
+    """The sequential design (heads.adds_batch) on synthetic floors, batches of 8 seeds at H = 16, 32, 64
+    (the same draws whatever ``cap``)."""
     Hs = np.array([16.0, 32, 64])
-    rng = np.random.default_rng(4)
-    floors, ab, pred, ok = _synthetic_heads(rng, Hs, 8 * 40, 0.0, 0.4)
-    first = _exponent_fit(Hs, floors[:, :8], ab[:, :8], pred[:, :8], ok[:, :8], 3, 1)
-    assert first["decision"] == "undecided"
-    need = batches_needed(first["ratio"]["ci"], first["ratio"]["exponent"], first["gap"], 1)
-    assert 1 < need < 40, need
-    n = 8 * math.ceil(need)
-    at = _exponent_fit(Hs, floors[:, :n], ab[:, :n], pred[:, :n], ok[:, :n], 3, 1)
-    assert at["decision"] == "pass", (need, at["ratio"]["ci"])
-    quarter = max(8, n // 4)
-    if quarter < n:
-        few = _exponent_fit(Hs, floors[:, :quarter], ab[:, :quarter], pred[:, :quarter], ok[:, :quarter], 3, 1)
-        assert few["decision"] == "undecided", (need, few["ratio"]["ci"])
+    floors, ab, pred, ok = _synthetic_heads(np.random.default_rng(rng_seed), Hs, 8 * 12, law, noise)
+    b = 1
+    while True:
+        n = 8 * b
+        fit = _exponent_fit(Hs, floors[:, :n], ab[:, :n], pred[:, :n], ok[:, :n], 3, 1)
+        if not adds_batch(fit, b, cap):
+            return fit, b
+        b += 1
+
+
+def test_the_design_decides_a_correct_law_whose_first_batch_landed_near_the_midpoint():
+    """At the noise of a d = 3 set (log-noise 0.3 per seed), draws of a correct law (ratio exponent 0) whose first
+    8 seeds landed near the midpoint (estimate 0.18 against 0.23, and 0.26 above it): a projection around the
+    estimate said 17 and 31 batches and stopped them undecided (a FAIL); the width's projection goes on, and more
+    seeds decide PASS. Control: the competing law planted at the same draws is never passed (it fails)."""
+    for k in (1, 15):
+        first = _design(0.0, k, cap=1)[0]
+        mid = 0.5 * first["gap"]
+        assert first["decision"] == "undecided" and first["ratio"]["exponent"] > 0.75 * mid, first["ratio"]
+        fit, b = _design(0.0, k)
+        assert fit["decision"] == "pass" and 1 < b <= 12, (k, b, fit["ratio"]["ci"])
+        wrong, _ = _design(0.45, k)  # floors ~ H^(-1/2) over constants ~ H^(-0.95)
+        assert wrong["decision"] == "fail", (k, wrong["ratio"]["ci"])

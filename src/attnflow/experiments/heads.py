@@ -514,24 +514,28 @@ def _decide(ci: list[float], gap: float) -> str:
     return "undecided"
 
 
-def batches_needed(ci: list[float], estimate: float, gap: float, batches: int) -> float:
-    """The batches at which an undecided exponent verdict would be decided, from the run's own interval:
-    its half-width towards the nearer decision shrinks like ``1/sqrt(seeds)`` around the ``estimate``.
-    A PASS needs the upper end below ``gap/2 (1 - MIN_MARGIN)``, a FAIL the lower end above ``gap/2``;
-    an estimate between the two is decided by no number of seeds (``inf``)."""
+def batches_needed(ci: list[float], gap: float, batches: int) -> float:
+    """The batches at which the interval would decide whichever of the two laws holds: its half-width
+    ``(hi - lo) / 2`` shrinks like ``1/sqrt(seeds)``, and an interval centred on the prediction (exponent 0)
+    passes once the half-width is below ``gap/2 (1 - MIN_MARGIN)`` (one centred on the competing law fails
+    once it is below ``gap/2``, a weaker demand). The estimate's own location is not used: it is a draw,
+    and a projection that took it for the truth would stop exactly the runs whose first batch landed near
+    the midpoint. ``nan`` without a fit, ``inf`` without a positive gap."""
     lo, hi = ci
-    mid = 0.5 * gap
-    if not all(math.isfinite(v) for v in (lo, hi, estimate, gap)):
+    if not all(math.isfinite(v) for v in (lo, hi, gap)):
         return math.nan  # no fit: nothing to project (the caller's NO_FIT_BATCHES)
     if gap <= 0:
         return math.inf
-    if estimate < mid * (1.0 - MIN_MARGIN):
-        spread, room = hi - estimate, mid * (1.0 - MIN_MARGIN) - estimate
-    elif estimate > mid:
-        spread, room = estimate - lo, estimate - mid
-    else:
-        return math.inf
-    return batches * (max(spread, 0.0) / room) ** 2
+    return batches * (0.5 * (hi - lo) / (0.5 * gap * (1.0 - MIN_MARGIN))) ** 2
+
+
+def adds_batch(fit: dict[str, Any], batches: int, cap: int) -> bool:
+    """The sequential design's step: whether a further batch of seeds runs after ``batches`` of them, i.e. the
+    exponent verdict is undecided, the budget ``cap`` is not spent and :func:`batches_needed` (stored in
+    ``fit["batches_needed"]``) says a decision is within it (without a fit, up to :data:`NO_FIT_BATCHES`)."""
+    need = fit["batches_needed"] = batches_needed(fit["ratio"]["ci"], fit["gap"], batches)
+    within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap
+    return fit["decision"] == "undecided" and batches < cap and within
 
 
 def _ratio_margin(ci: list[float], gap: float) -> float:
@@ -653,17 +657,14 @@ def experiment_heads(
             per_H.append(_seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h]))
             done += 1
         # The sequential design: while the ratio's CI straddles the midpoint between the prediction and the
-        # competing law, add a batch of as many seeds at the tail's H, as long as the interval says a decision
-        # lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is trusted on.
+        # competing law, add a batch of as many seeds at the tail's H, as long as the interval's width says a
+        # decision lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is
+        # trusted on.
         S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
         while True:
             floors, ab, pred, settled = _arrays(per_H, S * batches)
             fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
-            need = fit["batches_needed"] = batches_needed(
-                fit["ratio"]["ci"], fit["ratio"]["exponent"], fit["gap"], batches
-            )
-            within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap_b
-            if fit["decision"] != "undecided" or batches >= cap_b or not within:
+            if not adds_batch(fit, batches, cap_b):
                 break
             new = [seed + batches * S + s for s in range(S)]
             total += len(tail_H)
