@@ -27,7 +27,7 @@ exponent of measured / predicted (geometric mean over settled seeds) against ``H
 largest ``H`` is 0, tested against the competing law ``H^(-1/2)`` (ratio exponent ``-1/2 - p``, ``p``
 the predicted constants' own exponent, about 1/2): the bootstrap CI lies below the midpoint
 (:func:`_decide`). While the CI straddles the midpoint the verdict is undecided and a batch of
-``seeds`` more seeds runs at the tail's ``H`` (the sequential design) while the run's own interval says a
+``seeds`` more seeds runs at the tail's ``H`` (the sequential design) while the width of the run's own interval says a
 decision lies within ``seed_batches`` batches (:func:`batches_needed`); undecided when it stops is a FAIL
 (not enough seeds). Control: the same on the late mean of ``|dF|`` (not
 squared, ``~ H^(-1/2)``) over the predicted floors. Unsettled seeds are listed, not averaged in.
@@ -89,7 +89,7 @@ BOOTSTRAP = 2000
 COMPETING = -0.5
 #: The sequential design's ceiling, a compute budget (each batch costs what the tail's ``H`` cost once):
 #: seeds are added in batches of ``seeds`` at the tail's ``H`` while the exponent verdict is undecided and
-#: the run's own interval says a decision is within reach (:func:`batches_needed`), up to this many
+#: the width of the run's own interval says a decision is within reach (:func:`batches_needed`), up to this many
 #: batches; undecided when it stops is a FAIL, with the batches a decision would need.
 SEED_BATCHES = 12
 #: Without a fit (fewer than two ``H`` with settled seeds) there is no interval to project: batches are added
@@ -961,9 +961,8 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
         need = f.get("batches_needed", math.inf)
         cap = int(r["config"]["seed_batches"])
         stop = (
-            "the estimate lies within the minimum margin of the midpoint, where no number of seeds decides"
-            if math.isinf(need)
-            else f"a decision would need about {math.ceil(need)} batches at this scatter, beyond the budget of {cap}"
+            f"even if the prediction held, a decision would need about {math.ceil(need)} batches at this scatter, "
+            f"beyond the budget of {cap}"
             if need > cap
             else f"the budget of {cap} batches was spent"
         )
