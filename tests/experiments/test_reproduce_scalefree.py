@@ -43,6 +43,7 @@ from attnflow.experiments.heads import (
     SeedFloor,
     _constant_check,
     family_z,
+    seed_bound,
 )
 from attnflow.experiments.random_sets import draw
 from attnflow.experiments.relaxation import finite_h_path_length
@@ -112,18 +113,41 @@ def test_per_seed_bound_holds_its_level_for_any_number_of_seeds():
         assert abs(rate - FAMILY_LEVEL) < 5 * math.sqrt(FAMILY_LEVEL / 200_000)
         # Control: the fixed per-seed 3 fails a correct constant far more often as n grows.
         assert float(np.mean(worst > 3.0)) > 2.5 * FAMILY_LEVEL
-    # In the check: a seed 3.5 standard errors out (beyond RATIO_TOL) passes among 24 seeds, not alone.
+    # In the check: a seed 3.5 standard errors low (beyond RATIO_TOL) passes among 24 seeds, not alone.
     tol = math.log1p(RATIO_TOL)
     se = 0.1
-    out = math.exp(tol + 3.5 * se)
+    out = math.exp(-tol - 3.5 * se)
     rows = _rows([1.0] * 23 + [out], se=se)
     many = _constant_check(rows)
     assert many["z"] == pytest.approx(family_z(24)) and many["margin"] > 0
     se_log = rows[-1].se_log  # the window's error with the Monte Carlo error of the prediction
-    assert many["worst"][2] == pytest.approx(tol + family_z(24) * se_log)
-    assert math.log(out) > tol + 3.0 * se_log  # control: the old fixed 3 would have failed the set on that seed
-    # ... and 4.5 standard errors out fails among 24 seeds too.
+    assert many["worst"][2] == pytest.approx(-seed_bound(math.log(out), se_log, 24, tol))  # signed: the low side
+    assert -math.log(out) > tol + 3.0 * se_log  # control: the old fixed 3 would have failed the set on that seed
+    # ... and 4.5 standard errors out fails among 24 seeds too, on either side.
+    assert _constant_check(_rows([1.0] * 23 + [math.exp(-tol - 4.5 * se)], se=se))["margin"] < 0
     assert _constant_check(_rows([1.0] * 23 + [math.exp(tol + 4.5 * se)], se=se))["margin"] < 0
+
+
+def test_seed_bound_is_the_gamma_quantile_and_holds_its_level():
+    """A window mean of |dF|^2 is close to Gamma(k, 1/k), k = 1/se^2: seed_bound's Gamma quantiles fail n correct
+    Gamma seeds together at FAMILY_LEVEL (Monte Carlo), and tend to z_n se for small se. Control: the Gaussian
+    bound in log ratio (z_n se on both sides) fails the same correct seeds at five times that level, on the low
+    side (the log of a Gamma variable is skewed to the left)."""
+    tol = math.log1p(RATIO_TOL)
+    for n in (8, 24):
+        z = family_z(n)
+        assert seed_bound(-1.0, 0.002, n, tol) - tol == pytest.approx(z * 0.002, rel=2e-3)  # the Gaussian limit
+        assert seed_bound(1.0, 0.002, n, tol) - tol == pytest.approx(z * 0.002, rel=2e-3)
+    rng = np.random.default_rng(0)
+    n, se = 24, 0.25
+    k = 1.0 / se**2
+    v = np.log(rng.gamma(k, 1.0 / k, (100_000, n)))
+    lo, hi = seed_bound(-1.0, se, n, 0.0), seed_bound(1.0, se, n, 0.0)
+    assert lo > family_z(n) * se > hi  # wider below, narrower above
+    rate = float(((v < -lo) | (v > hi)).any(axis=1).mean())
+    assert abs(rate - FAMILY_LEVEL) < 5 * math.sqrt(FAMILY_LEVEL / 100_000), rate
+    gauss = float((np.abs(v) > family_z(n) * se).any(axis=1).mean())
+    assert gauss > 4 * FAMILY_LEVEL, gauss
 
 
 # --- the run's own time scales -------------------------------------------------------------------------

@@ -169,7 +169,9 @@ class CorrelatedMeans:
         return self.window_closed and self.length_taus >= MIN_TAUS
 
 
-def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDOW_C) -> tuple[float, bool]:
+def integrated_time(
+    series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDOW_C, per_lag: bool = False
+) -> tuple[float, bool]:
     """``tau_int = 1 + 2 sum_{k=1}^{M} rho_k`` in samples, and whether Sokal's window closed.
 
     ``series``: one 1-D series or several (of any lengths) sampled at the same uniform step from one
@@ -178,6 +180,11 @@ def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDO
     with ``M >= c tau(M)`` (Sokal's automatic windowing). ``tau_int`` is the factor by which correlation
     inflates the variance of a mean: ``var(mean) = gamma_0 tau_int / n``; for AR(1) with coefficient
     ``phi`` it is ``(1 + phi) / (1 - phi)``.
+
+    ``per_lag``: divide each lag's sum by its own number of pairs (``sum_s max(n_s - k, 0)``) instead of by
+    ``sum_s n_s``. The default (emcee's) shrinks lag ``k`` by about ``1 - k/n``, which is small for one long
+    series but not for windows only a few ``tau_int`` long: for 8 windows of 6.6 ``tau_int`` each it gave
+    ``tau_int`` 17% low (``per_lag`` 6%; tests/experiments/test_floor_calibration.py).
     """
     one = isinstance(series, np.ndarray) and series.ndim == 1
     ys = [np.asarray(series, float)] if one else [np.asarray(s, float) for s in series]
@@ -186,13 +193,14 @@ def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDO
         return math.nan, False
     mu = float(np.concatenate(ys).mean())
     n_max = max(len(y) for y in ys)
-    acov = np.zeros(n_max)
+    acov, pairs = np.zeros(n_max), np.zeros(n_max)
     for y in ys:
         z = y - mu
         n = len(z)
         f = np.fft.rfft(z, 2 * n)
         acov[:n] += np.fft.irfft(f * np.conj(f))[:n]
-    acov /= sum(len(y) for y in ys)
+        pairs[:n] += np.arange(n, 0, -1)
+    acov /= pairs if per_lag else sum(len(y) for y in ys)
     if acov[0] <= 0.0:
         return 1.0, True  # a constant series: no correlation to speak of, its mean is exact
     taus = 2.0 * np.cumsum(acov / acov[0]) - 1.0
@@ -202,24 +210,40 @@ def integrated_time(series: list[np.ndarray] | np.ndarray, c: float = AUTO_WINDO
     return float(taus[int(np.argmax(ok))]), True
 
 
-def correlated_means(t: np.ndarray, series: list[np.ndarray], c: float = AUTO_WINDOW_C) -> CorrelatedMeans:
+def correlated_means(
+    t: np.ndarray, series: list[np.ndarray], c: float = AUTO_WINDOW_C, same_law: bool = False
+) -> CorrelatedMeans:
     """:class:`CorrelatedMeans` of ``series`` (each a window of one run, saved at the uniform step of ``t``).
 
     Each series' variance is its own, corrected for the centring on its own mean
     (``E s^2 = gamma_0 (1 - tau / n)``); the correlation time is the pooled one (:func:`integrated_time`).
+
+    ``same_law``: the series are draws of one law up to its scale (the seeds of one run, whose ``|dF|^2``
+    is a sum of squared Gaussian components: its variance is its mean squared times a constant). Each
+    series' variance is then its mean squared times the pooled relative variance (``S`` times the degrees
+    of freedom of one window's own variance, whose scatter made each error a Student ``t`` of few degrees
+    of freedom), and ``tau_int`` is estimated ``per_lag``.
     """
     dt = float(np.median(np.diff(np.asarray(t, float))))
-    tau, closed = integrated_time(series, c)
-    means, se, n_tot = [], [], 0
-    for y in series:
-        y = np.asarray(y, float)
+    tau, closed = integrated_time(series, c, per_lag=same_law)
+    ys = [np.asarray(y, float) for y in series]
+    means = np.array([float(y.mean()) if len(y) else math.nan for y in ys])
+    shrinks = [1.0 - tau / len(y) if len(y) else math.nan for y in ys]
+    rel = math.nan
+    if same_law and math.isfinite(tau):
+        w = [
+            (len(y), float(y.var()) / (m * m * k))
+            for y, m, k in zip(ys, means, shrinks)
+            if len(y) >= 2 and k > 0 and m != 0
+        ]
+        rel = sum(n * v for n, v in w) / sum(n for n, _ in w) if w else math.nan
+    se, n_tot = [], 0
+    for y, m, k in zip(ys, means, shrinks):
         n = len(y)
         n_tot += n
-        means.append(float(y.mean()) if n else math.nan)
         if n < 2 or not math.isfinite(tau):
             se.append(math.nan)
             continue
-        shrink = 1.0 - tau / n
-        var = float(y.var()) / shrink if shrink > 0 else math.inf
+        var = m * m * rel if same_law else (float(y.var()) / k if k > 0 else math.inf)
         se.append(math.sqrt(var * tau / n))
-    return CorrelatedMeans(tau * dt, np.array(means), np.array(se), n_tot / tau if tau > 0 else math.inf, closed)
+    return CorrelatedMeans(tau * dt, means, np.array(se), n_tot / tau if tau > 0 else math.inf, closed)
