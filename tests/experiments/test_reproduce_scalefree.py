@@ -138,6 +138,7 @@ def test_seed_bound_is_the_gamma_quantile_and_holds_its_level():
         z = family_z(n)
         assert seed_bound(-1.0, 0.002, n, tol) - tol == pytest.approx(z * 0.002, rel=2e-3)  # the Gaussian limit
         assert seed_bound(1.0, 0.002, n, tol) - tol == pytest.approx(z * 0.002, rel=2e-3)
+    assert seed_bound(-1.0, 0.0, 8, tol) == tol and math.isnan(seed_bound(1.0, math.nan, 8, tol))
     rng = np.random.default_rng(0)
     n, se = 24, 0.25
     k = 1.0 / se**2

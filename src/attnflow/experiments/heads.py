@@ -603,7 +603,12 @@ def seed_bound(v: float, se_log: float, n: int, tol: float) -> float:
     A window mean of ``|dF|^2`` (a sum of squared Gaussian components) is close to a Gamma variable: under
     the prediction, ratio ``~ Gamma(k, 1/k)`` with ``k = 1 / se_log^2`` (mean 1, the measured relative
     error). Its log is skewed to the left (a low mean is likelier than a high one), which a Gaussian in
-    log ratio ignores; for large ``k`` both are ``z_n se_log``."""
+    log ratio ignores; for large ``k`` both are ``z_n se_log`` (used beyond ``k = 1e6``, and ``tol`` alone at
+    ``se_log = 0``; ``nan`` without an error)."""
+    if not math.isfinite(se_log) or se_log < 0:
+        return math.nan
+    if se_log * se_log < 1e-6:
+        return tol + family_z(n) * se_log
     k = 1.0 / (se_log * se_log)
     tail = 0.5 * -math.expm1(math.log1p(-FAMILY_LEVEL) / max(n, 1))
     q = _stats.gamma.ppf(tail, k, scale=1.0 / k) if v < 0 else _stats.gamma.isf(tail, k, scale=1.0 / k)
