@@ -610,7 +610,7 @@ def seed_bound(v: float, se_log: float, n: int, tol: float) -> float:
     if se_log * se_log < 1e-6:
         return tol + family_z(n) * se_log
     k = 1.0 / (se_log * se_log)
-    tail = 0.5 * -math.expm1(math.log1p(-FAMILY_LEVEL) / max(n, 1))
+    tail = 0.5 * sidak_level(n)
     q = _stats.gamma.ppf(tail, k, scale=1.0 / k) if v < 0 else _stats.gamma.isf(tail, k, scale=1.0 / k)
     return tol + abs(math.log(q))
 
@@ -639,10 +639,15 @@ def _constant_check(rows: list[SeedFloor], factor: float = 1.0) -> dict[str, Any
     }
 
 
+def sidak_level(n: int, level: float = FAMILY_LEVEL) -> float:
+    """Sidak's per-seed level ``1 - (1 - level)^(1/n)``: ``n`` independent seeds all pass with probability
+    ``1 - level`` (computed without cancellation for tiny levels)."""
+    return -math.expm1(math.log1p(-level) / max(n, 1))
+
+
 def family_z(n: int, level: float = FAMILY_LEVEL) -> float:
     """Sidak's per-seed ``z_n``: ``n`` Gaussian errors all within ``z_n`` with probability ``1 - level``."""
-    per_seed = -math.expm1(math.log1p(-level) / max(n, 1))  # 1 - (1 - level)^(1/n), exact for tiny levels
-    return float(_stats.norm.isf(per_seed / 2.0))
+    return float(_stats.norm.isf(sidak_level(n, level) / 2.0))
 
 
 def experiment_heads(
