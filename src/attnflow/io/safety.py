@@ -7,7 +7,9 @@ sentence, exit code 2 in the CLI):
 - **Confinement** (:func:`inside`, :func:`scan_folder`): a path named by a folder (a manifest
   entry) is relative, has no ``..`` and stays inside the folder once resolved; no symlink anywhere
   under a folder is followed, for reading or for writing (:func:`refuse_link`,
-  :func:`open_nofollow`, :func:`atomic_write`).
+  :func:`open_nofollow`, :func:`atomic_write`); every file is read by :func:`open_regular` ("open,
+  then check": ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat`` on the same descriptor), so neither a
+  link nor a named pipe swapped in after a check is followed or waited on.
 - **Bounds** (:func:`scan_folder`, :func:`check_npz`, :func:`memory_budget`): entry counts, file
   sizes, sparse files, declared array shapes and decompressed sizes are checked before any work.
 - **Strings** (:func:`check_name`, :func:`check_text`): every string a folder holds is checked
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.core.errors import UnsafeInputError
+from attnflow.core.files import open_regular, read_regular
 
 __all__ = [
     "MAX_ENTRIES",
@@ -40,6 +43,8 @@ __all__ = [
     "inside",
     "memory_budget",
     "open_nofollow",
+    "open_regular",
+    "read_regular",
     "refuse_link",
     "scan_folder",
 ]

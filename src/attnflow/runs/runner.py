@@ -217,6 +217,8 @@ def check_out(out: str | Path, force: bool = False) -> None:
         _check_parents(out)
         return
     if force and kind in ("run", "unfinished", "empty"):
+        # Replacing removes the folder: never one holding a link, pipe or device attnflow did not make.
+        scan_folder(out)
         return
     if kind == "run":
         raise hinted(
