@@ -94,7 +94,13 @@ def read_regular(
     """The bytes of ``path``, opened by :func:`open_regular`; refused when it holds more than
     ``max_bytes`` (also when it grew after the check)."""
     with open_regular(path, folder, max_bytes=max_bytes) as fh:
-        data = fh.read(max_bytes + 1)
+        # Read what fstat announced, then on until the end (a file may grow), never past the bound.
+        chunks = [fh.read(os.fstat(fh.fileno()).st_size + 1)]
+        got = len(chunks[0])
+        while chunks[-1] and got <= max_bytes:
+            chunks.append(fh.read(min(2**20, max_bytes + 1 - got)))
+            got += len(chunks[-1])
+        data = b"".join(chunks)
     if len(data) > max_bytes:
         raise UnsafeInputError(f"{str(path)!r} holds more than the {max_bytes:,} bytes attnflow reads from such a file.")
     return data
