@@ -102,7 +102,9 @@ def read_regular(
             got += len(chunks[-1])
         data = b"".join(chunks)
     if len(data) > max_bytes:
-        raise UnsafeInputError(f"{str(path)!r} holds more than the {max_bytes:,} bytes attnflow reads from such a file.")
+        raise UnsafeInputError(
+            f"{str(path)!r} holds more than the {max_bytes:,} bytes attnflow reads from such a file."
+        )
     return data
 
 

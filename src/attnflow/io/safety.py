@@ -26,7 +26,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from attnflow.core.errors import UnsafeInputError
 from attnflow.core.files import open_regular, read_regular
@@ -247,12 +247,13 @@ def memory_budget() -> float:
     return 0.5 * min(limits) if limits else float(8 * 2**30)
 
 
-def check_npz(path: str | os.PathLike, *, budget: float | None = None) -> None:
+def check_npz(path: str | os.PathLike, *, budget: float | None = None, fh: BinaryIO | None = None) -> None:
     """Refuse an ``.npz`` whose members would decompress to more than ``budget`` bytes (a zip bomb)
-    or that is not a plain archive of ``.npy`` members, before anything is decompressed."""
+    or that is not a plain archive of ``.npy`` members, before anything is decompressed (read from
+    ``fh``, the file already opened by :func:`open_regular`, when given)."""
     budget = memory_budget() if budget is None else budget
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(fh if fh is not None else path) as zf:
             infos = zf.infolist()
     except (OSError, zipfile.BadZipFile, ValueError):
         return  # the reader names the damage
