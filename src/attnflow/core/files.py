@@ -16,12 +16,13 @@ bounded size, and read from that descriptor, so nothing can be swapped between t
 from __future__ import annotations
 
 import errno
+import io
 import math
 import os
 import stat
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def _confined(path: Path, folder: str | os.PathLike) -> None:
 
 def open_regular(
     path: str | os.PathLike, folder: str | os.PathLike | None = None, *, max_bytes: int = MAX_READ_BYTES
-) -> BinaryIO:
+) -> io.BufferedReader:
     """``path`` opened for binary reading, after "open, then check" (see the module docstring).
 
     Refuses (:class:`~attnflow.core.errors.UnsafeInputError`) a symbolic link, a named pipe, device,
