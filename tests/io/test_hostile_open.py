@@ -131,3 +131,75 @@ def test_a_named_pipe_in_a_run_folder_is_refused_at_once(finished, tmp_path, nam
     assert name in msg and ("pipe" in msg or "not a file" in msg), msg
     assert sorted(p.name for p in run.iterdir()) == before  # nothing removed, nothing written
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "m.mp4").exists()
+
+
+def _config(p: Path):
+    from attnflow.config import load_config
+
+    return load_config(p)
+
+
+def _tokens(p: Path):
+    from attnflow.core.tokens import from_file
+
+    return from_file(p)
+
+
+def _corpus(p: Path):
+    from attnflow.hf.corpus import read_corpus
+
+    return read_corpus(p)
+
+
+def _checkpoint(p: Path):
+    from attnflow.io.checkpoint import load_checkpoint
+
+    return load_checkpoint(p)
+
+
+def _lock_holder(p: Path):
+    from attnflow.io.lock import holder
+
+    return holder(p.parent / p.name.removeprefix(".").removesuffix(".lock"))
+
+
+@pytest.mark.parametrize(
+    "reader, name",
+    [
+        (_config, "run.yaml"),
+        (_tokens, "tokens.npy"),
+        (_tokens, "tokens.csv"),
+        (_corpus, "corpus.txt"),
+        (_checkpoint, "checkpoint.npz"),
+        (_lock_holder, ".out.lock"),
+    ],
+)
+@pytest.mark.parametrize("swapped", [False, True])
+def test_every_reader_refuses_a_named_pipe_at_once(tmp_path, monkeypatch, reader, name, swapped):
+    """``swapped``: the checks before the open are told "a regular file" (as if the pipe replaced
+    the file between the check and the open): the read itself must still refuse it."""
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    assert blocks(open, fifo)  # negative control: a plain open of it waits for a writer
+    if swapped:
+        monkeypatch.setattr(Path, "is_file", lambda self: True)
+    result: list[object] = []
+
+    def call() -> None:
+        try:
+            result.append(reader(fifo))
+        except Exception as e:  # the refusal, checked below
+            result.append(e)
+
+    t0 = time.monotonic()
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # free the blocked open, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(5)
+        pytest.fail(f"{reader.__name__} waited on the pipe {name}")
+    (got,) = result
+    # The lock record of a pipe is no record (nothing to name); every other reader refuses in one sentence.
+    assert got == {} if reader is _lock_holder else isinstance(got, ValueError), got
+    print(f"{reader.__name__}: {time.monotonic() - t0:.3f} s: {got}")

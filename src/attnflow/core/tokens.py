@@ -120,7 +120,7 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
     """
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"token file {str(p)!r} does not exist")
+        raise InputError(f"token file {str(p)!r} " + ("is not a regular file" if p.exists() else "does not exist"))
     try:
         if p.suffix == ".npy":
             x = read_npy(p)  # the header checked first: never a 2 TiB allocation, never pickles
