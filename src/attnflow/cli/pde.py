@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from attnflow.cli.app import OUT_FLAGS, app, guarded, progress_bar, say
+from attnflow.core.files import read_regular
 
 
 @app.command()
@@ -39,7 +40,7 @@ def pde(
     with progress_bar(f"pde {cfg.name}") as bar:
         task = bar.add_task(escape(cfg.name), total=n_steps)
         sol = solve_pde(c0, process, progress=lambda k, n: bar.update(task, completed=k), **kwargs)
-    text = config.read_text(encoding="utf-8")
+    text = read_regular(config, max_bytes=4 * 1_000_000).decode("utf-8")
     write_pde_folder(sol, out, config_text=text, config=cfg.model_dump(mode="json"), overwrite=force)
     line = f"wrote {out}  ({len(sol.t)} saved times, mass drift {sol.mass_error:.1e}"
     if cfg.model == "gf" and len(sol.steps["t"]):

@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 import typer
 
+from attnflow.core.files import read_regular
+
 __all__ = ["threaded", "run_pairs", "THREADS_HELP"]
 
 THREADS_HELP = (
@@ -34,9 +36,9 @@ def _shape(array_dir: Path) -> list[int] | None:
     for name in (".zarray", "zarr.json"):
         f = array_dir / name
         try:
-            if f.is_symlink() or not f.is_file() or f.stat().st_size > _MAX_HEADER_BYTES:
+            if f.is_symlink() or not f.is_file():
                 continue
-            shape = json.loads(f.read_text()).get("shape")
+            shape = json.loads(read_regular(f, max_bytes=_MAX_HEADER_BYTES)).get("shape")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape):

@@ -25,6 +25,7 @@ from pydantic import (
 
 from attnflow.config.errors import ConfigError
 from attnflow.config.yamlsafe import YAMLLimitError, excerpt, load_yaml
+from attnflow.core.files import read_regular
 from attnflow.schemes.integrators import ADAPTIVE, METHODS
 
 if TYPE_CHECKING:
@@ -289,7 +290,7 @@ def read_yaml_file(p: Path, kind: str = "config file") -> Any:
     if size > 4 * 1_000_000:
         raise ConfigError(f"{kind} {src} is {size:,} bytes long; a {kind} is a few kB of YAML text.")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p, max_bytes=4 * 1_000_000).decode("utf-8")  # the file checked, not a pipe or link
     except UnicodeDecodeError:
         raise ConfigError(f"{kind} {src} is not a text (UTF-8) file; a {kind} is YAML text.") from None
     except OSError as e:

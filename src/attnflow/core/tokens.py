@@ -10,7 +10,7 @@ from scipy.stats import vonmises_fisher
 
 from attnflow.core.caller import AttnflowWarning, caller_stacklevel
 from attnflow.core.errors import InputError
-from attnflow.core.files import read_npy
+from attnflow.core.files import MAX_ARRAY_BYTES, open_regular, read_npy
 
 
 class TokenWarning(AttnflowWarning):
@@ -120,12 +120,13 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
     """
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"token file {str(p)!r} does not exist")
+        raise InputError(f"token file {str(p)!r} " + ("is not a regular file" if p.exists() else "does not exist"))
     try:
         if p.suffix == ".npy":
             x = read_npy(p)  # the header checked first: never a 2 TiB allocation, never pickles
         elif p.suffix == ".csv":
-            x = np.loadtxt(p, delimiter=",", ndmin=2)
+            with open_regular(p, max_bytes=MAX_ARRAY_BYTES) as fh:  # checked, then read: never a pipe or link
+                x = np.loadtxt(fh, delimiter=",", ndmin=2)
         else:
             raise InputError(f"token file {str(p)!r} must end in .npy or .csv")
     except (OSError, ValueError, EOFError) as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 from attnflow.core.errors import InputError
 from attnflow.core.text import html_text
 from attnflow.experiments.common import MIN_MARGIN, ExperimentResult
+from attnflow.io.safety import read_regular
 
 KEY_FIGURES = [
     ("oscillating", "snapshots"),
@@ -87,7 +88,7 @@ def write_reproduce_report(
         figs.append(f"<h2>{html_text(r.name)} ({r.seconds:.1f} s)</h2>")
         for stem in r.figures:
             png = out / r.name / "figures" / f"{stem}.png"
-            data = base64.b64encode(png.read_bytes()).decode() if png.is_file() else ""
+            data = base64.b64encode(read_regular(png, out)).decode() if png.is_file() else ""
             figs.append(f"<img alt='{html_text(r.name)} {stem}' src='data:image/png;base64,{data}'>")
         figs += [f"<p><em>Note: {html_text(n)}</em></p>" for n in r.notes]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>attnflow reproduce</title>

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from attnflow.core.errors import Hint, InputError, UnsafeInputError
+from attnflow.io.safety import read_regular
 
 #: Licence of the shipped corpus.
 CORPUS_LICENSE = "MIT (the project's licence) and CC0 1.0"
@@ -44,7 +45,7 @@ def read_corpus(path: str | os.PathLike | None = None, *, limit: int | None = No
     if size > MAX_CORPUS_BYTES:
         raise UnsafeInputError(f"the corpus {str(p)!r} has {size} bytes, more than the {MAX_CORPUS_BYTES} accepted")
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular(p, max_bytes=MAX_CORPUS_BYTES).decode("utf-8")  # the checked file itself
     except UnicodeDecodeError as e:
         raise InputError(f"the corpus {str(p)!r} is not UTF-8 text (byte {e.start})") from None
     prompts = []

@@ -29,7 +29,16 @@ from attnflow.analysis.diagnostics import count_clusters
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import velocity
-from attnflow.hf.importer import HFImportError, HFLayers, blocks, extract, load_model, norm_modules, resolve_folder
+from attnflow.hf.importer import (
+    HFImportError,
+    HFLayers,
+    blocks,
+    check_model_folder,
+    extract,
+    load_model,
+    no_answers,
+    norm_modules,
+)
 from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
 from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
@@ -405,13 +414,15 @@ def tokenize(
     from transformers import AutoTokenizer
 
     src = str(path_or_name)
-    if Path(src).exists():
+    if Path(src).exists() or Path(src).is_symlink():
         try:
-            src = str(resolve_folder(src))
+            src = str(check_model_folder(src))  # scanned, and refused if it names custom code
         except HFImportError as e:
             raise InputError(str(e)) from e
+        local_files_only = True
     try:
-        tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only)
+        with no_answers():
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as e:
         raise InputError(
             f"text needs the tokenizer saved with the model, and {str(path_or_name)!r} has none; "

@@ -17,8 +17,12 @@ rotary embeddings handled exactly). Nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ import torch
 
 from attnflow.core.errors import InputError, UnsafeInputError
 from attnflow.core.heads import Heads
-from attnflow.io.safety import inside, memory_budget
+from attnflow.io.safety import inside, memory_budget, scan_folder
 from attnflow.io.store import read_small_text
 from attnflow.weights.processes import Layers
 
@@ -140,6 +144,70 @@ def _require_transformers():
         ) from e
 
 
+#: Most files and folders a model folder may hold (a sentence-transformers folder holds a few dozen).
+MAX_MODEL_ENTRIES = 10_000
+#: The settings files in which transformers looks for custom code (``auto_map``).
+CODE_NAMING_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "feature_extractor_config.json",
+    "image_processor_config.json",
+)
+#: Arguments of every transformers ``from_pretrained`` call: no code from the folder, no download.
+SAFE_LOAD = {"trust_remote_code": False, "local_files_only": True}
+
+
+@contextlib.contextmanager
+def no_answers() -> Iterator[None]:
+    """While a library loads a model, ``sys.stdin`` is an empty stream: a question it might ask (such
+    as transformers' "run the custom code? [y/N]") reads end-of-file, never an answer piped into
+    attnflow. Only attnflow's own ``--yes`` prompts read stdin, and only on a terminal."""
+    saved = sys.stdin
+    sys.stdin = io.StringIO()
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def check_model_folder(path: str | os.PathLike) -> Path:
+    """The folder holding the model's ``config.json`` (:func:`resolve_folder`), after treating the
+    model folder at ``path`` as data from a stranger, before transformers sees any of it.
+
+    Refuses (:class:`~attnflow.core.errors.UnsafeInputError`, one sentence) a symbolic link
+    anywhere under ``path`` (a weights file or a sentence-transformers sub-folder pointing at a
+    model elsewhere), a named pipe, device or socket, more than :data:`MAX_MODEL_ENTRIES` entries,
+    more bytes than this process can hold, and any settings file (:data:`CODE_NAMING_FILES`) whose
+    ``auto_map`` names custom code: attnflow never runs code shipped in a model folder.
+    """
+    root = Path(path)
+    total = scan_folder(root, max_entries=MAX_MODEL_ENTRIES)
+    budget = memory_budget()
+    if total > budget:
+        raise UnsafeInputError(
+            f"the model folder {str(root)!r} holds {total:,} bytes, more than the {int(budget):,} this process can use; "
+            "it is not loaded."
+        )
+    folder = resolve_folder(root)
+    for where in dict.fromkeys((folder, root)):
+        for name in CODE_NAMING_FILES:
+            f = where / name
+            if not f.exists():
+                continue
+            try:
+                raw = json.loads(read_small_text(f))
+            except (OSError, ValueError) as e:
+                raise HFImportError(f"{str(f)!r} is not valid JSON ({e}); the model folder is damaged.") from None
+            if isinstance(raw, dict) and "auto_map" in raw:
+                raise UnsafeInputError(
+                    f"{str(f)!r} names custom code (auto_map), which attnflow never runs: a model folder is data; "
+                    "use a model whose type transformers knows."
+                )
+    return folder
+
+
 def resolve_folder(path: str | os.PathLike) -> Path:
     """The folder holding ``config.json`` and the weights: ``path`` itself (``save_pretrained``), or,
     for a sentence-transformers folder, the ``Transformer`` module named in its ``modules.json``
@@ -230,7 +298,8 @@ def _read_config(folder: Path):
         raise HFImportError(f"{str(cfg)!r} is not valid JSON ({e}); the model's config is corrupt or truncated") from e
     check_config_sizes(raw, repr(str(cfg)))
     try:
-        return AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        with no_answers():
+            return AutoConfig.from_pretrained(str(folder), **SAFE_LOAD)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise HFImportError(f"{str(cfg)!r} is not a usable model config ({e})") from e
 
@@ -245,13 +314,15 @@ def load_model(path_or_name: str | os.PathLike, *, local_files_only: bool = True
     from transformers import AutoConfig, AutoModel
 
     src = str(path_or_name)
-    if Path(src).exists():
-        folder = resolve_folder(src)
+    if Path(src).exists() or Path(src).is_symlink():
+        folder = check_model_folder(src)
         config = _read_config(folder)
         src = str(folder)
+        local_files_only = True  # a folder on disk never reaches the network
     else:  # a name: only from the local Hugging Face cache unless local_files_only=False
         try:
-            config = AutoConfig.from_pretrained(src, local_files_only=local_files_only)
+            with no_answers():
+                config = AutoConfig.from_pretrained(src, local_files_only=local_files_only, trust_remote_code=False)
         except (OSError, ValueError) as e:
             if local_files_only:
                 raise HFImportError(
@@ -266,13 +337,15 @@ def load_model(path_or_name: str | os.PathLike, *, local_files_only: bool = True
             f"model type {model_type!r} at {src!r} is not supported; supported types: {', '.join(sorted(SUPPORTED))}"
         )
     try:
-        model, info = AutoModel.from_pretrained(
-            src,
-            local_files_only=local_files_only,
-            attn_implementation="eager",
-            dtype=torch.float32,
-            output_loading_info=True,
-        )
+        with no_answers():
+            model, info = AutoModel.from_pretrained(
+                src,
+                local_files_only=local_files_only,
+                trust_remote_code=False,
+                attn_implementation="eager",
+                dtype=torch.float32,
+                output_loading_info=True,
+            )
     except Exception as e:  # safetensors, torch and transformers each raise their own kind
         raise HFImportError(
             f"the weights at {src!r} cannot be read, they are missing, truncated or corrupt "

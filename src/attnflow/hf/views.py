@@ -14,7 +14,7 @@ import xarray as xr
 from attnflow.core.text import html_text
 from attnflow.hf.flow import COMPARISON, Comparison, load_comparison
 from attnflow.hf.plot import plot_comparison, plot_heads
-from attnflow.io.safety import atomic_write, refuse_link
+from attnflow.io.safety import atomic_write, read_regular, refuse_link
 
 
 def is_hf_run(path: str | os.PathLike) -> bool:
@@ -156,7 +156,7 @@ def report_section(run_dir: str | os.PathLike) -> str:
     for name in ("hf_comparison.png", "hf_heads.png"):
         p = figures / name
         if p.is_file():
-            data = base64.b64encode(p.read_bytes()).decode()
+            data = base64.b64encode(read_regular(p, run_dir)).decode()
             parts.append(f"<p><img alt='{name}' style='max-width:100%' src='data:image/png;base64,{data}'></p>")
     return "<section id='hf-comparison'>" + "\n".join(parts) + "</section>"
 
@@ -165,7 +165,7 @@ def add_to_report(run_dir: str | os.PathLike, report: str | os.PathLike) -> Path
     """Insert :func:`report_section` into an already written report page (before ``</body>``)."""
     p = Path(report)
     refuse_link(p, "report")
-    page = p.read_text(encoding="utf-8")
+    page = read_regular(p).decode("utf-8")
     section = report_section(run_dir)
     page = page.replace("</body>", section + "\n</body>", 1) if "</body>" in page else page + section
     with atomic_write(p) as fh:  # never through a link

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.core.errors import InputError
-from attnflow.io.safety import check_npz, open_nofollow, refuse_link
+from attnflow.io.safety import check_npz, open_nofollow, open_regular, refuse_link
 
 FORMAT = "attnflow-checkpoint/1"
 CHECKPOINT = "checkpoint.npz"
@@ -135,6 +135,15 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> Path:
     return target
 
 
+def _read_npz(p: Path, fh) -> dict:
+    try:
+        with np.load(fh, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        why = " ".join(str(e).split())[:200]
+        raise InputError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({why})") from None
+
+
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`; a damaged file is a ``ValueError``."""
     p = Path(path)
@@ -145,14 +154,15 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if not p.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(p)!r}")
     refuse_link(p, "checkpoint")
-    if not zipfile.is_zipfile(p):
-        raise InputError(
-            f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint (it is not a .npz archive; truncated?)"
-        )
-    check_npz(p)  # a zip bomb is refused before anything is inflated
+    with open_regular(p) as fh:  # every check and the read on one descriptor: nothing swapped in between
+        if not zipfile.is_zipfile(fh):
+            raise InputError(
+                f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint (it is not a .npz archive; truncated?)"
+            )
+        check_npz(p, fh=fh)  # a zip bomb is refused before anything is inflated
+        fh.seek(0)
+        data = _read_npz(p, fh)
     try:
-        with np.load(p, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
         meta = json.loads(str(data["meta"]))
         if meta.get("format") != FORMAT:
             raise InputError(f"unknown format {meta.get('format')!r}")

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from attnflow.core.errors import InputError, UnsafeInputError
-from attnflow.io.safety import open_nofollow
+from attnflow.io.safety import open_nofollow, read_regular
 
 try:  # POSIX only
     import fcntl
@@ -57,8 +57,7 @@ def lock_path(path: str | os.PathLike) -> Path:
 def holder(path: str | os.PathLike) -> dict:
     """The record (``pid``, ``command``, ``host``, ``started``) in the lock file of ``path``, or ``{}``."""
     try:
-        with os.fdopen(open_nofollow(lock_path(path), os.O_RDONLY), "rb") as fh:
-            data = json.loads(fh.read(65536).decode("utf-8") or "{}")
+        data = json.loads(read_regular(lock_path(path), max_bytes=65536).decode("utf-8") or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

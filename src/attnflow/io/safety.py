@@ -7,7 +7,9 @@ sentence, exit code 2 in the CLI):
 - **Confinement** (:func:`inside`, :func:`scan_folder`): a path named by a folder (a manifest
   entry) is relative, has no ``..`` and stays inside the folder once resolved; no symlink anywhere
   under a folder is followed, for reading or for writing (:func:`refuse_link`,
-  :func:`open_nofollow`, :func:`atomic_write`).
+  :func:`open_nofollow`, :func:`atomic_write`); every file is read by :func:`open_regular` ("open,
+  then check": ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat`` on the same descriptor), so neither a
+  link nor a named pipe swapped in after a check is followed or waited on.
 - **Bounds** (:func:`scan_folder`, :func:`check_npz`, :func:`memory_budget`): entry counts, file
   sizes, sparse files, declared array shapes and decompressed sizes are checked before any work.
 - **Strings** (:func:`check_name`, :func:`check_text`): every string a folder holds is checked
@@ -24,9 +26,10 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from attnflow.core.errors import UnsafeInputError
+from attnflow.core.files import open_regular, read_regular
 
 __all__ = [
     "MAX_ENTRIES",
@@ -40,6 +43,8 @@ __all__ = [
     "inside",
     "memory_budget",
     "open_nofollow",
+    "open_regular",
+    "read_regular",
     "refuse_link",
     "scan_folder",
 ]
@@ -242,12 +247,13 @@ def memory_budget() -> float:
     return 0.5 * min(limits) if limits else float(8 * 2**30)
 
 
-def check_npz(path: str | os.PathLike, *, budget: float | None = None) -> None:
+def check_npz(path: str | os.PathLike, *, budget: float | None = None, fh: BinaryIO | None = None) -> None:
     """Refuse an ``.npz`` whose members would decompress to more than ``budget`` bytes (a zip bomb)
-    or that is not a plain archive of ``.npy`` members, before anything is decompressed."""
+    or that is not a plain archive of ``.npy`` members, before anything is decompressed (read from
+    ``fh``, the file already opened by :func:`open_regular`, when given)."""
     budget = memory_budget() if budget is None else budget
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(fh if fh is not None else path) as zf:
             infos = zf.infolist()
     except (OSError, zipfile.BadZipFile, ValueError):
         return  # the reader names the damage

@@ -53,6 +53,8 @@ from attnflow.io.safety import (
     inside,
     memory_budget,
     open_nofollow,
+    open_regular,
+    read_regular,
     refuse_link,
     scan_folder,
 )
@@ -84,15 +86,7 @@ class DamagedRun(InputError):
 
 def read_small_text(path: Path, limit: int = MAX_SMALL_FILE) -> str:
     """The text of a small file of a folder (JSON, YAML): never through a link, at most ``limit`` bytes."""
-    refuse_link(path, "file")
-    fd = open_nofollow(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UnsafeInputError(f"{str(path)!r} is not a file.")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise UnsafeInputError(f"{str(path)!r} is larger than the {limit:,} bytes such a file of a folder may have.")
-    return data.decode("utf-8")
+    return read_regular(path, max_bytes=limit).decode("utf-8")
 
 
 def read_json(path: Path, limit: int = MAX_SMALL_FILE) -> Any:
@@ -474,7 +468,7 @@ def check_file_out(path: str | os.PathLike, kind: str, *, force: bool, owned: bo
 
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes (hex)."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 

@@ -41,6 +41,7 @@ from attnflow.io.store import (
     folder_kind,
     provenance_record,
     read_provenance,
+    read_small_text,
     refusal,
     save_run,
     trajectory_to_dataset,
@@ -135,7 +136,7 @@ def _config_text(cfg: RunConfig) -> str:
 def _check_config_text(path: Path) -> None:
     """Raise :class:`ResumeError` when the checksum line of a run's ``config.yaml`` does not match."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path)
     except (OSError, UnicodeDecodeError):
         raise ResumeError(
             f"cannot resume: {str(path)!r} cannot be read as text; the run's config is damaged."
@@ -217,6 +218,8 @@ def check_out(out: str | Path, force: bool = False) -> None:
         _check_parents(out)
         return
     if force and kind in ("run", "unfinished", "empty"):
+        # Replacing removes the folder: never one holding a link, pipe or device attnflow did not make.
+        scan_folder(out)
         return
     if kind == "run":
         raise hinted(

@@ -63,9 +63,10 @@ class PhaseDiagram:
 
 
 def _swept(out: Path) -> list[str]:
-    import yaml
+    from attnflow.config.yamlsafe import load_yaml
+    from attnflow.io.store import read_small_text
 
-    spec = yaml.safe_load((out / SPEC).read_text()) if (out / SPEC).is_file() else {}
+    spec = load_yaml(read_small_text(out / SPEC)) if (out / SPEC).is_file() else {}
     grid = (spec or {}).get("grid") or {}
     return list(grid.get("product") or {}) + list(grid.get("zip") or {})
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from attnflow.core.errors import Hint, hinted
 from attnflow.io.metadata import column_attrs
-from attnflow.io.safety import atomic_write
+from attnflow.io.safety import atomic_write, open_regular
 from attnflow.io.store import read_small_text
 
 POINTS = "points"
@@ -192,4 +192,5 @@ def load_sweep_results(out: str | os.PathLike, timeseries: bool = False):
             FileNotFoundError(f"no sweep results at {str(p)!r}; run a sweep with out={str(out)!r} first"),
             Hint("out", str(out)),
         )
-    return pd.read_parquet(p)
+    with open_regular(p, out) as fh:  # checked, then read: never a pipe, never through a link
+        return pd.read_parquet(fh)
