@@ -369,9 +369,9 @@ SWEEP_PLOT_FLAGS: HintFlags = {
 
 
 def run_folder_status(run_dir: Any) -> str:
-    """:func:`attnflow.runs.runner.folder_status` as a command line says it: the library's
+    """:func:`attnflow.runs.folders.folder_status` as a command line says it: the library's
     ``resume_folder('DIR')`` becomes ``'attnflow run --resume DIR'``."""
-    from attnflow.runs.runner import folder_status
+    from attnflow.runs.folders import folder_status
 
     call = f"resume_folder({str(run_dir)!r})"
     return folder_status(run_dir).replace(call, f"'attnflow run --resume {run_dir}'")

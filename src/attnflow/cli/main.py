@@ -70,8 +70,10 @@ def run(
 
       attnflow run --resume runs/ou2
     """
-    from attnflow.config import apply_overrides, load_config, preset_config
-    from attnflow.runs.runner import check_out, resume_folder, run_estimate, run_to_folder
+    # The config and the out folder are checked before the numerical stack loads (issue 43): a
+    # misspelt key or a taken folder answers at once; the runner (torch, numba) loads to run.
+    from attnflow.config.schema import apply_overrides, load_config, preset_config
+    from attnflow.runs.folders import check_out
 
     every: dict[str, Any] = {
         "every_steps": checkpoint_every,
@@ -83,6 +85,8 @@ def run(
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
+        from attnflow.runs.runner import resume_folder
+
         with progress_bar(f"resume {resume}") as bar:
             task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
@@ -102,6 +106,8 @@ def run(
     if overrides:
         cfg = apply_overrides(cfg, overrides)
     check_out(out, force)
+    from attnflow.runs.runner import run_estimate, run_to_folder
+
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
     with progress_bar(cfg.name) as bar:
         task = bar.add_task(escape(cfg.name), total=None)
