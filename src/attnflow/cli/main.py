@@ -76,7 +76,7 @@ def run(
     """
     # The config and the out folder are checked before the numerical stack loads (issue 43): a
     # misspelt key or a taken folder answers at once; the runner (torch, numba) loads to run.
-    from attnflow.config.schema import apply_overrides, load_config, preset_config
+    from attnflow.config import apply_overrides, load_config, preset_config
 
     every: dict[str, Any] = {
         "every_steps": checkpoint_every,

@@ -306,7 +306,8 @@ def _did_you_mean(title: str, loc: tuple) -> str:
 
 
 def _all_models() -> list[type[BaseModel]]:
-    found, todo = [], list(_Strict.__subclasses__())
+    found: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = list(_Strict.__subclasses__())
     while todo:
         m = todo.pop()
         found.append(m)
