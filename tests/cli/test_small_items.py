@@ -64,3 +64,11 @@ def test_attnflow_error_at_the_top_level():
         raise InputError("a user mistake")
     with pytest.raises(AttributeError):  # control: a name that is not exported
         attnflow.AttnflowErrors  # noqa: B018
+
+
+def test_gf_step_warning_says_what_to_do():
+    from attnflow.cli.hf import gf_step_warning
+
+    text = gf_step_warning(3, 64)
+    assert "3 prompt(s)" in text and "--gf-steps-per-layer such as 128" in text and "dt = 1/64" in text
+    assert "smaller step" in gf_step_warning(1) and "such as" not in gf_step_warning(1)  # control: no count known
