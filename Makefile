@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 
 # Setting up also compiles the numba kernels ahead of time (docs/performance.md: where they are cached).
 setup: $(STAMP)
-	@echo "compiling the numba kernels ahead of time (attnflow warmup; 15-25 s of CPU, once)"
+	@echo "compiling the numba kernels ahead of time (attnflow warmup; about 30 s of CPU, once)"
 	$(BIN)/attnflow warmup
 
 # The preset `ou` run, written to runs/demo (the tutorial's own runs go to runs/ou and others).

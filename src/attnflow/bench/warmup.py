@@ -1,7 +1,7 @@
 """Compile the numba kernels ahead of time (``attnflow warmup``, run by ``make setup``).
 
 The compiled loops (:mod:`attnflow.kernels.fastsum.cpu` for fast summation, :mod:`attnflow.kernels.small`
-for small clouds) are compiled by numba on their first call, 15-25 s of CPU in all, and cached on disk
+for small clouds) are compiled by numba on their first call, about 30 s of CPU in all, and cached on disk
 (``cache=True``): see :func:`numba_cache_location` and ``docs/performance.md``. Warming up runs one
 tiny computation through each path, so that a user's first run starts at once.
 """
@@ -61,7 +61,7 @@ def warmup(report: Callable[[str], None] = print) -> dict[str, float]:
     """Run each compiled path once, saying what compiles before it starts; returns seconds per path."""
     seconds: dict[str, float] = {}
     for label, task in _tasks():
-        report(f"compiling {label} (up to ~20 s the first time, under a second once cached) ...")
+        report(f"compiling {label} (the first time: seconds of CPU, a minute or more of wall time on a busy machine) ...")
         t0 = time.perf_counter()
         task()
         seconds[label] = time.perf_counter() - t0

@@ -8,7 +8,7 @@ from attnflow.cli.app import app, guarded, say
 @app.command()
 @guarded
 def warmup() -> None:
-    """Compile the numba kernels now (15-25 s of CPU, once), so that no later run pauses to compile.
+    """Compile the numba kernels now (about 30 s of CPU, once), so that no later run pauses to compile.
 
     Each compiled path (fast summation's CPU loops, the small-cloud steps and ensembles) runs one tiny
     computation; numba caches the result on disk (where: printed first; see docs/performance.md).
