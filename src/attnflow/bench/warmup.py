@@ -61,7 +61,9 @@ def warmup(report: Callable[[str], None] = print) -> dict[str, float]:
     """Run each compiled path once, saying what compiles before it starts; returns seconds per path."""
     seconds: dict[str, float] = {}
     for label, task in _tasks():
-        report(f"compiling {label} (the first time: seconds of CPU, a minute or more of wall time on a busy machine) ...")
+        report(
+            f"compiling {label} (the first time: seconds of CPU, a minute or more of wall time on a busy machine) ..."
+        )
         t0 = time.perf_counter()
         task()
         seconds[label] = time.perf_counter() - t0
