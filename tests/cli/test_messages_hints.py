@@ -44,7 +44,26 @@ def test_existing_empty_out_folder_library_names_force_and_cli_renders_the_flag(
     r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(out), "--no-figures"])
     flat = _flat(r.output)
     assert r.exit_code == 2 and "Traceback" not in r.output
-    assert "With this command: --force." in flat and "force=True" in flat
+    assert "add --force to use it" in flat and "force=True" not in flat  # the CLI speaks CLI (issue 43)
+
+
+def test_rerun_refusal_speaks_cli(tmp_path):
+    """A finished run and an unfinished one in --out: the refusal names --force and --resume, never the
+    library's force=True or resume_folder(...) (issue 43); the library keeps its own wording (control)."""
+    done, half = tmp_path / "done", tmp_path / "half"
+    done.mkdir()
+    (done / "provenance.json").write_text('{"attnflow_version": "0", "complete": true}')
+    (done / "dataset.zarr").mkdir()
+    half.mkdir()
+    (half / "config.yaml").write_text("name: x\n")
+    for out, says in ((done, "add --force to replace it"), (half, f"'attnflow run --resume {half}'")):
+        with pytest.raises(FileExistsError) as e:
+            check_out(out)
+        assert "force=True" in str(e.value)  # control: the library message
+        r = CliRunner().invoke(app, ["run", "--preset", "ou", "--out", str(out), "--no-figures"])
+        flat = _flat(r.output)
+        assert r.exit_code == 2 and says in flat, flat
+        assert "force=True" not in flat and "resume_folder(" not in flat
 
 
 def test_existing_figure_library_names_force_and_cli_plot_renders_the_flag(tmp_path):

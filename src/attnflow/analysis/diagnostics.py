@@ -10,22 +10,10 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from attnflow.core.descriptions import DIAGNOSTICS
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats
 from attnflow.kernels.dispatch import KernelOptions
-
-DIAGNOSTICS: dict[str, str] = {
-    "energy": "interaction energy F(mu, t)",
-    "log_abs_energy": "log |F(mu, t)| (finite at any beta)",
-    "slope": "metric slope |dF|(mu, t)",
-    "metric_speed": "metric speed ||v||_mu of the simulated field",
-    "mobility_min": "min_i b(x_i)",
-    "mobility_max": "max_i b(x_i)",
-    "order_parameter": "|sum_i a_i x_i|",
-    "clusters": "connected components of the graph <x_i, x_j> > 1 - eps",
-    "min_inner": "min_{i != j} <x_i, x_j>",
-    "mean_inner": "mean_{i < j} <x_i, x_j>",
-}
 
 
 def order_parameter(x: torch.Tensor, a: torch.Tensor) -> float:

@@ -45,21 +45,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.core.descriptions import STEP_SERIES
 from attnflow.core.errors import InputError
 from attnflow.core.geometry import geodesic_distance_sq
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats, mixed_stats, state_energy
 from attnflow.kernels.dispatch import head_stats
 from attnflow.schemes.integrators import Integrator, get_integrator
-
-#: Per-step series stored in a trajectory (dataset dimension ``step``, length = number of steps).
-STEP_SERIES: dict[str, str] = {
-    "step_time": "t_{k+1}, the end of step k",
-    "step_energy_change": "F(mu_{k+1}, t_{k+1}) - F(mu_k, t_k)",
-    "step_weight_work": "int_{t_k}^{t_{k+1}} dF/dr (mu_r, r) dr (quadrature or exact increment)",
-    "step_speed_action": "1/2 int_{t_k}^{t_{k+1}} |mu'|^2",
-    "step_slope_action": "1/2 int_{t_k}^{t_{k+1}} |dF|^2",
-}
 
 
 class StepRecorder:

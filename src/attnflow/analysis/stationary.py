@@ -440,10 +440,25 @@ ENDED_AT_MAX_SIZE = 1200
 ENDED_AT_MAX_WORK = 1 << 24
 
 
+#: Longest Newton step (radians) at which a state is still described by its local classification. The
+#: Hessian's kind and index speak of the critical point the Newton step reaches; once that step is a
+#: sizeable fraction of the unit sphere's radius (half a radian, about 29 degrees) the quadratic model
+#: is far outside where it describes anything, and the state is called not near a stationary point.
+LOCAL_NEWTON_RAD = 0.5
+
+
 def describe(point: StationaryPoint) -> str:
-    """One sentence: what the state is (kind, index, clusters, stationary or not)."""
+    """One sentence: what the state is (kind, index, clusters, stationary or not); a state whose Newton
+    step exceeds :data:`LOCAL_NEWTON_RAD` is "not near a stationary point" instead of a kind and index."""
+    s = "s" if point.clusters != 1 else ""
+    if point.newton_distance > LOCAL_NEWTON_RAD:
+        return (
+            f"not near a stationary point ({point.clusters} cluster{s}; the Newton step is "
+            f"{point.newton_distance:.2g} rad, beyond the {LOCAL_NEWTON_RAD:g} rad where a local classification "
+            "means anything)"
+        )
     what = "minimiser" if point.kind == "minimiser" else f"saddle of index {point.index}"
-    parts = [f"{what} ({point.clusters} cluster{'s' if point.clusters != 1 else ''}"]
+    parts = [f"{what} ({point.clusters} cluster{s}"]
     if point.split_index:
         parts.append(f", {point.split_index} splitting direction{'s' if point.split_index != 1 else ''}")
     if point.degenerate:

@@ -7,12 +7,12 @@ application object; each command module registers its commands on it when import
 
 from __future__ import annotations
 
-from attnflow.cli import bench, edi, hf, main, pde, phase, plateaus, reproduce, stationary, sweep, view
+from attnflow.cli import bench, edi, hf, main, pde, phase, plateaus, reproduce, stationary, sweep, view, warmup
 from attnflow.cli.app import app
 
 __all__ = [
     "app", "entrypoint", "bench", "edi", "hf", "main", "pde", "phase", "plateaus", "reproduce", "stationary",
-    "sweep", "view",
+    "sweep", "view", "warmup",
 ]  # fmt: skip
 
 

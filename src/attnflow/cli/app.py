@@ -97,7 +97,18 @@ class TidyCommand(_TidyParams, typer.core.TyperCommand):
 
 
 class TidyGroup(_TidyParams, typer.core.TyperGroup):
-    """A command group whose help shows parameters the attnflow way (see :func:`_tidy`)."""
+    """A command group whose help shows parameters the attnflow way (see :func:`_tidy`).
+
+    The root group also takes its global flag ``--debug`` after the subcommand
+    (``attnflow show RUN --debug``): it is moved in front before click parses (up to a ``--``).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            cut = args.index("--") if "--" in args else len(args)
+            if "--debug" in args[1:cut]:
+                args = ["--debug", *(a for i, a in enumerate(args) if not (a == "--debug" and i < cut))]
+        return super().parse_args(ctx, args)
 
 
 class App(typer.Typer):
@@ -369,9 +380,9 @@ SWEEP_PLOT_FLAGS: HintFlags = {
 
 
 def run_folder_status(run_dir: Any) -> str:
-    """:func:`attnflow.runs.runner.folder_status` as a command line says it: the library's
+    """:func:`attnflow.runs.folders.folder_status` as a command line says it: the library's
     ``resume_folder('DIR')`` becomes ``'attnflow run --resume DIR'``."""
-    from attnflow.runs.runner import folder_status
+    from attnflow.runs.folders import folder_status
 
     call = f"resume_folder({str(run_dir)!r})"
     return folder_status(run_dir).replace(call, f"'attnflow run --resume {run_dir}'")

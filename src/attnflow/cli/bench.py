@@ -46,7 +46,9 @@ def bench(
         "part against the machine's GEMM and memory-bandwidth limits.",
     ),
     startup_only: bool = typer.Option(
-        False, "--startup-only", help="Only time the command line's start-up (attnflow --help, --version)."
+        False,
+        "--startup-only",
+        help="Only time the command line's start-up (attnflow --help, --version) and the front door's CPU time.",
     ),
     metastability: Optional[bool] = typer.Option(
         None,
@@ -91,7 +93,7 @@ def bench(
 
       attnflow bench --json bench.json --markdown bench.md
     """
-    from attnflow.bench.startup import cli_startup_seconds
+    from attnflow.bench.startup import cli_startup_seconds, front_door_cpu_seconds
 
     for path in (json_file, markdown_file):
         if path is not None and not path.parent.exists():
@@ -103,9 +105,16 @@ def bench(
     for label, seconds in startup.items():
         st.add_row(label, f"{seconds:.3f}")
     Console().print(st)
+    door = front_door_cpu_seconds(repeats=3)
+    ft = Table(title="the front door: CPU seconds in a fresh process (target < 1 s, no torch/numba/matplotlib)")
+    for col in ("command", "CPU s", "heavy modules loaded", "exit"):
+        ft.add_column(col, justify="left" if col == "command" else "right")
+    for label, row in door.items():
+        ft.add_row(label, f"{row['cpu_s']:.3f}", ", ".join(row["heavy"]) or "none", str(row["exit"]))
+    Console().print(ft)
     if startup_only:
         if json_file is not None:
-            json_file.write_text(json.dumps({"startup_s": startup}, indent=2))
+            json_file.write_text(json.dumps({"startup_s": startup, "front_door": door}, indent=2))
             say(f"wrote {json_file}")
         return
     if only_small:
@@ -117,7 +126,7 @@ def bench(
     from attnflow.bench.metastability import META_HEADER, meta_markdown, meta_rows, meta_title, run_metastability
 
     wide = Console(width=max(Console().width, 170))
-    result: dict = {"startup_s": startup}
+    result: dict = {"startup_s": startup, "front_door": door}
     text = ""
     measure = lambda s: say(f"measuring {s} ...")
     if only_thread_policy or (thread_policy and not profile and not only_metastability):

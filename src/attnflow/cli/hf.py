@@ -428,11 +428,11 @@ def study(
     if out.exists():
         shutil.rmtree(out)
     save_study(ds, rows, out, figures=figures)
-    print_study(ds, rows)
+    print_study(ds, rows, gf_steps=gf_steps)
     say(f"wrote {out} ({STUDY_STORE}, comparisons.json{', figures/study_<measure>.png' if figures else ''})")
 
 
-def print_study(ds, rows) -> None:
+def print_study(ds, rows, gf_steps: int | None = None) -> None:
     """Every comparison of a study with its 95% CI, grouped, in tables that fit 80 columns."""
     from attnflow.hf.study import path_summary, spreads
 
@@ -487,4 +487,15 @@ def print_study(ds, rows) -> None:
     )
     warned = int((ds.gf_warnings.values > 0).sum())
     if warned:
-        con.print(escape(f"warning: the gf flow's step was flagged as too large for {warned} prompt(s)"))
+        con.print(escape(gf_step_warning(warned, gf_steps)))
+
+
+def gf_step_warning(prompts: int, steps_per_layer: object = None) -> str:
+    """The warning for gf projections whose Euler step the stability guard flagged, with what to do."""
+    now = f" (now {steps_per_layer}, dt = 1/{steps_per_layer})" if isinstance(steps_per_layer, int) else ""
+    more = f" such as {2 * steps_per_layer}" if isinstance(steps_per_layer, int) else ""
+    return (
+        f"warning: the gf projection's step was flagged as too large for {prompts} prompt(s), so their gf rows may "
+        f"be off: rerun with a smaller step, a larger --gf-steps-per-layer{more}{now} (the projection steps with "
+        "euler; a higher-order or adaptive method is not offered here)."
+    )

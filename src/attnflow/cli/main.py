@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shlex
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -70,8 +74,9 @@ def run(
 
       attnflow run --resume runs/ou2
     """
+    # The config and the out folder are checked before the numerical stack loads (issue 43): a
+    # misspelt key or a taken folder answers at once; the runner (torch, numba) loads to run.
     from attnflow.config import apply_overrides, load_config, preset_config
-    from attnflow.runs.runner import check_out, resume_folder, run_estimate, run_to_folder
 
     every: dict[str, Any] = {
         "every_steps": checkpoint_every,
@@ -83,7 +88,9 @@ def run(
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
-        with progress_bar(f"resume {resume}") as bar:
+        from attnflow.runs.runner import resume_folder
+
+        with interruptions(resume, replacing=False), progress_bar(f"resume {resume}") as bar:
             task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
@@ -101,9 +108,11 @@ def run(
     overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    check_out(out, force)
+    _check_out(out, force)
+    from attnflow.runs.runner import run_estimate, run_to_folder
+
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
-    with progress_bar(cfg.name) as bar:
+    with interruptions(out, replacing=out.exists()), progress_bar(cfg.name) as bar:
         task = bar.add_task(escape(cfg.name), total=None)
         traj = run_to_folder(
             cfg,
@@ -115,6 +124,83 @@ def run(
         )
     say(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
     _summary(out)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """:func:`attnflow.runs.folders.check_out`, its refusals worded with this command's flags."""
+    from attnflow.io.store import folder_kind
+    from attnflow.runs.folders import check_out
+
+    try:
+        check_out(out, force)
+    except FileExistsError:
+        kind, name = folder_kind(out), repr(str(out))
+        if kind == "run":
+            raise UserError(
+                f"{name} already holds a finished run; choose another --out folder, or add --force to replace it "
+                "(the old run stays in place until the new one has finished)."
+            ) from None
+        if kind == "unfinished":
+            raise UserError(
+                f"{name} holds an unfinished run: continue it with 'attnflow run --resume {out}', or add --force to "
+                "start it again from the beginning."
+            ) from None
+        if kind == "empty":
+            raise UserError(
+                f"{name} is an existing empty folder; choose a new --out folder, or add --force to use it."
+            ) from None
+        raise
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so that the same clean-up runs (locks released,
+    a half-written replacement removed)."""
+
+
+@contextlib.contextmanager
+def interruptions(folder: Path, *, replacing: bool) -> Iterator[None]:
+    """Turn Ctrl-C (SIGINT) and SIGTERM during a run into one line saying what was saved in ``folder``
+    and the command that resumes it, and exit with 130 or 143 (128 + the signal's number).
+
+    ``replacing``: ``folder`` held a run before (``--force``): the unfinished replacement is removed
+    and ``folder`` keeps the old run, so there is nothing to resume.
+    """
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM while we report is not an error
+        by, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
+        say(_interrupted_line(folder, by, replacing), "bold yellow", "stopped:")
+        raise typer.Exit(code) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _interrupted_line(folder: Path, by: str, replacing: bool) -> str:
+    """What an interrupted run left in ``folder`` and how to continue it, in one line."""
+    from attnflow.io.checkpoint import CHECKPOINT, load_checkpoint
+    from attnflow.io.store import CONFIG
+
+    if replacing:
+        return f"{by}: the replacement run was discarded; {str(folder)!r} is left as it was."
+    resume = f"attnflow run --resume {shlex.quote(str(folder))}"
+    ck = None
+    if (folder / CHECKPOINT).is_file():
+        try:
+            ck = load_checkpoint(folder / CHECKPOINT)
+        except (ValueError, OSError):
+            ck = None
+    if ck is not None:
+        of = f" of {ck.n_steps}" if ck.n_steps else ""
+        return f"{by}: saved the checkpoint of step {ck.step}{of} (t = {ck.t:.6g}) in {str(folder)!r}; resume with: {resume}"
+    if (folder / CONFIG).is_file():
+        return f"{by}: saved the config in {str(folder)!r} (no checkpoint yet); restart it with: {resume}"
+    return f"{by}: stopped before anything was written; nothing to resume."
 
 
 #: The diagnostics ``show`` prints (all of them go into ``--json``).

@@ -14,6 +14,17 @@ from attnflow.cli.app import REPRODUCE_FLAGS, UserError, app, console, guarded
 VERDICT_WIDTH = 13
 
 
+def bottom_line(results) -> str:
+    """The verdict of a whole reproduce in one line, e.g. ``19/19 predictions PASS; 19/19 negative controls
+    rejected``, naming each prediction that failed (printed last, below the table)."""
+    preds = [(r.name, p) for r in results for p in r.predictions]
+    n_pass = sum(p.ok for _, p in preds)
+    n_ctrl = sum(p.control_rejected for _, p in preds)
+    line = f"{n_pass}/{len(preds)} predictions PASS; {n_ctrl}/{len(preds)} negative controls rejected"
+    failed = [f"{name}: {p.statement} ({p.verdict})" for name, p in preds if not p.ok]
+    return line + ("; FAILED: " + "; ".join(failed) if failed else "") + "."
+
+
 def results_table(results, title: str) -> Table:
     """The predictions as a two-column table that reads at any width (80 columns included): one row per
     prediction, its statement, measured value, criterion and control stacked in the wide column, the
@@ -199,5 +210,7 @@ def reproduce(
     if readme is not None:
         update_readme(readme, results, target, quick=quick)
         console.print(f"updated {escape(str(readme))}")
+    colour = "green" if all(p.ok for r in results for p in r.predictions) else "red"
+    Console().print(f"[bold {colour}]{escape(bottom_line(results))}[/]", highlight=False, soft_wrap=True)
     if not all(r.passed for r in results):
         raise typer.Exit(1)

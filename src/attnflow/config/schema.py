@@ -8,8 +8,9 @@ initial tokens, the head matrices and the weight noise.
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import numpy as np
 import yaml
@@ -26,12 +27,12 @@ from pydantic import (
 from attnflow.config.errors import ConfigError
 from attnflow.config.yamlsafe import YAMLLimitError, excerpt, load_yaml
 from attnflow.core.files import read_regular
-from attnflow.schemes.integrators import ADAPTIVE, METHODS
+from attnflow.schemes.names import ADAPTIVE_NAMES, METHOD_NAMES
 
 if TYPE_CHECKING:
     MethodName = str
 else:  # the method names come from the stepper registry alone
-    MethodName = Literal[METHODS]
+    MethodName = Literal[METHOD_NAMES]
 
 
 class _Strict(BaseModel):
@@ -155,7 +156,7 @@ class IntegrationConfig(_Strict):
 
     @property
     def adaptive(self) -> bool:
-        return self.method in ADAPTIVE
+        return self.method in ADAPTIVE_NAMES
 
     @model_validator(mode="after")
     def _check(self) -> IntegrationConfig:
@@ -267,10 +268,52 @@ def format_validation_error(err: ValidationError, source: str, *, kind: str = "c
         got = e.get("input")
         shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {excerpt(got)})"
         msg = excerpt_text(e["msg"].removeprefix("Value error, "), 300)
-        parts.append(f"{where}: {msg}{shown}")
+        hint = _did_you_mean(err.title, e["loc"]) if e["type"] == "extra_forbidden" else ""
+        parts.append(f"{where}: {msg}{shown}{hint}")
     if len(errors) > 8:
         parts.append(f"and {len(errors) - 8} more")
     return f"invalid {kind} {source}: " + "; ".join(parts) + "."
+
+
+def _model_fields(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may hold (each branch of a union, the inner type of ``Optional``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _model_fields(arg)]
+
+
+def _did_you_mean(title: str, loc: tuple) -> str:
+    """``", did you mean 'dt'?"`` for an unknown key ``loc[-1]`` close to a field of the section that holds it."""
+    root = next((m for m in _all_models() if m.__name__ == title), None)
+    if root is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    models: list[type[BaseModel]] = [root]
+    for part in loc[:-1]:
+        if not isinstance(part, str):
+            continue
+        inner = [
+            m
+            for model in models
+            if part in model.model_fields
+            for m in _model_fields(model.model_fields[part].annotation)
+        ]
+        if inner:
+            models = inner
+        elif part not in _BRANCH_TAGS and "[" not in part:
+            return ""
+    names = sorted({name for m in models for name in m.model_fields})
+    close = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
+    return f", did you mean {close[0]!r}?" if close else ""
+
+
+def _all_models() -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = list(_Strict.__subclasses__())
+    while todo:
+        m = todo.pop()
+        found.append(m)
+        todo.extend(m.__subclasses__())
+    return found
 
 
 def excerpt_text(text: str, limit: int = 300) -> str:

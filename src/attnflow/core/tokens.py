@@ -142,6 +142,22 @@ def from_file(path: str | Path, *, normalise: bool = True, tol: float = 1e-6) ->
     return check_tokens(np.asarray(x, dtype=np.float64), source=str(p), normalise=normalise, tol=tol)
 
 
+def looks_transposed(x: np.ndarray, tol: float = 1e-6) -> bool:
+    """Whether the columns of ``x`` (the last two axes read as ``(N, d)``) are all unit vectors: an
+    array of tokens given as ``(d, N)``. Only meaningful where the rows are not unit vectors."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.all(np.abs(np.linalg.norm(np.asarray(x, dtype=np.float64), axis=-2) - 1) <= tol))
+
+
+def transposed_message(source: str, shape: tuple[int, ...]) -> str:
+    """The error for a transposed token array of ``shape`` (see :func:`looks_transposed`)."""
+    flipped = (*shape[:-2], shape[-1], shape[-2])
+    return (
+        f"{source}: tokens have shape {shape}, but its columns, not its rows, are unit vectors: the array looks "
+        f"transposed; pass its transpose (shape {flipped}), one token per row."
+    )
+
+
 def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = True, tol: float = 1e-6) -> np.ndarray:
     """Validate an ``(N, d)`` token array: finite, non-zero rows, on the sphere (or normalised)."""
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:
@@ -159,6 +175,8 @@ def check_tokens(x: np.ndarray, *, source: str = "tokens", normalise: bool = Tru
     with np.errstate(over="ignore"):
         norms = m * scaled
     dev = float(np.abs(norms - 1).max())
+    if dev > tol and looks_transposed(x, tol):  # (d, N) for (N, d): said before any projection (issue 43)
+        raise InputError(transposed_message(source, x.shape))
     if dev > tol:
         if not normalise:
             raise InputError(f"{source}: tokens are not on the unit sphere (max | |x| - 1 | = {dev:.3g})")

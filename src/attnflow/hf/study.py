@@ -644,7 +644,7 @@ def save_study(ds: xr.Dataset, rows: list[Row], out: str | Path, *, figures: boo
     # Written whole or not at all, never through a link, and marked as attnflow's with a manifest
     # (kind "study") like every folder attnflow writes.
     with atomic_folder(out) as tmp:
-        ds.to_zarr(tmp / STUDY_STORE, mode="w-", consolidated=False)
+        ds.to_zarr(tmp / STUDY_STORE, mode="w-", zarr_format=2, consolidated=True)  # consolidated (issue 43)
         (tmp / "comparisons.json").write_text(json.dumps([r.as_dict() for r in rows], indent=1))
         if figures:
             plot_study(ds, tmp / "figures")

@@ -1,22 +1,38 @@
 """Run folders and checkpoint files: the :class:`Trajectory` record (:mod:`.trajectory`), the saved
 format (:mod:`.store`: Zarr dataset, config, provenance, atomic writes) and checkpoints
-(:mod:`.checkpoint`). Nothing here draws figures."""
+(:mod:`.checkpoint`). Nothing here draws figures.
 
-from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
-from attnflow.io.store import (
-    CONFIG,
-    DATASET,
-    FIGURES,
-    PROVENANCE,
-    atomic_folder,
-    git_commit,
-    is_complete,
-    provenance_record,
-    save_run,
-    trajectory_to_dataset,
-    write_dataset,
-)
-from attnflow.io.trajectory import FIGURE_WRITER, Trajectory, dataset_to_trajectory, load
+Loaded on first use (PEP 562): checking a folder (:mod:`.safety`, :mod:`.store`'s folder checks,
+:mod:`.lock`) imports neither torch nor xarray; reading a dataset loads xarray then.
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+#: Public name -> the module of this package that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["Checkpoint", "Checkpointer", "load_checkpoint", "save_checkpoint"], "attnflow.io.checkpoint"),
+    **dict.fromkeys(
+        [
+            "CONFIG",
+            "DATASET",
+            "FIGURES",
+            "PROVENANCE",
+            "atomic_folder",
+            "git_commit",
+            "is_complete",
+            "provenance_record",
+            "save_run",
+            "trajectory_to_dataset",
+            "write_dataset",
+        ],
+        "attnflow.io.store",
+    ),
+    **dict.fromkeys(["FIGURE_WRITER", "Trajectory", "dataset_to_trajectory", "load"], "attnflow.io.trajectory"),
+}
 
 __all__ = [
     "CONFIG",
@@ -39,3 +55,33 @@ __all__ = [
     "trajectory_to_dataset",
     "write_dataset",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attnflow.io' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if _TYPE_CHECKING:
+    from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
+    from attnflow.io.store import (
+        CONFIG,
+        DATASET,
+        FIGURES,
+        PROVENANCE,
+        atomic_folder,
+        git_commit,
+        is_complete,
+        provenance_record,
+        save_run,
+        trajectory_to_dataset,
+        write_dataset,
+    )
+    from attnflow.io.trajectory import FIGURE_WRITER, Trajectory, dataset_to_trajectory, load

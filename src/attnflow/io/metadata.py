@@ -14,8 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from attnflow.analysis.diagnostics import DIAGNOSTICS
-from attnflow.analysis.edi import STEP_SERIES
+from attnflow.core.descriptions import DIAGNOSTICS, STEP_SERIES
 
 #: The attributes each variable and coordinate carries.
 REQUIRED_ATTRS = ("long_name", "units", "description")

@@ -38,8 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import xarray as xr
 import yaml
 
 from attnflow._version import __version__
@@ -60,6 +58,8 @@ from attnflow.io.safety import (
 )
 
 if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
+    import xarray as xr
+
     from attnflow.io.trajectory import Trajectory
 
 #: The global ``Conventions`` attribute of every dataset attnflow writes (CF metadata conventions).
@@ -146,6 +146,8 @@ def trajectory_to_dataset(traj: Trajectory, provenance: dict[str, Any] | None = 
     (``clusters``) are integers; ``attrs`` hold the run's parameters (:func:`run_parameters`), its
     config and provenance as JSON text.
     """
+    import xarray as xr  # here, not at the top: checking a folder needs no xarray
+
     data: dict[str, Any] = {
         "x": (("time", "token", "dim"), traj.x),
         "A": (("time", "head", "row", "col"), traj.A),
@@ -208,6 +210,8 @@ def git_commit() -> str | None:
 
 
 def provenance_record(traj: Trajectory) -> dict[str, Any]:
+    import torch  # only its version; a run has loaded it already
+
     return {
         "attnflow_version": __version__,
         "torch_version": torch.__version__,

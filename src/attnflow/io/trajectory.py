@@ -15,20 +15,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import xarray as xr
 import yaml
 
-from attnflow.analysis.diagnostics import DIAGNOSTICS
-from attnflow.analysis.edi import STEP_SERIES
 from attnflow.config.errors import ConfigError
 from attnflow.config.spec import RunSpec
 from attnflow.config.yamlsafe import load_yaml
+from attnflow.core.descriptions import DIAGNOSTICS, STEP_SERIES
 from attnflow.core.errors import InputError, UnsafeInputError
-from attnflow.core.heads import Heads
 from attnflow.io.readers import heads_reader
 from attnflow.io.safety import check_name, check_text, scan_folder
 from attnflow.io.store import (
@@ -45,6 +41,11 @@ from attnflow.io.store import (
     trajectory_to_dataset,
     verify_run,
 )
+
+if TYPE_CHECKING:  # torch and xarray load where a trajectory is rebuilt or read, not at import
+    import xarray as xr
+
+    from attnflow.core.heads import Heads
 
 #: The ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls to draw ``figures/``
 #: (:func:`attnflow.viz.plotting.plot_run`). A constant of the code, never read from data.
@@ -140,6 +141,10 @@ class Trajectory:
 
     def heads_at(self, k: int) -> Heads:
         """The heads at save index ``k`` as a :class:`Heads`."""
+        import torch
+
+        from attnflow.core.heads import Heads
+
         A = torch.from_numpy(self.A[k])
         return Heads(K=A, V=None if self.V is None else torch.from_numpy(self.V[k]))
 
@@ -242,6 +247,8 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
         if config is not None and not isinstance(config, dict):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
     check_declared_sizes(p / DATASET)
+    import xarray as xr  # after the folder checks: a refused folder costs no xarray
+
     try:
         ds = xr.open_zarr(p / DATASET).load()
     except Exception as e:  # zarr and numcodecs raise many types on damaged stores

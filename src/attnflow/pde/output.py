@@ -150,7 +150,14 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    axes[0].plot(sol.t, sol.energy)
+    # The saved times are few (13 by default): they are drawn as points, never joined by straight
+    # lines; a gf run's per-step energy changes give the dense curve between them.
+    if sol.model == "gf" and len(sol.steps.get("t", [])):
+        dense_t = np.concatenate([[sol.t[0]], np.asarray(sol.steps["t"], dtype=float)])
+        dense_f = sol.energy[0] + np.concatenate([[0.0], np.cumsum(sol.steps["energy_change"])])
+        axes[0].plot(dense_t, dense_f, color="C0", lw=1.0, label="every step")
+    axes[0].plot(sol.t, sol.energy, "o", color="C0", ms=4, label="saved times")
+    axes[0].legend(fontsize="small")
     axes[0].set_xlabel("t")
     axes[0].set_ylabel(r"$F(\rho_t)$")
     axes[0].set_title("energy")

@@ -26,7 +26,7 @@ from attnflow.core.caller import caller_stacklevel
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
-from attnflow.core.tokens import TokenWarning
+from attnflow.core.tokens import TokenWarning, looks_transposed, transposed_message
 from attnflow.dynamics.fields import MODELS, masses
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.weights.processes import WeightProcess, as_process
@@ -100,6 +100,8 @@ def initial_tokens(x0: ArrayLike, dtype: torch.dtype | None, *, batched: bool = 
         raise InputError("x0 has a zero row, which has no direction on the sphere", hint=Hint("x0"))
     tol = 1e-6 if x.dtype == torch.float64 else 1e-4
     dev = float((norms.to(torch.float64) - 1.0).abs().max())
+    if dev > tol and looks_transposed(x.detach().cpu().numpy(), tol):  # before any projection (issue 43)
+        raise InputError(transposed_message("x0", tuple(x.shape)), hint=Hint("x0"))
     if dev > tol:
         warnings.warn(
             f"x0: tokens projected onto the unit sphere (max | |x| - 1 | was {dev:.3g})",

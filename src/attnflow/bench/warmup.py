@@ -1,0 +1,71 @@
+"""Compile the numba kernels ahead of time (``attnflow warmup``, run by ``make setup``).
+
+The compiled loops (:mod:`attnflow.kernels.fastsum.cpu` for fast summation, :mod:`attnflow.kernels.small`
+for small clouds) are compiled by numba on their first call, about 30 s of CPU in all, and cached on disk
+(``cache=True``): see :func:`numba_cache_location` and ``docs/performance.md``. Warming up runs one
+tiny computation through each path, so that a user's first run starts at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def numba_cache_location() -> str:
+    """Where numba keeps attnflow's compiled kernels: ``NUMBA_CACHE_DIR`` when set, else a
+    ``__pycache__`` folder beside each kernel module (``attnflow/kernels/.../__pycache__``), or, when the
+    package folder is not writable, numba's user-wide cache (``~/.cache/numba`` on Linux)."""
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    if where:
+        return where
+    import attnflow.kernels as kernels
+
+    pkg = Path(kernels.__file__).parent
+    if os.access(pkg, os.W_OK):
+        return f"{pkg}/__pycache__ and {pkg}/fastsum/__pycache__"
+    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numba")
+
+
+def _tasks() -> list[tuple[str, Callable[[], object]]]:
+    import numpy as np
+
+    from attnflow.core import tokens
+    from attnflow.core.heads import identity_heads
+    from attnflow.schemes.names import ADAPTIVE_NAMES
+    from attnflow.solve.ensemble import simulate_ensemble
+    from attnflow.solve.simulation import simulate
+
+    small = tokens.uniform(8, 3, 0)
+    heads = identity_heads(2, 3, 1.0)
+    return [
+        (
+            "fast summation: compiled CPU loops (d <= 4, many tokens)",
+            lambda: simulate(tokens.uniform(256, 3, 0), heads, t_end=0.02, dt=0.01, backend="fast"),
+        ),
+        (
+            "small clouds: compiled adaptive steps (" + ", ".join(ADAPTIVE_NAMES) + ")",
+            lambda: [simulate(small, heads, t_end=0.5, dt=0.1, method=m, record_steps=False) for m in ADAPTIVE_NAMES],
+        ),
+        ("small clouds: fixed steps (rk4)", lambda: simulate(small, heads, t_end=0.2, dt=0.05, method="rk4")),
+        (
+            "small clouds: compiled ensembles (dopri5)",
+            lambda: simulate_ensemble(np.stack([small, small]), heads, t_end=0.5, dt=0.1, method="dopri5"),
+        ),
+    ]
+
+
+def warmup(report: Callable[[str], None] = print) -> dict[str, float]:
+    """Run each compiled path once, saying what compiles before it starts; returns seconds per path."""
+    seconds: dict[str, float] = {}
+    for label, task in _tasks():
+        report(
+            f"compiling {label} (the first time: seconds of CPU, a minute or more of wall time on a busy machine) ..."
+        )
+        t0 = time.perf_counter()
+        task()
+        seconds[label] = time.perf_counter() - t0
+        report(f"  done in {seconds[label]:.1f} s")
+    return seconds
