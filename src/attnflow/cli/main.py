@@ -6,6 +6,7 @@ import contextlib
 import math
 import shlex
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
@@ -169,16 +170,19 @@ def interruptions(folder: Path, *, replacing: bool) -> Iterator[None]:
     def on_term(signum: int, frame: Any) -> None:
         raise Terminated()
 
-    old = signal.signal(signal.SIGTERM, on_term)
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    old = signal.signal(signal.SIGTERM, on_term) if main_thread else None
     try:
         yield
     except KeyboardInterrupt as e:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM while we report is not an error
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM while we report is not an error
         by, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
         say(_interrupted_line(folder, by, replacing), "bold yellow", "stopped:")
         raise typer.Exit(code) from None
     finally:
-        signal.signal(signal.SIGTERM, old)
+        if main_thread:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _interrupted_line(folder: Path, by: str, replacing: bool) -> str:
