@@ -13,6 +13,7 @@ the same state guard, and float32 runs get the float32 check in every mode.
 
 from __future__ import annotations
 
+import logging
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from attnflow.core.arrays import to_numpy
 from attnflow.core.errors import FloatRangeError, Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
@@ -44,6 +46,8 @@ from attnflow.solve.saveat import SaveAt, save_grid
 from attnflow.weights.processes import Constant, Layers, WeightSampler
 
 __all__ = ["solve", "TimeField", "Stepper", "stepper"]
+
+_log = logging.getLogger(__name__)
 
 #: A stepper: a fixed-step :class:`Integrator` or an :class:`EmbeddedPair` (which also steps fixed).
 Stepper = Integrator | EmbeddedPair
@@ -152,10 +156,14 @@ def solve(
             f"embedded pair, one of {', '.join(ADAPTIVE)}",
             hint=Hint("method"),
         )
-    with problem.thread_policy().applied(problem.pairs):
-        return _solve(
+    choice = problem.thread_choice()
+    _log.info("threads: %s", choice.reason)
+    with ThreadPolicy(choice.threads).applied(problem.pairs):
+        traj = _solve(
             problem, method, controller, saveat, record_steps, checkpoint, resume, progress, observers, config, spec
         )
+    traj.provenance["threads"] = choice.as_dict()
+    return traj
 
 
 def _solve(
