@@ -73,3 +73,19 @@ def test_chunks_give_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError):
         bulk_state_diagnostics(X[:, :1], A, None, a[:1], w, "gf")
     assert all(math.isfinite(r["log_abs_energy"]) for r in whole)
+
+
+def test_compiled_gram_and_union_find_match_the_torch_and_scipy_paths() -> None:
+    from attnflow.analysis import diagnostics as dg
+
+    rng = np.random.default_rng(11)
+    X = _states(9, 40, 3, rng)
+    X[4] = torch.from_numpy(np.repeat(np.eye(3), [14, 13, 13], axis=0))  # three exact clusters
+    for eps in (1e-3, 0.05, 0.6):
+        mn, counts = dg._gram_batch(X.numpy(), 1.0 - eps)
+        mn_t, counts_t = dg._gram_torch(X, eps)
+        assert counts.tolist() == counts_t
+        assert np.abs(mn - np.array(mn_t)).max() < 1e-15
+        adj = (X @ X.transpose(-1, -2) > 1.0 - eps).numpy()
+        assert dg._component_counts(adj).tolist() == dg._component_counts_py(adj).tolist()
+    assert dg._gram_batch(X.numpy(), 1.0 - 1e-3)[1][4] == 3

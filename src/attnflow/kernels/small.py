@@ -50,6 +50,8 @@ __all__ = [
     "BatchedStep",
     "SmallStep",
     "dense_value",
+    "dense_point",
+    "head_means",
 ]
 
 #: The models as the compiled code numbers them.
@@ -714,3 +716,82 @@ class BatchedStep:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense_point(x: np.ndarray, F: np.ndarray, theta: float, out: np.ndarray) -> None:  # pragma: no cover
+        """``out`` <- :func:`dense_value` at ``theta``, each row divided by its norm (the retraction)."""
+        N, d = x.shape
+        M = F.shape[0]
+        for i in range(N):
+            nrm = 0.0
+            for c in range(d):
+                acc = 0.0
+                for m in range(M - 1, -1, -1):
+                    acc = (acc + F[m, i, c]) * (theta if (M - 1 - m) % 2 == 0 else 1.0 - theta)
+                v = x[i, c] + acc
+                out[i, c] = v
+                nrm += v * v
+            nrm = math.sqrt(nrm)
+            for c in range(d):
+                out[i, c] /= nrm
+
+    @njit(cache=True, nogil=True)
+    def _means_batch(
+        X: np.ndarray, AT: np.ndarray, a: np.ndarray, M: np.ndarray, logZ: np.ndarray
+    ) -> None:  # pragma: no cover - compiled
+        """For every state ``s`` and head ``h``: ``M[s, h, i] = sum_j p_hij x_j`` and ``logZ[s, h, i]``
+        (:func:`_head_rows` with identity values)."""
+        S, N, d = X.shape
+        H = AT.shape[1]
+        E = np.empty((N, N))
+        kk = np.empty(N * N, dtype=np.int64)
+        xT = np.empty((d, N))
+        q = np.empty(d)
+        num = np.empty(d)
+        eye = np.zeros((H, d, d))
+        for h in range(H):
+            for c in range(d):
+                eye[h, c, c] = 1.0
+        for s in range(S):
+            x = X[s]
+            for j in range(N):
+                for c in range(d):
+                    xT[c, j] = x[j, c]
+            free = _shift_free(x, a_norm_compiled(AT[s]))
+            for h in range(H):
+                _head_rows(h, x, xT, AT[s], eye, a, E, kk, q, num, logZ[s, h], M[s, h], free)
+
+    @njit(cache=True, nogil=True)
+    def a_norm_compiled(AT: np.ndarray) -> float:  # pragma: no cover - compiled
+        """:func:`a_norm` inside compiled code."""
+        best = 0.0
+        for h in range(AT.shape[0]):
+            acc = 0.0
+            for r in range(AT.shape[1]):
+                for c in range(AT.shape[2]):
+                    acc += AT[h, r, c] * AT[h, r, c]
+            best = max(best, math.sqrt(acc))
+        return best
+
+
+def dense_point(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
+    """:func:`dense_value` retracted onto the sphere, compiled (a saved state of a dense-output run)."""
+    out = np.empty_like(x)
+    _dense_point(x, F, float(theta), out)
+    return out
+
+
+def head_means(X: np.ndarray, A: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, logZ)`` of ``S`` states ``X`` ``(S, N, d)`` with plain heads ``A`` ``(S, H, d, d)`` and token
+    masses ``a``: ``M[s, h, i] = sum_j p_hij x_j`` ``(S, H, N, d)`` and ``log Z_h(x_i)`` ``(S, H, N)``,
+    ``p_hij = a_j exp(x_i^T A_h x_j) / Z_h(x_i)`` (the kernel of :func:`field`, identity values)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    AT = np.ascontiguousarray(np.swapaxes(A, -1, -2), dtype=np.float64)
+    S, N, d = X.shape
+    M = np.empty((S, AT.shape[1], N, d))
+    logZ = np.empty((S, AT.shape[1], N))
+    _means_batch(X, AT, np.ascontiguousarray(a, dtype=np.float64), M, logZ)
+    return M, logZ
