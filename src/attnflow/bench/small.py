@@ -218,3 +218,134 @@ def small_markdown(result: dict[str, Any]) -> str:
         + "seeds of N = 32 (dop853, rtol 1e-8) as one ensemble against single runs\n\n"
         + md(ENSEMBLE_HEADER, ensemble_rows(result)) + "\n"
     )  # fmt: skip
+
+
+# --- Native speed (issue 43): small runs against the bare NumPy loop and SciPy, as ratios ---------------
+
+NATIVE_HEADER = ["case", "attnflow (s)", "reference", "reference (s)", "ratio", "bound", "verdict"]
+
+#: ``simulate`` at N = 8, rk4 (save every step, the default) within this factor of a bare NumPy RK4
+#: of the same field; N = 32, t = 30, dop853 rtol 1e-8 with default saves within this of SciPy's
+#: DOP853 with its default output (issue 43's acceptance bars).
+NATIVE_RK4_BOUND = 3.0
+NATIVE_DOP853_BOUND = 1.5
+
+
+def _numpy_rk4(x: np.ndarray, dt: float, n: int, beta: float) -> np.ndarray:
+    """``n`` RK4 steps of the field of :func:`_numpy_field` with the retraction, as a researcher writes them."""
+    f = _numpy_field(x.shape[0], beta)
+    y = x.ravel().copy()
+    N = x.shape[0]
+    for _ in range(n):
+        k1 = f(0.0, y)
+        k2 = f(0.0, y + 0.5 * dt * k1)
+        k3 = f(0.0, y + 0.5 * dt * k2)
+        k4 = f(0.0, y + dt * k3)
+        y = y + dt / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        y = (y.reshape(N, 3) / np.linalg.norm(y.reshape(N, 3), axis=1, keepdims=True)).ravel()
+    return y.reshape(N, 3)
+
+
+def _best(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """The best wall time of ``repeats`` calls (the floor, not the machine's load) and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
+    """Side by side in this process, best of several: ``simulate`` (model ``mha``, ``A = beta I``) at
+    N = 8 with rk4 (2,000 steps, saved every step) against the bare NumPy RK4 loop, and at N = 32 with
+    dop853 (t = 30, dt = 0.1, rtol 1e-8, default saves: 301 states) against SciPy's DOP853 with its
+    default output; each also through the torch kernel (``backend="flash"``: the path every small
+    run took before, the negative control the bound must reject). diffrax is timed when installed."""
+    import os
+
+    from scipy.integrate import solve_ivp
+
+    from attnflow.solve.simulation import simulate
+
+    repeats = 3 if quick else 5
+    heads = _heads(beta)
+    rows: list[dict[str, Any]] = []
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+    x8, n, dt = _cloud(8), 2000, 0.01
+    kw8: dict[str, Any] = dict(model="mha", t_end=n * dt, dt=dt, method="rk4")
+    simulate(x8, heads, **{**kw8, "t_end": 0.05})  # compile and warm up
+    simulate(x8, heads, **{**kw8, "t_end": 0.05}, backend="flash")
+    t_np, ref = _best(lambda: _numpy_rk4(x8, dt, n, beta), repeats)
+    for label, extra, control in (("", {}, False), (" [control: torch kernel]", {"backend": "flash"}, True)):
+        t_af, tr = _best(lambda: simulate(x8, heads, **kw8, **extra), 1 if control else repeats)
+        rows.append({
+            "case": f"N = 8, rk4, {n:,} steps, saved every step{label}", "attnflow_s": t_af,
+            "reference": "numpy RK4 loop", "reference_s": t_np, "ratio": t_af / t_np, "bound": NATIVE_RK4_BOUND,
+            "control": control, "diff": float(np.abs(tr.x[-1] - ref).max()),
+        })  # fmt: skip
+
+    x32 = _cloud(32)
+    f = _numpy_field(32, beta)
+    kw32: dict[str, Any] = dict(model="mha", t_end=30.0, dt=0.1, method="dop853", rtol=1e-8)
+    simulate(x32, heads, **{**kw32, "t_end": 0.5})
+    t_sp, sol = _best(lambda: solve_ivp(f, (0.0, 30.0), x32.ravel(), method="DOP853", rtol=1e-8), repeats)
+    ref32 = _unit(sol.y[:, -1].reshape(32, 3))
+    for label, extra, control in (("", {}, False), (" [control: torch kernel]", {"backend": "flash"}, True)):
+        t_af, tr = _best(lambda: simulate(x32, heads, **kw32, **extra), 1 if control else repeats)
+        rows.append({
+            "case": f"N = 32, dop853 rtol 1e-8, t = 30, default saves ({len(tr.t)} states){label}",
+            "attnflow_s": t_af, "reference": f"scipy DOP853, default output ({sol.t.size} states)",
+            "reference_s": t_sp, "ratio": t_af / t_sp, "bound": NATIVE_DOP853_BOUND, "control": control,
+            "diff": float(np.abs(tr.x[-1] - ref32).max()),
+        })  # fmt: skip
+    try:
+        import diffrax  # type: ignore[import-not-found]  # noqa: F401
+
+        diffrax_note = "diffrax is installed but not timed here (its JIT start-up is not comparable in one run)"
+    except ImportError:
+        diffrax_note = (
+            "diffrax not timed: not installed (it needs jax, several hundred MB; not a dependency of attnflow)"
+        )
+    for r in rows:
+        r["pass"] = r["ratio"] < r["bound"]
+        r["margin"] = r["bound"] / r["ratio"]
+    ok = all(r["pass"] != r["control"] for r in rows)
+    return {"rows": rows, "load_average": load, "diffrax": diffrax_note, "all_ok": ok, "repeats": repeats}
+
+
+def native_rows(native: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for r in native["rows"]:
+        if r["control"]:
+            verdict = "rejected (as it must)" if not r["pass"] else "NOT REJECTED: the bound cannot fail"
+        else:
+            verdict = f"PASS (margin {r['margin']:.2f}x)" if r["pass"] else f"FAIL ({r['ratio']:.2f} >= {r['bound']:g})"
+        out.append([r["case"], f"{r['attnflow_s']:.4f}", r["reference"], f"{r['reference_s']:.4f}",
+                    f"{r['ratio']:.2f}", f"< {r['bound']:g}", verdict])  # fmt: skip
+    return out
+
+
+def native_title(native: dict[str, Any]) -> str:
+    return (
+        f"small runs at native speed: attnflow / reference wall time, best of {native['repeats']}, one process "
+        f"(load average {native['load_average']:.2f})"
+    )
+
+
+def native_bottom_line(native: dict[str, Any]) -> str:
+    rows = native["rows"]
+    passed = sum(r["pass"] for r in rows if not r["control"])
+    rejected = sum(not r["pass"] for r in rows if r["control"])
+    n_crit, n_ctrl = sum(not r["control"] for r in rows), sum(r["control"] for r in rows)
+    return (
+        f"native speed: {passed}/{n_crit} PASS, {rejected}/{n_ctrl} controls rejected"
+        f" (load average {native['load_average']:.2f}); {native['diffrax']}"
+    )
+
+
+def native_markdown(native: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(NATIVE_HEADER) + " |", "|" + "---|" * len(NATIVE_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in native_rows(native)]
+    return native_title(native) + "\n\n" + "\n".join(lines) + "\n\n" + native_bottom_line(native) + "\n"

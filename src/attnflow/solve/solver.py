@@ -604,10 +604,10 @@ def _plain_constant_heads(process: Any, x: torch.Tensor) -> list[Heads] | None:
 def _deferred_saves(p: Problem, recording: bool) -> bool:
     """Whether the saved states' diagnostics are made in bulk at the end (:class:`Saver`'s ``deferred``):
     the normalised models (their diagnostics are finite at every finite state on the sphere), float64,
-    the dense kernel (automatic or named), no EDI step recorder, constant or layer weights with plain
+    the automatic backend (a named one keeps its kernel for the diagnostics too), no EDI step recorder, constant or layer weights with plain
     heads, and clouds small enough for the batched pass (``2 <= N``, ``H N^2 <= COMPILED_MAX_PAIRS``)."""
     x = p.x0
-    if recording or p.model not in ("mha", "gf") or x.dtype != torch.float64 or p.options.backend == "fast":
+    if recording or p.model not in ("mha", "gf") or x.dtype != torch.float64 or p.options.backend != "auto":
         return False
     if not 2 <= x.shape[0] or x.shape[0] ** 2 * p.process.H > COMPILED_MAX_PAIRS:
         return False
