@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from attnflow.analysis.diagnostics import DIAGNOSTICS, bulk_state_diagnostics, state_diagnostics
+from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, mixed_field
-from attnflow.core.geometry import project_tangent
 
 
 def _states(S: int, N: int, d: int, rng: np.random.Generator) -> torch.Tensor:
@@ -32,8 +32,14 @@ def _reference(X, A, V, a, w, model, eps):
     return rows
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("model,H,values", [("mha", 1, False), ("gf", 2, True), ("gf", 3, False), ("mha", 2, True)])
-def test_bulk_equals_per_state(model: str, H: int, values: bool) -> None:
+def test_bulk_equals_per_state(model: str, H: int, values: bool, compiled: bool, monkeypatch) -> None:
+    from attnflow.analysis import diagnostics as dg
+
+    if not compiled:  # the batched FieldStats fallback (no numba)
+        monkeypatch.setattr(dg._small, "AVAILABLE", False)
+        monkeypatch.setattr(dg, "_gram_batch", None)
     rng = np.random.default_rng(H)
     S, N, d = 7, 24, 4
     X = _states(S, N, d, rng)

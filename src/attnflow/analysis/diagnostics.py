@@ -530,26 +530,12 @@ def _bulk_chunk(
     X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str, eps: float
 ) -> list[dict[str, float]]:
     S, N, d = X.shape
-    if _small.AVAILABLE and X.dtype == torch.float64 and d <= 16:
-        # The compiled kernel of the small-cloud step, state by state (no (S, H, N, N) temporaries).
-        m_np, logZ_np = _small.head_means(X.numpy(), A.numpy(), a.numpy())
-        m, logZ = torch.from_numpy(m_np), torch.from_numpy(logZ_np)
+    if _small.AVAILABLE and X.dtype == torch.float64 and model in ("mha", "gf"):
+        # The FieldStats formulas compiled state by state (kernels.small.bulk_stats, tested against them).
+        res = _small.bulk_stats(X.numpy(), A.numpy(), (A if V is None else V).numpy(), w.numpy(), a.numpy(), model)
+        log_abs_F, b_min, b_max, speed2, slope = (res[:, k].tolist() for k in range(5))
     else:
-        # scores s_hij = x_i^T A_h x_j: keys A_h x_j, (S, H, N, d)
-        keys = torch.einsum("snd,shed->shne", X, A)
-        scores = X.unsqueeze(1) @ keys.transpose(-1, -2) + torch.log(a)  # (S, H, N, N)
-        logZ = torch.logsumexp(scores, dim=-1)
-        m = torch.exp(scores - logZ.unsqueeze(-1)) @ X.unsqueeze(1)  # (S, H, N, d)
-    out_A = m @ A.transpose(-1, -2)
-    out_V = out_A if V is None else m @ V.transpose(-1, -2)
-    log_w = torch.log(w)
-    st = FieldStats(out=out_A, logZ=logZ, log_w=log_w)
-    v = FieldStats(out=out_V, logZ=logZ, log_w=log_w).velocity(X, model)
-    log_abs_F = st.log_abs_energy(a).tolist()
-    log_b = st.log_mobility()
-    b_min, b_max = log_b.amin(-1).tolist(), log_b.amax(-1).tolist()
-    speed2 = st.speed_sq(v, a).tolist()
-    slope = st.log_slope(X, a).tolist()
+        log_abs_F, b_min, b_max, speed2, slope = _bulk_field_stats(X, A, V, a, w, model)
     order = torch.linalg.vector_norm((a[:, None] * X).sum(-2), dim=-1).tolist()
     x64 = X.to(torch.float64)
     tot = x64.sum(-2)
@@ -574,6 +560,27 @@ def _bulk_chunk(
         }
         for s in range(S)
     ]
+
+
+def _bulk_field_stats(
+    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """``log|F|``, ``min/max log b``, ``||v||^2_mu``, ``log|dF|`` of each state through batched
+    :class:`~attnflow.dynamics.fields.FieldStats` (one dense pass gives the means ``m_hi``)."""
+    keys = torch.einsum("snd,shed->shne", X, A)  # A_h x_j, (S, H, N, d)
+    scores = X.unsqueeze(1) @ keys.transpose(-1, -2) + torch.log(a)  # (S, H, N, N)
+    logZ = torch.logsumexp(scores, dim=-1)
+    m = torch.exp(scores - logZ.unsqueeze(-1)) @ X.unsqueeze(1)  # (S, H, N, d)
+    out_A = m @ A.transpose(-1, -2)
+    out_V = out_A if V is None else m @ V.transpose(-1, -2)
+    log_w = torch.log(w)
+    st = FieldStats(out=out_A, logZ=logZ, log_w=log_w)
+    v = FieldStats(out=out_V, logZ=logZ, log_w=log_w).velocity(X, model)
+    log_b = st.log_mobility()
+    return (
+        st.log_abs_energy(a).tolist(), log_b.amin(-1).tolist(), log_b.amax(-1).tolist(),
+        st.speed_sq(v, a).tolist(), st.log_slope(X, a).tolist(),
+    )  # fmt: skip
 
 
 def _gram_torch(X: torch.Tensor, eps: float) -> tuple[list[float], list[float]]:

@@ -279,7 +279,7 @@ def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
     simulate(x8, heads, **{**kw8, "t_end": 0.05}, backend="flash")
     t_np, ref = _best(lambda: _numpy_rk4(x8, dt, n, beta), repeats)
     for label, extra, control in (("", {}, False), (" [control: torch kernel]", {"backend": "flash"}, True)):
-        t_af, tr = _best(lambda: simulate(x8, heads, **kw8, **extra), 1 if control else repeats)
+        t_af, tr = _best(lambda e=extra: simulate(x8, heads, **kw8, **e), 1 if control else repeats)
         rows.append({
             "case": f"N = 8, rk4, {n:,} steps, saved every step{label}", "attnflow_s": t_af,
             "reference": "numpy RK4 loop", "reference_s": t_np, "ratio": t_af / t_np, "bound": NATIVE_RK4_BOUND,
@@ -293,7 +293,7 @@ def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
     t_sp, sol = _best(lambda: solve_ivp(f, (0.0, 30.0), x32.ravel(), method="DOP853", rtol=1e-8), repeats)
     ref32 = _unit(sol.y[:, -1].reshape(32, 3))
     for label, extra, control in (("", {}, False), (" [control: torch kernel]", {"backend": "flash"}, True)):
-        t_af, tr = _best(lambda: simulate(x32, heads, **kw32, **extra), 1 if control else repeats)
+        t_af, tr = _best(lambda e=extra: simulate(x32, heads, **kw32, **e), 1 if control else repeats)
         rows.append({
             "case": f"N = 32, dop853 rtol 1e-8, t = 30, default saves ({len(tr.t)} states){label}",
             "attnflow_s": t_af, "reference": f"scipy DOP853, default output ({sol.t.size} states)",

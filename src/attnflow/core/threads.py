@@ -104,7 +104,9 @@ class ThreadPolicy:
             return ThreadChoice(self.threads, f"fixed: threads={self.threads}")
         cores = available_cores()
         if pairs >= SMALL_WORK_PAIRS:
-            return ThreadChoice(cores, f"large work ({pairs:.3g} pairs x heads >= 2^25): all {cores} cores", cores=cores)
+            return ThreadChoice(
+                cores, f"large work ({pairs:.3g} pairs x heads >= 2^25): all {cores} cores", cores=cores
+            )
         if pairs < THREADED_MIN_PAIRS or cores == 1:
             return ThreadChoice(1, f"small work ({pairs:.3g} pairs x heads < 2^18): one thread", cores=cores)
         load = load_average()

@@ -795,3 +795,119 @@ def head_means(X: np.ndarray, A: np.ndarray, a: np.ndarray) -> tuple[np.ndarray,
     logZ = np.empty((S, AT.shape[1], N))
     _means_batch(X, AT, np.ascontiguousarray(a, dtype=np.float64), M, logZ)
     return M, logZ
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def rows_within(x: np.ndarray, lo2: float, hi2: float) -> bool:  # pragma: no cover - compiled
+        """Whether every row's squared norm lies in ``[lo2, hi2]`` (NaN fails): a saved state's quick
+        sphere check, one pass, no temporaries."""
+        N, d = x.shape
+        for i in range(N):
+            s = 0.0
+            for c in range(d):
+                s += x[i, c] * x[i, c]
+            if not (s >= lo2 and s <= hi2):
+                return False
+        return True
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _lse(v: np.ndarray) -> float:  # pragma: no cover - compiled
+        """``log sum exp(v)`` (``-inf`` when every entry is ``-inf``)."""
+        m = -np.inf
+        for k in range(v.shape[0]):
+            m = max(m, v[k])
+        if m == -np.inf:
+            return -np.inf
+        acc = 0.0
+        for k in range(v.shape[0]):
+            acc += math.exp(v[k] - m)
+        return m + math.log(acc)
+
+    @njit(cache=True, nogil=True)
+    def _bulk_stats(
+        X: np.ndarray, AT: np.ndarray, VT: np.ndarray, log_w: np.ndarray, a: np.ndarray, model: int, res: np.ndarray
+    ) -> None:  # pragma: no cover - compiled
+        """``res[s]`` <- ``(log|F|, min log b, max log b, ||v||^2_mu, log|dF|)`` of state ``X[s]`` (see
+        :func:`bulk_stats`)."""
+        S, N, d = X.shape
+        H = AT.shape[1]
+        M = np.empty((1, H, N, d))
+        logZ = np.empty((1, H, N))
+        log_a = np.log(a)
+        tmp_h = np.empty(H)
+        log_S = np.empty(N)
+        row = np.empty(N)
+        u = np.empty(d)
+        g = np.empty(d)
+        for s in range(S):
+            x = X[s : s + 1]
+            _means_batch(x, AT[s : s + 1], a, M, logZ)
+            for i in range(N):
+                for h in range(H):
+                    tmp_h[h] = logZ[0, h, i] + log_w[h]
+                log_S[i] = _lse(tmp_h)
+            for i in range(N):
+                row[i] = log_S[i] + log_a[i]
+            log_F = _lse(row) - math.log(2.0)
+            bmin, bmax = np.inf, -np.inf
+            speed2 = 0.0
+            for i in range(N):
+                bmin = min(bmin, -log_S[i])
+                bmax = max(bmax, -log_S[i])
+                # the field of the model (values V) and the gf field of A alone, then P_x
+                for c in range(d):
+                    u[c] = 0.0
+                    g[c] = 0.0
+                for h in range(H):
+                    soft = math.exp(logZ[0, h, i] + log_w[h] - log_S[i])  # gf: softmax_h(log Z_h + log w_h)
+                    ch = math.exp(log_w[h]) if model == 0 else soft
+                    for r in range(d):
+                        vm = 0.0
+                        am = 0.0
+                        for c in range(d):
+                            vm += VT[s, h, c, r] * M[0, h, i, c]
+                            am += AT[s, h, c, r] * M[0, h, i, c]
+                        u[r] += ch * vm
+                        g[r] += soft * am
+                xu = 0.0
+                xg = 0.0
+                for c in range(d):
+                    xu += X[s, i, c] * u[c]
+                    xg += X[s, i, c] * g[c]
+                vv = 0.0
+                gg = 0.0
+                for c in range(d):
+                    vc = u[c] - X[s, i, c] * xu
+                    gc = g[c] - X[s, i, c] * xg
+                    vv += vc * vc
+                    gg += gc * gc
+                speed2 += a[i] * math.exp(log_S[i]) * vv
+                row[i] = log_a[i] + log_S[i] + (math.log(gg) if gg > 0 else -np.inf)
+            res[s, 0] = log_F
+            res[s, 1] = bmin
+            res[s, 2] = bmax
+            res[s, 3] = speed2
+            res[s, 4] = 0.5 * _lse(row)
+
+
+def bulk_stats(X: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str) -> np.ndarray:
+    """``(S, 5)``: for each state ``X[s]`` ``(N, d)`` with plain heads ``A[s]``, values ``V[s]`` ``(H, d, d)``,
+    head masses ``w`` and token masses ``a``: ``log|F|``, ``min_i log b``, ``max_i log b``, the squared
+    metric speed of the field of ``model`` (``mha`` or ``gf``) and ``log|dF|``, the formulas of
+    :class:`~attnflow.dynamics.fields.FieldStats` (``log_abs_energy``, ``log_mobility``, ``speed_sq``,
+    ``log_slope``) compiled state by state (``tests/analysis/test_bulk_diagnostics.py`` checks them
+    against it)."""
+    if model not in ("mha", "gf"):
+        raise ValueError(f"bulk_stats serves the models 'mha' and 'gf'; got {model!r}")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    AT = np.ascontiguousarray(np.swapaxes(A, -1, -2), dtype=np.float64)
+    VT = np.ascontiguousarray(np.swapaxes(V, -1, -2), dtype=np.float64)
+    res = np.empty((X.shape[0], 5))
+    _bulk_stats(X, AT, VT, np.log(np.asarray(w, dtype=np.float64)), np.ascontiguousarray(a, dtype=np.float64),
+                MODEL_CODES[model], res)  # fmt: skip
+    return res

@@ -24,9 +24,13 @@ from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
+from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.solve.guards import Float32Monitor, state_problem
 from attnflow.solve.loop import Evaluation, StateRejected, StepState
+
+#: Squared norms a saved float64 row may have and pass at once (half the state guard's tolerance 1e-6).
+_LO2, _HI2 = (1.0 - 0.5e-6) ** 2, (1.0 + 0.5e-6) ** 2
 
 
 @dataclass
@@ -110,8 +114,10 @@ class Saver:
     def _on_sphere(self) -> bool:
         """Whether the last saved copy's rows have norms within half the float64 guard's tolerance."""
         xn = self.xs[-1]
+        if _small.AVAILABLE:
+            return bool(_small.rows_within(xn, _LO2, _HI2))
         sq = np.einsum("ij,ij->i", xn, xn)
-        return bool(sq.min() >= (1.0 - 0.5e-6) ** 2 and sq.max() <= (1.0 + 0.5e-6) ** 2)
+        return bool(sq.min() >= _LO2 and sq.max() <= _HI2)
 
     def flush(self) -> None:
         """Make the pending rows (deferred mode), all in one batched pass."""
