@@ -35,11 +35,10 @@ def _reference(X, A, V, a, w, model, eps):
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "torch"])
 @pytest.mark.parametrize("model,H,values", [("mha", 1, False), ("gf", 2, True), ("gf", 3, False), ("mha", 2, True)])
 def test_bulk_equals_per_state(model: str, H: int, values: bool, compiled: bool, monkeypatch) -> None:
-    from attnflow.analysis import diagnostics as dg
-
     if not compiled:  # the batched FieldStats fallback (no numba)
-        monkeypatch.setattr(dg._small, "AVAILABLE", False)
-        monkeypatch.setattr(dg, "_gram_batch", None)
+        from attnflow.kernels import small
+
+        monkeypatch.setattr(small, "AVAILABLE", False)
     rng = np.random.default_rng(H)
     S, N, d = 7, 24, 4
     X = _states(S, N, d, rng)
@@ -83,15 +82,16 @@ def test_chunks_give_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_compiled_gram_and_union_find_match_the_torch_and_scipy_paths() -> None:
     from attnflow.analysis import diagnostics as dg
+    from attnflow.kernels import small
 
     rng = np.random.default_rng(11)
     X = _states(9, 40, 3, rng)
     X[4] = torch.from_numpy(np.repeat(np.eye(3), [14, 13, 13], axis=0))  # three exact clusters
     for eps in (1e-3, 0.05, 0.6):
-        mn, counts = dg._gram_batch(X.numpy(), 1.0 - eps)
+        mn, counts = small.gram_batch(X.numpy(), 1.0 - eps)
         mn_t, counts_t = dg._gram_torch(X, eps)
         assert counts.tolist() == counts_t
         assert np.abs(mn - np.array(mn_t)).max() < 1e-15
         adj = (X @ X.transpose(-1, -2) > 1.0 - eps).numpy()
-        assert dg._component_counts(adj).tolist() == dg._component_counts_py(adj).tolist()
-    assert dg._gram_batch(X.numpy(), 1.0 - 1e-3)[1][4] == 3
+        assert small.component_counts(adj).tolist() == dg._component_counts_py(adj).tolist()
+    assert small.gram_batch(X.numpy(), 1.0 - 1e-3)[1][4] == 3

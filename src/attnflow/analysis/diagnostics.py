@@ -12,7 +12,6 @@ from scipy.spatial import cKDTree
 
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, field_stats
-from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
 
 DIAGNOSTICS: dict[str, str] = {
@@ -529,6 +528,8 @@ def bulk_state_diagnostics(
 def _bulk_chunk(
     X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str, eps: float
 ) -> list[dict[str, float]]:
+    from attnflow.kernels import small as _small  # numba: loaded when a run saves, not with the module
+
     S, N, d = X.shape
     if _small.AVAILABLE and X.dtype == torch.float64 and model in ("mha", "gf"):
         # The FieldStats formulas compiled state by state (kernels.small.bulk_stats, tested against them).
@@ -540,8 +541,8 @@ def _bulk_chunk(
     x64 = X.to(torch.float64)
     tot = x64.sum(-2)
     mean = (((tot * tot).sum(-1) - (x64 * x64).sum((-1, -2))) / (N * (N - 1))).tolist()
-    if _gram_batch is not None and X.dtype == torch.float64:
-        mn_np, counts_np = _gram_batch(np.ascontiguousarray(X.numpy()), 1.0 - eps)
+    if _small.AVAILABLE and X.dtype == torch.float64:
+        mn_np, counts_np = _small.gram_batch(np.ascontiguousarray(X.numpy()), 1.0 - eps)
         mn_l, clusters = mn_np.tolist(), [float(c) for c in counts_np]
     else:
         mn_l, clusters = _gram_torch(X, eps)
@@ -593,7 +594,7 @@ def _gram_torch(X: torch.Tensor, eps: float) -> tuple[list[float], list[float]]:
     clusters = [float(N)] * S
     close = torch.nonzero(mx > 1.0 - eps).flatten().tolist()
     if close:
-        counts = _component_counts(np.ascontiguousarray((G[close] > 1.0 - eps).numpy()))
+        counts = _component_counts_py(np.ascontiguousarray((G[close] > 1.0 - eps).numpy()))
         for k, s in enumerate(close):
             clusters[s] = float(counts[k])
     return mn.tolist(), clusters
@@ -606,89 +607,3 @@ def _component_counts_py(adj: np.ndarray) -> np.ndarray:
     graph = csr_matrix((np.ones(len(i), dtype=bool), (blk * N + i, blk * N + j)), shape=(S * N, S * N))
     labels = np.sort(connected_components(graph, directed=False)[1].reshape(S, N), axis=1)
     return 1 + (np.diff(labels, axis=1) != 0).sum(axis=1)
-
-
-try:
-    from numba import njit
-
-    @njit(cache=True, nogil=True)
-    def _component_counts(adj: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-        """:func:`_component_counts_py` by union-find over the upper triangles, ``O(S N^2)``, compiled
-        (a clustered cloud's cliques would give scipy ``N^2`` edges to sort)."""
-        S, N, _ = adj.shape
-        out = np.empty(S, dtype=np.int64)
-        parent = np.empty(N, dtype=np.int64)
-        for s in range(S):
-            for i in range(N):
-                parent[i] = i
-            count = N
-            for i in range(N):
-                for j in range(i + 1, N):
-                    if adj[s, i, j]:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        # path compression towards the root found
-                        k = i
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
-                        k = j
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
-            out[s] = count
-        return out
-
-    @njit(cache=True, nogil=True)
-    def _gram_batch(X: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-        """``(min_{i != j} <x_i, x_j>, components of <x_i, x_j> > thr)`` of each state ``X[s]``, the
-        Gram entries made on the fly (no ``(S, N, N)`` array), union-find as :func:`_component_counts`."""
-        S, N, d = X.shape
-        mn = np.empty(S)
-        out = np.empty(S, dtype=np.int64)
-        parent = np.empty(N, dtype=np.int64)
-        for s in range(S):
-            x = X[s]
-            for i in range(N):
-                parent[i] = i
-            count = N
-            best = np.inf
-            for i in range(N):
-                for j in range(i + 1, N):
-                    g = 0.0
-                    for c in range(d):
-                        g += x[i, c] * x[j, c]
-                    best = min(best, g)
-                    if g > thr:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        root = min(ri, rj)
-                        for k0 in (i, j):
-                            k = k0
-                            while parent[k] != k:
-                                nxt = parent[k]
-                                parent[k] = root
-                                k = nxt
-            mn[s] = best
-            out[s] = count
-        return mn, out
-
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    _component_counts = _component_counts_py
-    _gram_batch = None

@@ -911,3 +911,85 @@ def bulk_stats(X: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np
     _bulk_stats(X, AT, VT, np.log(np.asarray(w, dtype=np.float64)), np.ascontiguousarray(a, dtype=np.float64),
                 MODEL_CODES[model], res)  # fmt: skip
     return res
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def component_counts(adj: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+        """Connected components of each symmetric graph ``adj[s]`` ``(N, N)``: union-find over the upper triangles, ``O(S N^2)``, compiled
+        (a clustered cloud's cliques would give scipy ``N^2`` edges to sort)."""
+        S, N, _ = adj.shape
+        out = np.empty(S, dtype=np.int64)
+        parent = np.empty(N, dtype=np.int64)
+        for s in range(S):
+            for i in range(N):
+                parent[i] = i
+            count = N
+            for i in range(N):
+                for j in range(i + 1, N):
+                    if adj[s, i, j]:
+                        ri = i
+                        while parent[ri] != ri:
+                            ri = parent[ri]
+                        rj = j
+                        while parent[rj] != rj:
+                            rj = parent[rj]
+                        if ri != rj:
+                            parent[max(ri, rj)] = min(ri, rj)
+                            count -= 1
+                        # path compression towards the root found
+                        k = i
+                        while parent[k] != k:
+                            nxt = parent[k]
+                            parent[k] = min(ri, rj)
+                            k = nxt
+                        k = j
+                        while parent[k] != k:
+                            nxt = parent[k]
+                            parent[k] = min(ri, rj)
+                            k = nxt
+            out[s] = count
+        return out
+
+    @njit(cache=True, nogil=True)
+    def gram_batch(X: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+        """``(min_{i != j} <x_i, x_j>, components of <x_i, x_j> > thr)`` of each state ``X[s]``, the
+        Gram entries made on the fly (no ``(S, N, N)`` array), union-find as :func:`component_counts`
+        (:func:`attnflow.analysis.diagnostics.bulk_state_diagnostics`)."""
+        S, N, d = X.shape
+        mn = np.empty(S)
+        out = np.empty(S, dtype=np.int64)
+        parent = np.empty(N, dtype=np.int64)
+        for s in range(S):
+            x = X[s]
+            for i in range(N):
+                parent[i] = i
+            count = N
+            best = np.inf
+            for i in range(N):
+                for j in range(i + 1, N):
+                    g = 0.0
+                    for c in range(d):
+                        g += x[i, c] * x[j, c]
+                    best = min(best, g)
+                    if g > thr:
+                        ri = i
+                        while parent[ri] != ri:
+                            ri = parent[ri]
+                        rj = j
+                        while parent[rj] != rj:
+                            rj = parent[rj]
+                        if ri != rj:
+                            parent[max(ri, rj)] = min(ri, rj)
+                            count -= 1
+                        root = min(ri, rj)
+                        for k0 in (i, j):
+                            k = k0
+                            while parent[k] != k:
+                                nxt = parent[k]
+                                parent[k] = root
+                                k = nxt
+            mn[s] = best
+            out[s] = count
+        return mn, out
