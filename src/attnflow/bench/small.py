@@ -15,6 +15,7 @@ kernel (the path every small run took before the compiled step; timed on a few s
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -296,8 +297,12 @@ def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
     simulate(x8, heads, **{**kw8, "t_end": 0.05})  # compile and warm up
     simulate(x8, heads, **{**kw8, "t_end": 0.05}, backend="flash")
     t_np, ref = _best(lambda: _numpy_rk4(x8, dt, n, beta), repeats)
-    for label, extra, control in (("", {}, False), (" (control: torch kernel)", {"backend": "flash"}, True)):
-        t_af, tr = _best(lambda e=extra: simulate(x8, heads, **kw8, **e), 1 if control else repeats)
+    cases: tuple[tuple[str, dict[str, Any], bool], ...] = (
+        ("", {}, False),
+        (" (control: torch kernel)", {"backend": "flash"}, True),
+    )
+    for label, extra, control in cases:
+        t_af, tr = _best(functools.partial(simulate, x8, heads, **kw8, **extra), 1 if control else repeats)
         rows.append({
             "case": f"N = 8, rk4, {n:,} steps, saved every step{label}", "attnflow_s": t_af,
             "reference": "numpy RK4 loop", "reference_s": t_np, "ratio": t_af / t_np, "bound": NATIVE_RK4_BOUND,
@@ -310,8 +315,8 @@ def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
     simulate(x32, heads, **{**kw32, "t_end": 0.5})
     t_sp, sol = _best(lambda: solve_ivp(f, (0.0, 30.0), x32.ravel(), method="DOP853", rtol=1e-8), repeats)
     ref32 = _unit(sol.y[:, -1].reshape(32, 3))
-    for label, extra, control in (("", {}, False), (" (control: torch kernel)", {"backend": "flash"}, True)):
-        t_af, tr = _best(lambda e=extra: simulate(x32, heads, **kw32, **e), 1 if control else repeats)
+    for label, extra, control in cases:
+        t_af, tr = _best(functools.partial(simulate, x32, heads, **kw32, **extra), 1 if control else repeats)
         rows.append({
             "case": f"N = 32, dop853 rtol 1e-8, t = 30, default saves ({len(tr.t)} states){label}",
             "attnflow_s": t_af, "reference": f"scipy DOP853, default output ({sol.t.size} states)",
