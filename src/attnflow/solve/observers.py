@@ -104,7 +104,9 @@ class Saver:
 
     def _append(self, t: float, y: torch.Tensor, heads: Heads) -> None:
         self.ts.append(t)
-        self.xs.append(to_numpy(y).astype(np.float64))
+        self.xs.append(
+            y.numpy().copy() if y.dtype == torch.float64 and y.device.type == "cpu" else to_numpy(y).astype(np.float64)
+        )
         if self._arrays is None or self._arrays[0] is not heads:  # constant weights: converted once
             self._arrays = (heads, to_numpy(heads.A).astype(np.float64), to_numpy(heads.values).astype(np.float64))
         self.As.append(self._arrays[1])  # shared, never written: np.stack copies them
@@ -119,14 +121,20 @@ class Saver:
         sq = np.einsum("ij,ij->i", xn, xn)
         return bool(sq.min() >= _LO2 and sq.max() <= _HI2)
 
-    def flush(self) -> None:
-        """Make the pending rows (deferred mode), all in one batched pass."""
+    def flush(self, stacked: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None) -> None:
+        """Make the pending rows (deferred mode), all in one batched pass; ``stacked``: every saved
+        ``x``, ``A``, ``V`` already stacked (what :meth:`arrays` returns), so they are not stacked twice."""
         if not self.pending:
             return
         idx = self.pending
-        X = torch.from_numpy(np.stack([self.xs[i] for i in idx]))
-        A = torch.from_numpy(np.stack([self.As[i] for i in idx]))
-        V = torch.from_numpy(np.stack([self.Vs[i] for i in idx])) if self.any_V else None
+        if stacked is not None:
+            every = len(idx) == len(self.xs)  # the usual case: the stacks as they are
+            X, A = (torch.from_numpy(a if every else a[idx]) for a in stacked[:2])
+            V = None if stacked[2] is None else torch.from_numpy(stacked[2] if every else stacked[2][idx])
+        else:
+            X = torch.from_numpy(np.stack([self.xs[i] for i in idx]))
+            A = torch.from_numpy(np.stack([self.As[i] for i in idx]))
+            V = torch.from_numpy(np.stack([self.Vs[i] for i in idx])) if self.any_V else None
         a, w = self.a.to(torch.float64), self.w.to(torch.float64)
         assert self.deferred is not None
         rows = bulk_state_diagnostics(X, A, V, a, w, self.deferred, cluster_eps=self.cluster_eps)
@@ -171,14 +179,10 @@ class Saver:
 
     def arrays(self) -> dict[str, Any]:
         """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
-        self.flush()
-        return {
-            "t": np.array(self.ts),
-            "x": np.stack(self.xs),
-            "A": np.stack(self.As),
-            "V": np.stack(self.Vs) if self.any_V else None,
-            "diagnostics": as_numpy_table(self.rows),
-        }
+        x, A = np.stack(self.xs), np.stack(self.As)
+        V = np.stack(self.Vs) if self.any_V else None
+        self.flush((x, A, V))
+        return {"t": np.array(self.ts), "x": x, "A": A, "V": V, "diagnostics": as_numpy_table(self.rows)}
 
 
 #: Steps between two float32 checks. An Euler check costs two float64 passes of ``m`` query tokens
