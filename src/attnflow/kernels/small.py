@@ -22,6 +22,12 @@ keeps it): stage ``s`` at ``x + dt sum_r a_sr k_r``, the new point ``retract(x +
 :meth:`attnflow.solve.controllers.PIState.norm`, ``sqrt(mean((e / (atol + rtol max(|x|, |y|)))^2))``,
 with DOP853's combined estimate when ``e3`` is given. :meth:`SmallStep.dense` makes DOP853's dense
 output of a step (:meth:`attnflow.schemes.integrators.DOP853Pair.dense_coefficients`, compiled).
+
+The saved states of a small run are measured here too, in bulk (issue 43): :func:`bulk_stats` (the
+``FieldStats`` diagnostics formulas, state by state), :func:`gram_batch` (the Gram minimum and the
+cluster count by union-find), :func:`dense_point` (a retracted dense-output state) and
+:func:`rows_within` (the quick sphere check); ``tests/analysis/test_bulk_diagnostics.py`` checks
+them against the torch path.
 """
 
 from __future__ import annotations
@@ -51,7 +57,10 @@ __all__ = [
     "SmallStep",
     "dense_value",
     "dense_point",
-    "head_means",
+    "bulk_stats",
+    "gram_batch",
+    "component_counts",
+    "rows_within",
 ]
 
 #: The models as the compiled code numbers them.
@@ -782,19 +791,6 @@ def dense_point(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
     out = np.empty_like(x)
     _dense_point(x, F, float(theta), out)
     return out
-
-
-def head_means(X: np.ndarray, A: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(M, logZ)`` of ``S`` states ``X`` ``(S, N, d)`` with plain heads ``A`` ``(S, H, d, d)`` and token
-    masses ``a``: ``M[s, h, i] = sum_j p_hij x_j`` ``(S, H, N, d)`` and ``log Z_h(x_i)`` ``(S, H, N)``,
-    ``p_hij = a_j exp(x_i^T A_h x_j) / Z_h(x_i)`` (the kernel of :func:`field`, identity values)."""
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    AT = np.ascontiguousarray(np.swapaxes(A, -1, -2), dtype=np.float64)
-    S, N, d = X.shape
-    M = np.empty((S, AT.shape[1], N, d))
-    logZ = np.empty((S, AT.shape[1], N))
-    _means_batch(X, AT, np.ascontiguousarray(a, dtype=np.float64), M, logZ)
-    return M, logZ
 
 
 if AVAILABLE:
