@@ -735,12 +735,19 @@ if AVAILABLE:
         N, d = x.shape
         M = F.shape[0]
         for i in range(N):
+            for c in range(d):
+                out[i, c] = 0.0
+        # Coefficient by coefficient over the contiguous (N, d) block: independent SIMD lanes, each
+        # entry's operations in the order of dense_value (so the same bits).
+        for m in range(M - 1, -1, -1):
+            fac = theta if (M - 1 - m) % 2 == 0 else 1.0 - theta
+            for i in range(N):
+                for c in range(d):
+                    out[i, c] = (out[i, c] + F[m, i, c]) * fac
+        for i in range(N):
             nrm = 0.0
             for c in range(d):
-                acc = 0.0
-                for m in range(M - 1, -1, -1):
-                    acc = (acc + F[m, i, c]) * (theta if (M - 1 - m) % 2 == 0 else 1.0 - theta)
-                v = x[i, c] + acc
+                v = x[i, c] + out[i, c]
                 out[i, c] = v
                 nrm += v * v
             nrm = math.sqrt(nrm)
