@@ -50,7 +50,10 @@ def _probe_app(pairs: float) -> tuple[typer.Typer, list[int]]:
 
 
 @pytest.mark.integration
-def test_threaded_applies_the_policy_and_restores() -> None:
+def test_threaded_applies_the_policy_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnflow.core import threads as th
+
+    monkeypatch.setattr(th, "load_average", lambda: 64.0)  # a busy machine: mid-sized work on one thread
     before = torch.get_num_threads()
     small, seen = _probe_app(SMALL_WORK_PAIRS / 10)
     assert CliRunner().invoke(small, ["go"]).exit_code == 0
@@ -81,8 +84,12 @@ def test_run_pairs_reads_headers(tmp_path: Path) -> None:
     assert run_pairs(tmp_path / "missing") == 0.0
 
 
-def test_small_work_threshold_puts_the_presets_on_one_thread() -> None:
-    # the preset ou (N = 256, H = 8) is small work; a 2048-token, 8-head run is not
+def test_small_work_threshold_puts_the_presets_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnflow.core import threads as th
+
+    # the preset ou (N = 256, H = 8) is small work (one thread on a busy machine); a 4096-token,
+    # 8-head run is not
+    monkeypatch.setattr(th, "load_average", lambda: 64.0)
     assert ThreadPolicy().for_work(256**2 * 8) == 1
     assert 256**2 * 8 < SMALL_WORK_PAIRS <= 4096**2 * 8
 

@@ -41,9 +41,12 @@ def test_nan_weights_stop_the_run_with_the_last_good_state():
     assert ck.step == 6 and np.isfinite(ck.x).all()
     assert tr.t[-1] == pytest.approx(0.3) and np.array_equal(tr.x[-1], ck.x)  # last good state recorded
     assert np.allclose(np.linalg.norm(tr.x, axis=-1), 1.0)
-    # it is the state an undisturbed run reaches at t = 0.3
-    ok = simulate(x0, A, model="mha", t_end=0.3, dt=0.05, method="euler", save_every=1)
+    # it is the state an undisturbed run reaches at t = 0.3 (the same weights' path: a callable)
+    ok = simulate(x0, FromCallable(lambda t: A), model="mha", t_end=0.3, dt=0.05, method="euler", save_every=1)
     assert np.array_equal(ok.x[-1], ck.x)
+    # constant weights step through the compiled small-cloud path: the same state to rounding
+    compiled = simulate(x0, A, model="mha", t_end=0.3, dt=0.05, method="euler", save_every=1)
+    assert compiled.provenance["compiled_steps"] and np.abs(compiled.x[-1] - ck.x).max() < 1e-14
 
 
 @pytest.mark.integration

@@ -125,7 +125,10 @@ def _count_passes(monkeypatch, **kw) -> int:
     ):
         monkeypatch.setattr(f"{mod}.head_stats", counting, raising=False)
     x0, A = tokens.uniform(24, 4, seed=0), goe_heads(2, 4, 1.0, seed=1)
-    af.simulate(x0, af.weights.Constant(A, -A), t_end=0.4, dt=0.01, method="euler", save_every=10, **kw)
+    # backend "flash": the torch kernel at every pass (the automatic one steps small clouds compiled)
+    af.simulate(
+        x0, af.weights.Constant(A, -A), t_end=0.4, dt=0.01, method="euler", save_every=10, backend="flash", **kw
+    )
     return len(calls)
 
 

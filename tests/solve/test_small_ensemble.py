@@ -76,8 +76,11 @@ def test_threads_share_members_without_changing_them():
     assert one.provenance["adaptive"]["field_evaluations"] == two.provenance["adaptive"]["field_evaluations"]
 
 
-def test_automatic_threads_follow_the_work():
+def test_automatic_threads_follow_the_work(monkeypatch):
+    from attnflow.core import threads as th
     from attnflow.core.errors import InputError
+
+    monkeypatch.setattr(th, "load_average", lambda: 64.0)  # busy cores: mid-sized work on one thread
     from attnflow.core.threads import SMALL_WORK_PAIRS, available_cores
     from attnflow.solve.ensemble import ensemble_threads
 

@@ -472,3 +472,126 @@ def state_diagnostics(
 
 def as_numpy_table(rows: list[dict[str, float]]) -> dict[str, np.ndarray]:
     return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in DIAGNOSTICS}
+
+
+#: Most kernel values ``(states x heads x N^2)`` one chunk of :func:`bulk_state_diagnostics` forms.
+BULK_CHUNK_VALUES = 2**22
+
+
+def bulk_state_diagnostics(
+    X: torch.Tensor,
+    A: torch.Tensor,
+    V: torch.Tensor | None,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    model: str,
+    *,
+    cluster_eps: float = 1e-3,
+) -> list[dict[str, float]]:
+    """:func:`state_diagnostics` of ``S`` saved states at once: ``X`` ``(S, N, d)``, the plain heads'
+    ``A`` and values ``V`` ``(S, H, d, d)`` (``None``: ``V = A``), the field of ``model`` made here.
+
+    The same formulas (:class:`~attnflow.dynamics.fields.FieldStats`), batched over the states: one
+    dense kernel pass gives the means ``m_hi = sum_j p_hij x_j``, whence ``out_h = A_h m_h`` (the
+    ``A``-only statistics) and ``V_h m_h`` (the field); one batched Gram product the pairwise
+    diagnostics; one scipy call the cluster counts of every clustered state (their graphs as one
+    block-diagonal graph). Equal to the per-state values to rounding, the cluster counts exactly
+    (``tests/analysis/test_bulk_diagnostics.py``). Dense kernel only: for clouds of
+    :data:`GRAM_BLOCK_TOKENS` tokens or fewer, with ``N >= 2``, in chunks of
+    :data:`BULK_CHUNK_VALUES` kernel values.
+    """
+    S, N, d = X.shape
+    H = A.shape[1]
+    if N < 2 or N > GRAM_BLOCK_TOKENS:
+        raise ValueError(f"bulk diagnostics take 2 to {GRAM_BLOCK_TOKENS} tokens; got N={N}")
+    step = max(1, BULK_CHUNK_VALUES // (H * N * N))
+    rows: list[dict[str, float]] = []
+    for s0 in range(0, S, step):
+        rows += _bulk_chunk(
+            X[s0 : s0 + step], A[s0 : s0 + step], None if V is None else V[s0 : s0 + step], a, w, model, cluster_eps
+        )
+    return rows
+
+
+def _bulk_chunk(
+    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str, eps: float
+) -> list[dict[str, float]]:
+    from attnflow.kernels import small as _small  # numba: loaded when a run saves, not with the module
+
+    S, N, d = X.shape
+    if _small.AVAILABLE and X.dtype == torch.float64 and model in ("mha", "gf"):
+        # The FieldStats formulas compiled state by state (kernels.small.bulk_stats, tested against them).
+        res = _small.bulk_stats(X.numpy(), A.numpy(), (A if V is None else V).numpy(), w.numpy(), a.numpy(), model)
+        log_abs_F, b_min, b_max, speed2, slope = (res[:, k].tolist() for k in range(5))
+    else:
+        log_abs_F, b_min, b_max, speed2, slope = _bulk_field_stats(X, A, V, a, w, model)
+    order = torch.linalg.vector_norm((a[:, None] * X).sum(-2), dim=-1).tolist()
+    x64 = X.to(torch.float64)
+    tot = x64.sum(-2)
+    mean = (((tot * tot).sum(-1) - (x64 * x64).sum((-1, -2))) / (N * (N - 1))).tolist()
+    if _small.AVAILABLE and X.dtype == torch.float64:
+        mn_np, counts_np = _small.gram_batch(np.ascontiguousarray(X.numpy()), 1.0 - eps)
+        mn_l, clusters = mn_np.tolist(), [float(c) for c in counts_np]
+    else:
+        mn_l, clusters = _gram_torch(X, eps)
+    return [
+        {
+            "energy": -_safe_exp(log_abs_F[s]),
+            "log_abs_energy": log_abs_F[s],
+            "slope": _safe_exp(slope[s]),
+            "metric_speed": math.sqrt(speed2[s]) if math.isfinite(speed2[s]) else math.inf,
+            "mobility_min": _safe_exp(b_min[s]),
+            "mobility_max": _safe_exp(b_max[s]),
+            "order_parameter": order[s],
+            "clusters": clusters[s],
+            "min_inner": mn_l[s],
+            "mean_inner": mean[s],
+        }
+        for s in range(S)
+    ]
+
+
+def _bulk_field_stats(
+    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """``log|F|``, ``min/max log b``, ``||v||^2_mu``, ``log|dF|`` of each state through batched
+    :class:`~attnflow.dynamics.fields.FieldStats` (one dense pass gives the means ``m_hi``)."""
+    keys = torch.einsum("snd,shed->shne", X, A)  # A_h x_j, (S, H, N, d)
+    scores = X.unsqueeze(1) @ keys.transpose(-1, -2) + torch.log(a)  # (S, H, N, N)
+    logZ = torch.logsumexp(scores, dim=-1)
+    m = torch.exp(scores - logZ.unsqueeze(-1)) @ X.unsqueeze(1)  # (S, H, N, d)
+    out_A = m @ A.transpose(-1, -2)
+    out_V = out_A if V is None else m @ V.transpose(-1, -2)
+    log_w = torch.log(w)
+    st = FieldStats(out=out_A, logZ=logZ, log_w=log_w)
+    v = FieldStats(out=out_V, logZ=logZ, log_w=log_w).velocity(X, model)
+    log_b = st.log_mobility()
+    return (
+        st.log_abs_energy(a).tolist(), log_b.amin(-1).tolist(), log_b.amax(-1).tolist(),
+        st.speed_sq(v, a).tolist(), st.log_slope(X, a).tolist(),
+    )  # fmt: skip
+
+
+def _gram_torch(X: torch.Tensor, eps: float) -> tuple[list[float], list[float]]:
+    """``(min_inner, clusters)`` of each state from one batched Gram product (any dtype)."""
+    S, N, _ = X.shape
+    G = X @ X.transpose(-1, -2)
+    r = torch.arange(N)
+    G[:, r, r] = G[:, 0, 1].clone().unsqueeze(-1)  # as gram_diagnostics: the diagonal takes an off-diagonal value
+    mn, mx = torch.aminmax(G.reshape(S, -1), dim=-1)
+    clusters = [float(N)] * S
+    close = torch.nonzero(mx > 1.0 - eps).flatten().tolist()
+    if close:
+        counts = _component_counts_py(np.ascontiguousarray((G[close] > 1.0 - eps).numpy()))
+        for k, s in enumerate(close):
+            clusters[s] = float(counts[k])
+    return mn.tolist(), clusters
+
+
+def _component_counts_py(adj: np.ndarray) -> np.ndarray:
+    """Connected components of each symmetric graph ``adj[s]`` ``(N, N)`` (scipy, one block-diagonal graph)."""
+    S, N, _ = adj.shape
+    blk, i, j = np.nonzero(adj)
+    graph = csr_matrix((np.ones(len(i), dtype=bool), (blk * N + i, blk * N + j)), shape=(S * N, S * N))
+    labels = np.sort(connected_components(graph, directed=False)[1].reshape(S, N), axis=1)
+    return 1 + (np.diff(labels, axis=1) != 0).sum(axis=1)

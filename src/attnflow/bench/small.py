@@ -15,6 +15,7 @@ kernel (the path every small run took before the compiled step; timed on a few s
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -168,6 +169,9 @@ def run_small(quick: bool = False, progress: Callable[[str], None] | None = None
     rows: list[dict[str, Any]] = []
     try:
         torch.set_num_threads(1)  # the small sizes: one thread, like SciPy's NumPy field
+        if progress is not None:
+            progress("small runs at native speed (numpy RK4, SciPy DOP853)")
+        native = compare_native(quick)
         for N in sizes:
             if progress is not None:
                 progress(f"small clouds, N = {N}")
@@ -183,7 +187,10 @@ def run_small(quick: bool = False, progress: Callable[[str], None] | None = None
         torch.set_num_threads(before)
     for r in ens:
         r["x_ensemble"] = r["wall_s"] / ens[0]["wall_s"]
-    return {"small": rows, "ensemble": ens, "beta": BETA, "rtol": RTOL, "atol": ATOL, "threads_large": before}
+    return {
+        "small": rows, "ensemble": ens, "beta": BETA, "rtol": RTOL, "atol": ATOL, "threads_large": before,
+        "native": native,
+    }  # fmt: skip
 
 
 def small_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -214,7 +221,154 @@ def small_markdown(result: dict[str, Any]) -> str:
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
     return (
-        small_title(result) + "\n\n" + md(SMALL_HEADER, small_rows(result)) + "\n\n"
+        (native_markdown(result["native"]) + "\n" if "native" in result else "")
+        + small_title(result) + "\n\n" + md(SMALL_HEADER, small_rows(result)) + "\n\n"
         + "seeds of N = 32 (dop853, rtol 1e-8) as one ensemble against single runs\n\n"
         + md(ENSEMBLE_HEADER, ensemble_rows(result)) + "\n"
     )  # fmt: skip
+
+
+# --- Native speed (issue 43): small runs against the bare NumPy loop and SciPy, as ratios ---------------
+
+NATIVE_HEADER = ["case", "attnflow (CPU s)", "reference", "reference (CPU s)", "ratio", "bound", "verdict"]
+
+#: ``simulate`` at N = 8, rk4 (save every step, the default) within this factor of a bare NumPy RK4
+#: of the same field; N = 32, t = 30, dop853 rtol 1e-8 with default saves within this of SciPy's
+#: DOP853 with its default output (issue 43's acceptance bars).
+NATIVE_RK4_BOUND = 3.0
+NATIVE_DOP853_BOUND = 1.5
+
+
+def _numpy_rk4(x: np.ndarray, dt: float, n: int, beta: float) -> np.ndarray:
+    """``n`` RK4 steps of the field of :func:`_numpy_field` with the retraction, as a researcher writes them."""
+    f = _numpy_field(x.shape[0], beta)
+    y = x.ravel().copy()
+    N = x.shape[0]
+    for _ in range(n):
+        k1 = f(0.0, y)
+        k2 = f(0.0, y + 0.5 * dt * k1)
+        k3 = f(0.0, y + 0.5 * dt * k2)
+        k4 = f(0.0, y + dt * k3)
+        y = y + dt / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        y = (y.reshape(N, 3) / np.linalg.norm(y.reshape(N, 3), axis=1, keepdims=True)).ravel()
+    return y.reshape(N, 3)
+
+
+def run_native(quick: bool = False) -> dict[str, Any]:
+    """:func:`compare_native` on one torch thread (like SciPy's NumPy field), torch's setting restored."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        return compare_native(quick)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _best(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """The best CPU time of ``repeats`` calls (one thread: the work itself, less what other processes
+    on a busy machine take from the wall clock) and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - t)
+    return best, out
+
+
+def compare_native(quick: bool = False, beta: float = BETA) -> dict[str, Any]:
+    """Side by side in this process, best CPU time of several (one thread): ``simulate`` (model ``mha``, ``A = beta I``) at
+    N = 8 with rk4 (2,000 steps, saved every step) against the bare NumPy RK4 loop, and at N = 32 with
+    dop853 (t = 30, dt = 0.1, rtol 1e-8, default saves: 301 states) against SciPy's DOP853 with its
+    default output; each also through the torch kernel (``backend="flash"``: the path every small
+    run took before, the negative control the bound must reject). diffrax is timed when installed."""
+    import os
+
+    from scipy.integrate import solve_ivp
+
+    from attnflow.solve.simulation import simulate
+
+    repeats = 3 if quick else 5
+    heads = _heads(beta)
+    rows: list[dict[str, Any]] = []
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+    x8, n, dt = _cloud(8), 2000, 0.01
+    kw8: dict[str, Any] = dict(model="mha", t_end=n * dt, dt=dt, method="rk4")
+    simulate(x8, heads, **{**kw8, "t_end": 0.05})  # compile and warm up
+    simulate(x8, heads, **{**kw8, "t_end": 0.05}, backend="flash")
+    t_np, ref = _best(lambda: _numpy_rk4(x8, dt, n, beta), repeats)
+    cases: tuple[tuple[str, dict[str, Any], bool], ...] = (
+        ("", {}, False),
+        (" (control: torch kernel)", {"backend": "flash"}, True),
+    )
+    for label, extra, control in cases:
+        t_af, tr = _best(functools.partial(simulate, x8, heads, **kw8, **extra), 1 if control else repeats)
+        rows.append({
+            "case": f"N = 8, rk4, {n:,} steps, saved every step{label}", "attnflow_s": t_af,
+            "reference": "numpy RK4 loop", "reference_s": t_np, "ratio": t_af / t_np, "bound": NATIVE_RK4_BOUND,
+            "control": control, "diff": float(np.abs(tr.x[-1] - ref).max()),
+        })  # fmt: skip
+
+    x32 = _cloud(32)
+    f = _numpy_field(32, beta)
+    kw32: dict[str, Any] = dict(model="mha", t_end=30.0, dt=0.1, method="dop853", rtol=1e-8)
+    simulate(x32, heads, **{**kw32, "t_end": 0.5})
+    t_sp, sol = _best(lambda: solve_ivp(f, (0.0, 30.0), x32.ravel(), method="DOP853", rtol=1e-8), repeats)
+    ref32 = _unit(sol.y[:, -1].reshape(32, 3))
+    for label, extra, control in cases:
+        t_af, tr = _best(functools.partial(simulate, x32, heads, **kw32, **extra), 1 if control else repeats)
+        rows.append({
+            "case": f"N = 32, dop853 rtol 1e-8, t = 30, default saves ({len(tr.t)} states){label}",
+            "attnflow_s": t_af, "reference": f"scipy DOP853, default output ({sol.t.size} states)",
+            "reference_s": t_sp, "ratio": t_af / t_sp, "bound": NATIVE_DOP853_BOUND, "control": control,
+            "diff": float(np.abs(tr.x[-1] - ref32).max()),
+        })  # fmt: skip
+    try:
+        import diffrax  # type: ignore[import-not-found]  # noqa: F401
+
+        diffrax_note = "diffrax is installed but not timed here (its JIT start-up is not comparable in one run)"
+    except ImportError:
+        diffrax_note = (
+            "diffrax not timed: not installed (it needs jax, several hundred MB; not a dependency of attnflow)"
+        )
+    for r in rows:
+        r["pass"] = r["ratio"] < r["bound"]
+        r["margin"] = r["bound"] / r["ratio"]
+    ok = all(r["pass"] != r["control"] for r in rows)
+    return {"rows": rows, "load_average": load, "diffrax": diffrax_note, "all_ok": ok, "repeats": repeats}
+
+
+def native_rows(native: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for r in native["rows"]:
+        if r["control"]:
+            verdict = "rejected (as it must)" if not r["pass"] else "NOT REJECTED: the bound cannot fail"
+        else:
+            verdict = f"PASS (margin {r['margin']:.2f}x)" if r["pass"] else f"FAIL ({r['ratio']:.2f} >= {r['bound']:g})"
+        out.append([r["case"], f"{r['attnflow_s']:.4f}", r["reference"], f"{r['reference_s']:.4f}",
+                    f"{r['ratio']:.2f}", f"< {r['bound']:g}", verdict])  # fmt: skip
+    return out
+
+
+def native_title(native: dict[str, Any]) -> str:
+    return (
+        f"small runs at native speed: attnflow / reference CPU time, best of {native['repeats']}, one process, one thread "
+        f"(load average {native['load_average']:.2f})"
+    )
+
+
+def native_bottom_line(native: dict[str, Any]) -> str:
+    rows = native["rows"]
+    passed = sum(r["pass"] for r in rows if not r["control"])
+    rejected = sum(not r["pass"] for r in rows if r["control"])
+    n_crit, n_ctrl = sum(not r["control"] for r in rows), sum(r["control"] for r in rows)
+    return (
+        f"native speed: {passed}/{n_crit} PASS, {rejected}/{n_ctrl} controls rejected"
+        f" (load average {native['load_average']:.2f}); {native['diffrax']}"
+    )
+
+
+def native_markdown(native: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(NATIVE_HEADER) + " |", "|" + "---|" * len(NATIVE_HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in native_rows(native)]
+    return native_title(native) + "\n\n" + "\n".join(lines) + "\n\n" + native_bottom_line(native) + "\n"

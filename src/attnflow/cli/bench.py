@@ -66,6 +66,12 @@ def bench(
         "one ensemble against single runs.",
     ),
     only_small: bool = typer.Option(False, "--only-small", help="Run the small-cloud benchmark alone."),
+    only_native: bool = typer.Option(
+        False,
+        "--only-native",
+        help="Only small runs at native speed: N = 8 rk4 against a NumPy RK4 loop, N = 32 dop853 against SciPy's "
+        "DOP853, as ratios with their bounds and torch-kernel controls (under a minute).",
+    ),
     thread_policy: bool = typer.Option(
         True,
         "--thread-policy/--no-thread-policy",
@@ -116,6 +122,29 @@ def bench(
         if json_file is not None:
             json_file.write_text(json.dumps({"startup_s": startup, "front_door": door}, indent=2))
             say(f"wrote {json_file}")
+        return
+    if only_native:
+        from attnflow.bench.small import (
+            NATIVE_HEADER,
+            native_bottom_line,
+            native_markdown,
+            native_rows,
+            native_title,
+            run_native,
+        )
+
+        say("measuring small runs at native speed ...")
+        nat = run_native(quick=quick)
+        Console(width=max(Console().width, 170)).print(
+            _table(native_title(nat), NATIVE_HEADER, native_rows(nat), left=("case", "reference", "verdict"))
+        )
+        say(native_bottom_line(nat))
+        if json_file is not None:
+            json_file.write_text(json.dumps({"startup_s": startup, "native": nat}, indent=2))
+            say(f"wrote {json_file}")
+        if markdown_file is not None:
+            markdown_file.write_text(native_markdown(nat))
+            say(f"wrote {markdown_file}")
         return
     if only_small:
         small, loop, metastability, only_metastability, thread_policy = True, False, False, False, False
@@ -189,6 +218,11 @@ def bench(
 
         sm = run_small(quick=quick, progress=measure)
         result["small_clouds"] = sm
+        from attnflow.bench.small import NATIVE_HEADER, native_bottom_line, native_rows, native_title
+
+        nat = sm["native"]
+        wide.print(_table(native_title(nat), NATIVE_HEADER, native_rows(nat), left=("case", "reference", "verdict")))
+        say(native_bottom_line(nat))
         wide.print(_table(small_title(sm), SMALL_HEADER, small_rows(sm), left=("solver",)))
         title = "seeds of N = 32 (dop853, rtol 1e-8) as one ensemble against single runs"
         wide.print(_table(title, ENSEMBLE_HEADER, ensemble_rows(sm), left=("how",)))

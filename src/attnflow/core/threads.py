@@ -1,8 +1,10 @@
 """The thread policy: how many CPU threads a piece of work uses, as an object a caller passes.
 
 Small problems spend their time in thread start-up and spinning when other work shares the machine,
-so they run on one thread; large ones use the cores. ``ThreadPolicy(threads=None)`` chooses from the
-problem size; ``ThreadPolicy(threads=k)`` fixes ``k``. :meth:`ThreadPolicy.applied` sets torch's
+so they run on one thread when the machine is busy; large ones use the cores. ``ThreadPolicy(threads=None)``
+chooses from the problem size and the load average (:meth:`ThreadPolicy.choose`: all the idle cores
+for mid-sized work on a quiet machine, one thread when the cores are busy), and says why
+(:class:`ThreadChoice`); ``ThreadPolicy(threads=k)`` fixes ``k``. :meth:`ThreadPolicy.applied` sets torch's
 (and the BLAS pools') thread count for a block and restores the previous setting afterwards, so no
 call changes process-wide settings for good.
 """
@@ -10,13 +12,14 @@ call changes process-wide settings for good.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from attnflow.core.errors import InputError
 
-__all__ = ["ThreadPolicy", "SMALL_WORK_PAIRS", "available_cores"]
+__all__ = ["ThreadPolicy", "ThreadChoice", "SMALL_WORK_PAIRS", "THREADED_MIN_PAIRS", "available_cores", "load_average"]
 
 #: Below this many token pairs x heads per field evaluation work runs on one thread; above it, on
 #: the cores. Measured on the project's 2-core machine (2026-12-01, one dense ``gf`` field evaluation
@@ -36,6 +39,13 @@ __all__ = ["ThreadPolicy", "SMALL_WORK_PAIRS", "available_cores"]
 #: work cost up to 15x at N = 256 in the same series (the issue's 6.2 s vs 1.1 s for 50 rk4 steps).
 #: From about 3.4e7 pairs two threads no longer lose beside a busy core, so that is the threshold.
 SMALL_WORK_PAIRS = 2**25
+#: Below this many pairs x heads one thread, however idle the machine: a call is then a few hundred
+#: microseconds or less, about what waking a second thread costs. Between this and
+#: :data:`SMALL_WORK_PAIRS` the load average decides (the table above: two threads win 0.51-0.65x
+#: on an idle machine and lose up to 15x beside a busy core). The issue's case (N = 1024, d = 16,
+#: H = 4, 4.2e6) is in that band: 1.11 field evaluations a step with both threads against 1.9-2.1
+#: with one on a quiet 2-core machine.
+THREADED_MIN_PAIRS = 2**18
 
 
 def available_cores() -> int:
@@ -44,6 +54,30 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def load_average() -> float | None:
+    """The one-minute load average (runnable processes averaged over the cores' queue), ``None``
+    where the system has none."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        return None
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """What :meth:`ThreadPolicy.choose` chose: ``threads``, the sentence saying why, and the load
+    average and cores it read (``None`` when it did not read them)."""
+
+    threads: int
+    reason: str
+    load: float | None = None
+    cores: int | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The choice as a run's provenance keeps it."""
+        return {"threads": self.threads, "reason": self.reason, "load_average": self.load, "cores": self.cores}
 
 
 @dataclass(frozen=True)
@@ -57,11 +91,36 @@ class ThreadPolicy:
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1 or t > 1024):
             raise InputError(f"threads must be a whole number from 1 to 1024 or None (automatic); got {t!r}.")
 
-    def for_work(self, pairs: float) -> int:
-        """The thread count for work of ``pairs`` kernel evaluations (token pairs x heads) per call."""
+    def choose(self, pairs: float) -> ThreadChoice:
+        """The thread count for work of ``pairs`` kernel evaluations (token pairs x heads) per call, and why.
+
+        A fixed count is kept. Otherwise: work of :data:`SMALL_WORK_PAIRS` or more takes every core;
+        work below :data:`THREADED_MIN_PAIRS` one thread; in between, the idle cores, ``cores - load``
+        (one-minute load average) rounded, at least one: every core on a quiet machine, one when
+        the cores are busy. The load average counts this process too once it has run a while, so a
+        long session of back-to-back runs drifts towards one thread (the safe side).
+        """
         if self.threads is not None:
-            return self.threads
-        return 1 if pairs < SMALL_WORK_PAIRS else available_cores()
+            return ThreadChoice(self.threads, f"fixed: threads={self.threads}")
+        cores = available_cores()
+        if pairs >= SMALL_WORK_PAIRS:
+            return ThreadChoice(
+                cores, f"large work ({pairs:.3g} pairs x heads >= 2^25): all {cores} cores", cores=cores
+            )
+        if pairs < THREADED_MIN_PAIRS or cores == 1:
+            return ThreadChoice(1, f"small work ({pairs:.3g} pairs x heads < 2^18): one thread", cores=cores)
+        load = load_average()
+        if load is None:
+            return ThreadChoice(1, "no load average to read: one thread", cores=cores)
+        n = max(1, min(cores, math.floor(cores - load + 0.5)))
+        state = "idle" if n == cores else "busy" if n == 1 else "partly busy"
+        return ThreadChoice(
+            n, f"load average {load:.2f} on {cores} cores ({state}): {n} thread{'s' if n > 1 else ''}", load, cores
+        )
+
+    def for_work(self, pairs: float) -> int:
+        """The thread count for work of ``pairs`` kernel evaluations (token pairs x heads) per call (:meth:`choose`)."""
+        return self.choose(pairs).threads
 
     @contextlib.contextmanager
     def applied(self, pairs: float) -> Iterator[int]:

@@ -22,6 +22,12 @@ keeps it): stage ``s`` at ``x + dt sum_r a_sr k_r``, the new point ``retract(x +
 :meth:`attnflow.solve.controllers.PIState.norm`, ``sqrt(mean((e / (atol + rtol max(|x|, |y|)))^2))``,
 with DOP853's combined estimate when ``e3`` is given. :meth:`SmallStep.dense` makes DOP853's dense
 output of a step (:meth:`attnflow.schemes.integrators.DOP853Pair.dense_coefficients`, compiled).
+
+The saved states of a small run are measured here too, in bulk (issue 43): :func:`bulk_stats` (the
+``FieldStats`` diagnostics formulas, state by state), :func:`gram_batch` (the Gram minimum and the
+cluster count by union-find), :func:`dense_point` (a retracted dense-output state) and
+:func:`rows_within` (the quick sphere check); ``tests/analysis/test_bulk_diagnostics.py`` checks
+them against the torch path.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ __all__ = [
     "BatchedStep",
     "SmallStep",
     "dense_value",
+    "dense_point",
+    "bulk_stats",
+    "gram_batch",
+    "component_counts",
+    "rows_within",
 ]
 
 #: The models as the compiled code numbers them.
@@ -714,3 +725,274 @@ class BatchedStep:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense_point(x: np.ndarray, F: np.ndarray, theta: float, out: np.ndarray) -> None:  # pragma: no cover
+        """``out`` <- :func:`dense_value` at ``theta``, each row divided by its norm (the retraction)."""
+        N, d = x.shape
+        M = F.shape[0]
+        for i in range(N):
+            for c in range(d):
+                out[i, c] = 0.0
+        # Coefficient by coefficient over the contiguous (N, d) block: independent SIMD lanes, each
+        # entry's operations in the order of dense_value (so the same bits).
+        for m in range(M - 1, -1, -1):
+            fac = theta if (M - 1 - m) % 2 == 0 else 1.0 - theta
+            for i in range(N):
+                for c in range(d):
+                    out[i, c] = (out[i, c] + F[m, i, c]) * fac
+        for i in range(N):
+            nrm = 0.0
+            for c in range(d):
+                v = x[i, c] + out[i, c]
+                out[i, c] = v
+                nrm += v * v
+            nrm = math.sqrt(nrm)
+            for c in range(d):
+                out[i, c] /= nrm
+
+    @njit(cache=True, nogil=True)
+    def _means_batch(
+        X: np.ndarray, AT: np.ndarray, a: np.ndarray, M: np.ndarray, logZ: np.ndarray
+    ) -> None:  # pragma: no cover - compiled
+        """For every state ``s`` and head ``h``: ``M[s, h, i] = sum_j p_hij x_j`` and ``logZ[s, h, i]``
+        (:func:`_head_rows` with identity values)."""
+        S, N, d = X.shape
+        H = AT.shape[1]
+        E = np.empty((N, N))
+        kk = np.empty(N * N, dtype=np.int64)
+        xT = np.empty((d, N))
+        q = np.empty(d)
+        num = np.empty(d)
+        eye = np.zeros((H, d, d))
+        for h in range(H):
+            for c in range(d):
+                eye[h, c, c] = 1.0
+        for s in range(S):
+            x = X[s]
+            for j in range(N):
+                for c in range(d):
+                    xT[c, j] = x[j, c]
+            free = _shift_free(x, a_norm_compiled(AT[s]))
+            for h in range(H):
+                _head_rows(h, x, xT, AT[s], eye, a, E, kk, q, num, logZ[s, h], M[s, h], free)
+
+    @njit(cache=True, nogil=True)
+    def a_norm_compiled(AT: np.ndarray) -> float:  # pragma: no cover - compiled
+        """:func:`a_norm` inside compiled code."""
+        best = 0.0
+        for h in range(AT.shape[0]):
+            acc = 0.0
+            for r in range(AT.shape[1]):
+                for c in range(AT.shape[2]):
+                    acc += AT[h, r, c] * AT[h, r, c]
+            best = max(best, math.sqrt(acc))
+        return best
+
+
+def dense_point(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
+    """:func:`dense_value` retracted onto the sphere, compiled (a saved state of a dense-output run)."""
+    out = np.empty_like(x)
+    _dense_point(x, F, float(theta), out)
+    return out
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def rows_within(x: np.ndarray, lo2: float, hi2: float) -> bool:  # pragma: no cover - compiled
+        """Whether every row's squared norm lies in ``[lo2, hi2]`` (NaN fails): a saved state's quick
+        sphere check, one pass, no temporaries."""
+        N, d = x.shape
+        for i in range(N):
+            s = 0.0
+            for c in range(d):
+                s += x[i, c] * x[i, c]
+            if not (s >= lo2 and s <= hi2):
+                return False
+        return True
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _lse(v: np.ndarray) -> float:  # pragma: no cover - compiled
+        """``log sum exp(v)`` (``-inf`` when every entry is ``-inf``)."""
+        m = -np.inf
+        for k in range(v.shape[0]):
+            m = max(m, v[k])
+        if m == -np.inf:
+            return -np.inf
+        acc = 0.0
+        for k in range(v.shape[0]):
+            acc += math.exp(v[k] - m)
+        return m + math.log(acc)
+
+    @njit(cache=True, nogil=True)
+    def _bulk_stats(
+        X: np.ndarray, AT: np.ndarray, VT: np.ndarray, log_w: np.ndarray, a: np.ndarray, model: int, res: np.ndarray
+    ) -> None:  # pragma: no cover - compiled
+        """``res[s]`` <- ``(log|F|, min log b, max log b, ||v||^2_mu, log|dF|)`` of state ``X[s]`` (see
+        :func:`bulk_stats`)."""
+        S, N, d = X.shape
+        H = AT.shape[1]
+        M = np.empty((1, H, N, d))
+        logZ = np.empty((1, H, N))
+        log_a = np.log(a)
+        tmp_h = np.empty(H)
+        log_S = np.empty(N)
+        row = np.empty(N)
+        u = np.empty(d)
+        g = np.empty(d)
+        for s in range(S):
+            x = X[s : s + 1]
+            _means_batch(x, AT[s : s + 1], a, M, logZ)
+            for i in range(N):
+                for h in range(H):
+                    tmp_h[h] = logZ[0, h, i] + log_w[h]
+                log_S[i] = _lse(tmp_h)
+            for i in range(N):
+                row[i] = log_S[i] + log_a[i]
+            log_F = _lse(row) - math.log(2.0)
+            bmin, bmax = np.inf, -np.inf
+            speed2 = 0.0
+            for i in range(N):
+                bmin = min(bmin, -log_S[i])
+                bmax = max(bmax, -log_S[i])
+                # the field of the model (values V) and the gf field of A alone, then P_x
+                for c in range(d):
+                    u[c] = 0.0
+                    g[c] = 0.0
+                for h in range(H):
+                    soft = math.exp(logZ[0, h, i] + log_w[h] - log_S[i])  # gf: softmax_h(log Z_h + log w_h)
+                    ch = math.exp(log_w[h]) if model == 0 else soft
+                    for r in range(d):
+                        vm = 0.0
+                        am = 0.0
+                        for c in range(d):
+                            vm += VT[s, h, c, r] * M[0, h, i, c]
+                            am += AT[s, h, c, r] * M[0, h, i, c]
+                        u[r] += ch * vm
+                        g[r] += soft * am
+                xu = 0.0
+                xg = 0.0
+                for c in range(d):
+                    xu += X[s, i, c] * u[c]
+                    xg += X[s, i, c] * g[c]
+                vv = 0.0
+                gg = 0.0
+                for c in range(d):
+                    vc = u[c] - X[s, i, c] * xu
+                    gc = g[c] - X[s, i, c] * xg
+                    vv += vc * vc
+                    gg += gc * gc
+                speed2 += a[i] * math.exp(log_S[i]) * vv
+                row[i] = log_a[i] + log_S[i] + (math.log(gg) if gg > 0 else -np.inf)
+            res[s, 0] = log_F
+            res[s, 1] = bmin
+            res[s, 2] = bmax
+            res[s, 3] = speed2
+            res[s, 4] = 0.5 * _lse(row)
+
+
+def bulk_stats(X: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np.ndarray, model: str) -> np.ndarray:
+    """``(S, 5)``: for each state ``X[s]`` ``(N, d)`` with plain heads ``A[s]``, values ``V[s]`` ``(H, d, d)``,
+    head masses ``w`` and token masses ``a``: ``log|F|``, ``min_i log b``, ``max_i log b``, the squared
+    metric speed of the field of ``model`` (``mha`` or ``gf``) and ``log|dF|``, the formulas of
+    :class:`~attnflow.dynamics.fields.FieldStats` (``log_abs_energy``, ``log_mobility``, ``speed_sq``,
+    ``log_slope``) compiled state by state (``tests/analysis/test_bulk_diagnostics.py`` checks them
+    against it)."""
+    if model not in ("mha", "gf"):
+        raise ValueError(f"bulk_stats serves the models 'mha' and 'gf'; got {model!r}")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    AT = np.ascontiguousarray(np.swapaxes(A, -1, -2), dtype=np.float64)
+    VT = np.ascontiguousarray(np.swapaxes(V, -1, -2), dtype=np.float64)
+    res = np.empty((X.shape[0], 5))
+    _bulk_stats(X, AT, VT, np.log(np.asarray(w, dtype=np.float64)), np.ascontiguousarray(a, dtype=np.float64),
+                MODEL_CODES[model], res)  # fmt: skip
+    return res
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def component_counts(adj: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+        """Connected components of each symmetric graph ``adj[s]`` ``(N, N)``: union-find over the upper triangles, ``O(S N^2)``, compiled
+        (a clustered cloud's cliques would give scipy ``N^2`` edges to sort)."""
+        S, N, _ = adj.shape
+        out = np.empty(S, dtype=np.int64)
+        parent = np.empty(N, dtype=np.int64)
+        for s in range(S):
+            for i in range(N):
+                parent[i] = i
+            count = N
+            for i in range(N):
+                for j in range(i + 1, N):
+                    if adj[s, i, j]:
+                        ri = i
+                        while parent[ri] != ri:
+                            ri = parent[ri]
+                        rj = j
+                        while parent[rj] != rj:
+                            rj = parent[rj]
+                        if ri != rj:
+                            parent[max(ri, rj)] = min(ri, rj)
+                            count -= 1
+                        # path compression towards the root found
+                        k = i
+                        while parent[k] != k:
+                            nxt = parent[k]
+                            parent[k] = min(ri, rj)
+                            k = nxt
+                        k = j
+                        while parent[k] != k:
+                            nxt = parent[k]
+                            parent[k] = min(ri, rj)
+                            k = nxt
+            out[s] = count
+        return out
+
+    @njit(cache=True, nogil=True)
+    def gram_batch(X: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+        """``(min_{i != j} <x_i, x_j>, components of <x_i, x_j> > thr)`` of each state ``X[s]``, the
+        Gram entries made on the fly (no ``(S, N, N)`` array), union-find as :func:`component_counts`
+        (:func:`attnflow.analysis.diagnostics.bulk_state_diagnostics`)."""
+        S, N, d = X.shape
+        mn = np.empty(S)
+        out = np.empty(S, dtype=np.int64)
+        parent = np.empty(N, dtype=np.int64)
+        for s in range(S):
+            x = X[s]
+            for i in range(N):
+                parent[i] = i
+            count = N
+            best = np.inf
+            for i in range(N):
+                for j in range(i + 1, N):
+                    g = 0.0
+                    for c in range(d):
+                        g += x[i, c] * x[j, c]
+                    best = min(best, g)
+                    if g > thr:
+                        ri = i
+                        while parent[ri] != ri:
+                            ri = parent[ri]
+                        rj = j
+                        while parent[rj] != rj:
+                            rj = parent[rj]
+                        if ri != rj:
+                            parent[max(ri, rj)] = min(ri, rj)
+                            count -= 1
+                        root = min(ri, rj)
+                        for k0 in (i, j):
+                            k = k0
+                            while parent[k] != k:
+                                nxt = parent[k]
+                                parent[k] = root
+                                k = nxt
+            mn[s] = best
+            out[s] = count
+        return mn, out

@@ -19,14 +19,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import as_numpy_table, gram_buffer, state_diagnostics
+from attnflow.analysis.diagnostics import as_numpy_table, bulk_state_diagnostics, gram_buffer, state_diagnostics
 from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
+from attnflow.kernels import small as _small
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.solve.guards import Float32Monitor, state_problem
 from attnflow.solve.loop import Evaluation, StateRejected, StepState
+
+#: Squared norms a saved float64 row may have and pass at once (half the state guard's tolerance 1e-6).
+_LO2, _HI2 = (1.0 - 0.5e-6) ** 2, (1.0 + 0.5e-6) ** 2
 
 
 @dataclass
@@ -38,6 +42,13 @@ class Saver:
     ``reuse(t, evaluation)`` says whether the step's own evaluation at the new state serves instead
     (the EDI recorder's end-of-step pass); ``heads_at(t)`` the run's weights; ``check_gf`` checks
     each saved head for the gradient-flow class (model ``gf``).
+
+    ``deferred`` (a model name): the diagnostics are not computed at each save but in bulk when the
+    rows are read (:meth:`flush`: :func:`~attnflow.analysis.diagnostics.bulk_state_diagnostics`, one
+    batched pass for every pending state), so a save costs a copy of the state, not a kernel pass
+    and a graph search. Only for runs whose diagnostics cannot fail at a finite state on the sphere
+    (the normalised models ``mha`` and ``gf``, plain heads, float64; the solver decides): a save then
+    checks the tokens alone, and :meth:`record` returns ``None`` (no pass to share with the step).
     """
 
     evaluate: Callable[[float, torch.Tensor], tuple[torch.Tensor, FieldStats | None]]
@@ -57,13 +68,25 @@ class Saver:
     any_V: bool = False
     #: The Gram matrix's buffer, reused at every save (see :func:`~attnflow.analysis.diagnostics.gram_diagnostics`).
     gram: torch.Tensor | None = None
+    deferred: str | None = None
+    #: Saved states whose diagnostics are still to be made (deferred mode): their row indices.
+    pending: list[int] = field(default_factory=list)
+    _checked: Heads | None = None
+    _arrays: tuple[Heads, np.ndarray, np.ndarray] | None = None
 
-    def record(self, t: float, y: torch.Tensor, known: Evaluation | None = None) -> Evaluation:
+    def record(self, t: float, y: torch.Tensor, known: Evaluation | None = None) -> Evaluation | None:
         """Save the state ``y`` at time ``t`` with its diagnostics; ``known``: the step's evaluation there.
-        Returns the evaluation the diagnostics used (``fresh`` when this call made the pass)."""
+        Returns the evaluation the diagnostics used (``fresh`` when this call made the pass; ``None``
+        when they are deferred)."""
         heads = self.heads_at(t)
-        if self.check_gf:
+        if self.check_gf and heads is not self._checked:  # the same heads object: checked once
             heads.check_gradient_flow()
+            self._checked = heads
+        if self.deferred is not None:
+            self.pending.append(len(self.rows))
+            self.rows.append({})
+            self._append(t, y, heads)
+            return None
         if known is not None and known.t == t and self.reuse is not None and self.reuse(t, known):
             used = known
         else:
@@ -76,20 +99,61 @@ class Saver:
                 stats=used.stats, gram_out=self.gram,
             )
         )  # fmt: skip
-        self.ts.append(t)
-        self.xs.append(to_numpy(y).astype(np.float64))
-        self.As.append(to_numpy(heads.A).astype(np.float64))
-        self.Vs.append(to_numpy(heads.values).astype(np.float64))
-        self.any_V = self.any_V or heads.V is not None
+        self._append(t, y, heads)
         return used
+
+    def _append(self, t: float, y: torch.Tensor, heads: Heads) -> None:
+        self.ts.append(t)
+        self.xs.append(
+            y.numpy().copy() if y.dtype == torch.float64 and y.device.type == "cpu" else to_numpy(y).astype(np.float64)
+        )
+        if self._arrays is None or self._arrays[0] is not heads:  # constant weights: converted once
+            self._arrays = (heads, to_numpy(heads.A).astype(np.float64), to_numpy(heads.values).astype(np.float64))
+        self.As.append(self._arrays[1])  # shared, never written: np.stack copies them
+        self.Vs.append(self._arrays[2])
+        self.any_V = self.any_V or heads.V is not None
+
+    def _on_sphere(self) -> bool:
+        """Whether the last saved copy's rows have norms within half the float64 guard's tolerance."""
+        xn = self.xs[-1]
+        if _small.AVAILABLE:
+            return bool(_small.rows_within(xn, _LO2, _HI2))
+        sq = np.einsum("ij,ij->i", xn, xn)
+        return bool(sq.min() >= _LO2 and sq.max() <= _HI2)
+
+    def flush(self, stacked: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None) -> None:
+        """Make the pending rows (deferred mode), all in one batched pass; ``stacked``: every saved
+        ``x``, ``A``, ``V`` already stacked (what :meth:`arrays` returns), so they are not stacked twice."""
+        if not self.pending:
+            return
+        idx = self.pending
+        if stacked is not None:
+            every = len(idx) == len(self.xs)  # the usual case: the stacks as they are
+            X, A = (torch.from_numpy(a if every else a[idx]) for a in stacked[:2])
+            V = None if stacked[2] is None else torch.from_numpy(stacked[2] if every else stacked[2][idx])
+        else:
+            X = torch.from_numpy(np.stack([self.xs[i] for i in idx]))
+            A = torch.from_numpy(np.stack([self.As[i] for i in idx]))
+            V = torch.from_numpy(np.stack([self.Vs[i] for i in idx])) if self.any_V else None
+        a, w = self.a.to(torch.float64), self.w.to(torch.float64)
+        assert self.deferred is not None
+        rows = bulk_state_diagnostics(X, A, V, a, w, self.deferred, cluster_eps=self.cluster_eps)
+        for i, row in zip(idx, rows):
+            self.rows[i] = row
+        self.pending = []
 
     def on_step(self, state: StepState) -> None:
         if state.save:
             state.saved = self.record(state.t, state.x, state.evaluation)
-            why = state_problem(state.x, self.rows[-1])
+            if self.deferred is not None:  # the tokens alone (a finite copy on the sphere passes at once)
+                why = None if self._on_sphere() else state_problem(state.x)
+            else:
+                why = state_problem(state.x, self.rows[-1])
             if why is not None:  # a degenerate state is not saved: the run stops at the last good one
                 for saved in (self.rows, self.ts, self.xs, self.As, self.Vs):
                     saved.pop()
+                if self.pending and self.pending[-1] == len(self.rows):
+                    self.pending.pop()
                 raise StateRejected(why)
 
     def restore(self, ck: Checkpoint) -> None:
@@ -103,6 +167,7 @@ class Saver:
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """What a :class:`~attnflow.io.checkpoint.Checkpoint` keeps of the saved trajectory so far."""
+        self.flush()
         return {
             "saved_t": np.array(self.ts),
             "saved_x": np.stack(self.xs),
@@ -114,13 +179,10 @@ class Saver:
 
     def arrays(self) -> dict[str, Any]:
         """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
-        return {
-            "t": np.array(self.ts),
-            "x": np.stack(self.xs),
-            "A": np.stack(self.As),
-            "V": np.stack(self.Vs) if self.any_V else None,
-            "diagnostics": as_numpy_table(self.rows),
-        }
+        x, A = np.stack(self.xs), np.stack(self.As)
+        V = np.stack(self.Vs) if self.any_V else None
+        self.flush((x, A, V))
+        return {"t": np.array(self.ts), "x": x, "A": A, "V": V, "diagnostics": as_numpy_table(self.rows)}
 
 
 #: Steps between two float32 checks. An Euler check costs two float64 passes of ``m`` query tokens

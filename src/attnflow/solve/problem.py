@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,13 +25,13 @@ from attnflow.core.arrays import ArrayLike, to_tensor
 from attnflow.core.caller import caller_stacklevel
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
-from attnflow.core.threads import ThreadPolicy
+from attnflow.core.threads import ThreadChoice, ThreadPolicy
 from attnflow.core.tokens import TokenWarning, looks_transposed, transposed_message
 from attnflow.dynamics.fields import MODELS, masses
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.weights.processes import WeightProcess, as_process
 
-__all__ = ["Problem", "as_dtype", "check_array", "check_cluster_eps", "thread_policy"]
+__all__ = ["Problem", "as_dtype", "check_array", "check_cluster_eps", "thread_policy", "thread_choice"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -190,14 +190,27 @@ class Problem:
         """The threads of the run: ``threads`` when given, else chosen from :attr:`pairs` (see :func:`thread_policy`)."""
         return thread_policy(self.threads, self.pairs)
 
+    def thread_choice(self) -> ThreadChoice:
+        """:meth:`thread_policy`'s count with the sentence saying why (:func:`thread_choice`)."""
+        return thread_choice(self.threads, self.pairs)
+
+
+def thread_choice(threads: int | None, pairs: float) -> ThreadChoice:
+    """``threads`` when given; else what :meth:`ThreadPolicy.choose` picks for ``pairs`` (size and
+    load average), never more than torch's current setting (a process that asked for fewer threads,
+    with ``OMP_NUM_THREADS`` or ``torch.set_num_threads``, keeps them)."""
+    choice = ThreadPolicy(threads).choose(pairs)
+    cap = torch.get_num_threads()
+    if threads is None and choice.threads > cap:
+        return replace(choice, threads=cap, reason=f"{choice.reason}, capped at torch's setting of {cap}")
+    return choice
+
 
 def thread_policy(threads: int | None, pairs: float) -> ThreadPolicy:
-    """``ThreadPolicy(threads)`` when ``threads`` is given; else the count :class:`ThreadPolicy` chooses for
-    ``pairs``, never more than torch's current setting (a process that asked for fewer threads, with
-    ``OMP_NUM_THREADS`` or ``torch.set_num_threads``, keeps them)."""
+    """``ThreadPolicy(threads)`` when ``threads`` is given; else the fixed count of :func:`thread_choice`."""
     if threads is not None:
         return ThreadPolicy(threads)
-    return ThreadPolicy(min(ThreadPolicy().for_work(pairs), torch.get_num_threads()))
+    return ThreadPolicy(thread_choice(None, pairs).threads)
 
 
 def _time(name: str, value: Any) -> float:

@@ -9,12 +9,26 @@ from dataclasses import dataclass
 
 from attnflow.core.errors import Hint, InputError
 
-__all__ = ["SaveAt", "whole", "save_grid", "DENSE_SAVES"]
+__all__ = ["SaveAt", "whole", "save_grid", "DENSE_SAVES", "DEFAULT_ADAPTIVE_SAVES", "default_save_every"]
 
 #: Whether compiled adaptive runs and ensembles save through the pair's dense output where it has one
 #: (``dop853``): steps then pass save times and the states there are interpolated (and retracted).
 #: Off, every save time ends a step (the tests and the benchmark compare both).
 DENSE_SAVES = True
+
+#: At most this many save times (plus the start) for an adaptive run that names no ``save_every``:
+#: every ``dt`` while that gives no more, else every ``k dt`` with the smallest whole ``k`` that does.
+#: A long run (``t = 1000`` at ``dt = 0.01``) then keeps 1,001 states, not 100,001; a short one
+#: keeps every ``dt`` as before.
+DEFAULT_ADAPTIVE_SAVES = 1000
+
+
+def default_save_every(adaptive: bool, span: float, dt: float) -> int:
+    """``save_every`` when none is given: 1 for fixed steps (every step); for adaptive steps the
+    smallest whole ``k`` with at most :data:`DEFAULT_ADAPTIVE_SAVES` save times ``k dt`` apart in ``span``."""
+    if not adaptive:
+        return 1
+    return max(1, math.ceil(span / (dt * DEFAULT_ADAPTIVE_SAVES) * (1 - 1e-12)))
 
 
 def whole(name: str, value: object, *, least: int = 1) -> int:

@@ -9,6 +9,7 @@ of which checks its own inputs, and refuses options that do not apply to the cho
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE
 from attnflow.solve.controllers import ConstantStep, PIController, positive, step_count
 from attnflow.solve.problem import Problem, as_dtype
-from attnflow.solve.saveat import SaveAt, save_grid, whole
+from attnflow.solve.saveat import SaveAt, default_save_every, save_grid, whole
 from attnflow.solve.solver import TimeField, solve, stepper
 from attnflow.weights.processes import WeightProcess
 
@@ -40,7 +41,7 @@ def simulate(
     t_end: float,
     dt: float,
     method: str = "rk4",
-    save_every: int = 1,
+    save_every: int | None = None,
     seed: int | None = None,
     token_weights: ArrayLike | None = None,
     head_weights: ArrayLike | None = None,
@@ -66,7 +67,9 @@ def simulate(
     :class:`Heads`, or a callable ``t -> A | (A, V)``. ``x0`` ``(N, d)``: rows off the unit sphere
     are projected onto it with a :class:`~attnflow.core.tokens.TokenWarning`. ``seed`` drives
     stochastic weights (it overrides the process's own seed). The state is saved every
-    ``save_every`` steps (a whole number) and at the end. ``record_steps`` (default: on for model
+    ``save_every`` steps (a whole number) and at the end; by default every step with fixed steps, and
+    with adaptive ones every ``dt`` up to :data:`~attnflow.solve.saveat.DEFAULT_ADAPTIVE_SAVES` (1,000)
+    save times, beyond that every ``k dt`` with the smallest ``k`` that keeps to it. ``record_steps`` (default: on for model
     ``gf``) records at every step the series that :func:`attnflow.edi_budget` needs
     (``Trajectory.steps``). ``cluster_eps``: the distance below which tokens count as one cluster in
     the diagnostics (recorded in ``Trajectory.spec``, kept by the run folder). ``dtype``:
@@ -108,8 +111,14 @@ def simulate(
                     f"fixed steps dt: drop {name} or choose an adaptive method",
                     hint=Hint(name, value),
                 )
+    dt_f = positive("dt", dt)
+    if save_every is None:
+        try:
+            span = float(t_end) - float(t0)
+        except (TypeError, ValueError):
+            span = math.nan  # Problem.create names the bad time below
+        save_every = default_save_every(adaptive, span, dt_f) if math.isfinite(span) and span > 0 else 1
     every = whole("save_every", save_every)
-    positive("dt", dt)
     torch_dtype = as_dtype(dtype)
     problem = Problem.create(
         x0, weights, model=model, t_end=t_end, t0=t0, seed=seed, token_weights=token_weights,

@@ -13,6 +13,7 @@ the same state guard, and float32 runs get the float32 check in every mode.
 
 from __future__ import annotations
 
+import logging
 import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from attnflow.core.arrays import to_numpy
 from attnflow.core.errors import FloatRangeError, Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
+from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
@@ -44,6 +46,8 @@ from attnflow.solve.saveat import SaveAt, save_grid
 from attnflow.weights.processes import Constant, Layers, WeightSampler
 
 __all__ = ["solve", "TimeField", "Stepper", "stepper"]
+
+_log = logging.getLogger(__name__)
 
 #: A stepper: a fixed-step :class:`Integrator` or an :class:`EmbeddedPair` (which also steps fixed).
 Stepper = Integrator | EmbeddedPair
@@ -152,10 +156,14 @@ def solve(
             f"embedded pair, one of {', '.join(ADAPTIVE)}",
             hint=Hint("method"),
         )
-    with problem.thread_policy().applied(problem.pairs):
-        return _solve(
+    choice = problem.thread_choice()
+    _log.info("threads: %s", choice.reason)
+    with ThreadPolicy(choice.threads).applied(problem.pairs):
+        traj = _solve(
             problem, method, controller, saveat, record_steps, checkpoint, resume, progress, observers, config, spec
         )
+    traj.provenance["threads"] = choice.as_dict()
+    return traj
 
 
 def _solve(
@@ -232,7 +240,12 @@ def _solve(
         # The recorder's end-of-step pass holds the A-only statistics for model gf with plain heads.
         return known.stats is not None and model == "gf" and heads_at(t).plain
 
-    saver = Saver(f.evaluate, heads_at, a, w, p.cluster_eps, check_gf=model == "gf", options=options, reuse=reuse)
+    saver = Saver(
+        f.evaluate, heads_at, a, w, p.cluster_eps, check_gf=model == "gf", options=options, reuse=reuse,
+        deferred=model if _deferred_saves(p, recording) else None,
+    )  # fmt: skip
+    if not adaptive and compiled is None:
+        compiled = _compiled_fixed(method, p, x, a, w, recording)
     monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
     precision = (
         None
@@ -289,7 +302,8 @@ def _solve(
         tic = _time.perf_counter()
         first = saver.record(float(t0), x)
         costs.add(saver.name, _time.perf_counter() - tic)
-        if (why := _guards.state_problem(x, saver.rows[0])) is not None:
+        # Deferred diagnostics (mha, gf) are finite at every finite state on the sphere: the tokens decide.
+        if (why := _guards.state_problem(x, None if saver.deferred else saver.rows[0])) is not None:
             raise InputError(f"the initial state cannot be simulated: {why}", hint=Hint("x0"))
     else:
         x = _restore(resume, run, x, n_steps, run_id, adaptive, control, sampler, saver, monitor, precision, recorder)
@@ -302,6 +316,8 @@ def _solve(
             attempt = _compiled_attempt(pair, compiled, heads_at, model, control, run, dense)
         else:
             attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box, dense)
+    elif compiled is not None:
+        attempt = _compiled_fixed_attempt(compiled, heads_at, model)
     else:
         attempt = _fixed_attempt(integrator, f, recorder)
 
@@ -356,6 +372,8 @@ def _solve(
         "steps": run.stats.accepted if adaptive else n_steps,
         "dtype": str(x.dtype).replace("torch.", ""),
         "seconds": costs.rounded(),
+        "compiled_steps": compiled is not None,
+        "deferred_diagnostics": saver.deferred is not None,
     }
     if adaptive:
         assert isinstance(controller, PIController)
@@ -564,9 +582,92 @@ def _dense_output(
                     "the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'."
                 )
             coef.append(F)
-        return retract(torch.from_numpy(_small.dense_value(x, coef[0], (s - t) / h)))
+        return torch.from_numpy(_small.dense_point(x, coef[0], (s - t) / h))
 
     return at
+
+
+def _plain_constant_heads(process: Any, x: torch.Tensor) -> list[Heads] | None:
+    """The heads of constant or layer weights when every one is plain and served by the compiled
+    small-cloud path in ``x``'s dtype on its device, else ``None``."""
+    if isinstance(process, Constant):
+        all_heads = [process.heads]
+    elif isinstance(process, Layers):
+        all_heads = process.layers
+    else:
+        return None
+    if not all(h.plain and _small.supported(h, x.device.type, x.dtype) for h in all_heads):
+        return None
+    return all_heads
+
+
+def _deferred_saves(p: Problem, recording: bool) -> bool:
+    """Whether the saved states' diagnostics are made in bulk at the end (:class:`Saver`'s ``deferred``):
+    the normalised models (their diagnostics are finite at every finite state on the sphere), float64,
+    the automatic backend (a named one keeps its kernel for the diagnostics too), no EDI step recorder, constant or layer weights with plain
+    heads, and clouds small enough for the batched pass (``2 <= N``, ``H N^2 <= COMPILED_MAX_PAIRS``)."""
+    x = p.x0
+    if recording or p.model not in ("mha", "gf") or x.dtype != torch.float64 or p.options.backend != "auto":
+        return False
+    if not 2 <= x.shape[0] or x.shape[0] ** 2 * p.process.H > COMPILED_MAX_PAIRS:
+        return False
+    return _plain_constant_heads(p.process, x) is not None
+
+
+#: The fixed-step explicit schemes' Butcher tableaux ``(c, a rows)`` (the torch steps of
+#: :mod:`attnflow.schemes.integrators` written as data for the compiled step).
+FIXED_TABLEAUX: dict[str, tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]] = {
+    "euler": ((0.0,), ((),)),
+    "heun": ((0.0, 1.0), ((), (1.0,))),
+    "rk4": ((0.0, 0.5, 0.5, 1.0), ((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0))),
+}
+
+
+def fixed_tableau(method: Stepper) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool] | None:
+    """A fixed-step method as the compiled step's tableau ``(c, A, b, e, e3, fsal)`` (zero error
+    weights, no FSAL stage): the explicit schemes and the embedded pairs' order-``p`` solutions;
+    ``None`` for the others (``jko``)."""
+    if isinstance(method, EmbeddedPair):
+        c_, A_, b_, _, _, fsal = method.arrays()
+        n = method.stages - 1 if fsal else method.stages
+        return c_[:n].copy(), np.ascontiguousarray(A_[:n, :n]), b_[:n].copy(), np.zeros(n), np.zeros(0), False
+    if method.name not in FIXED_TABLEAUX or method.weights is None:
+        return None
+    c, rows = FIXED_TABLEAUX[method.name]
+    S = len(c)
+    A = np.zeros((S, S))
+    for i, row in enumerate(rows):
+        A[i, : len(row)] = row
+    return np.array(c), A, np.array(method.weights), np.zeros(S), np.zeros(0), False
+
+
+def _compiled_fixed(
+    method: Stepper, p: Problem, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, recording: bool
+) -> _CompiledStep | None:
+    """The compiled fixed step's inputs when it serves this run, else ``None``: an explicit scheme,
+    constant weights (a step's stages then all see the same heads), plain heads, models ``mha`` and
+    ``gf``, float64 on the CPU, the automatic backend, no EDI step recorder, a small cloud."""
+    if not _small.AVAILABLE or recording or p.options.backend != "auto" or x.dtype != torch.float64:
+        return None
+    if p.model not in ("mha", "gf") or not isinstance(p.process, Constant):
+        return None
+    if x.device.type != "cpu" or x.shape[0] ** 2 * p.process.H > COMPILED_MAX_PAIRS or x.shape[1] > COMPILED_MAX_D:
+        return None
+    tableau = fixed_tableau(method)
+    if tableau is None or _plain_constant_heads(p.process, x) is None:
+        return None
+    return _CompiledStep(tableau, to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64))
+
+
+def _compiled_fixed_attempt(compiled: _CompiledStep, heads_at: Callable[[float], Heads], model: str) -> Any:
+    """One fixed step (always accepted) as one compiled call; ``first``'s field serves as the first stage."""
+
+    def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
+        small_step = compiled.step(heads_at(t), model, 0.0, 1.0)
+        y_np, _, _, _ = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
+        return Trial(torch.from_numpy(y_np), 0.0)  # a non-finite state fails the loop's state guard
+
+    return attempt
 
 
 def _restore(

@@ -1,0 +1,27 @@
+"""The native-speed rows' verdicts can fail (issue 43): a ratio above its bound FAILs, a control the
+bound does not reject is called out, and the bottom line counts both."""
+
+from __future__ import annotations
+
+from attnflow.bench.small import native_bottom_line, native_markdown, native_rows
+
+
+def _native(ratio: float, control_ratio: float) -> dict:
+    rows = []
+    for r, control in ((ratio, False), (control_ratio, True)):
+        rows.append(
+            {"case": "c", "attnflow_s": r, "reference": "numpy", "reference_s": 1.0, "ratio": r, "bound": 3.0,
+             "control": control, "pass": r < 3.0, "margin": 3.0 / r}
+        )  # fmt: skip
+    return {"rows": rows, "load_average": 0.5, "diffrax": "diffrax not timed", "repeats": 3}
+
+
+def test_verdicts() -> None:
+    good = native_rows(_native(0.5, 30.0))
+    assert good[0][-1] == "PASS (margin 6.00x)" and good[1][-1] == "rejected (as it must)"
+    assert native_bottom_line(_native(0.5, 30.0)).startswith("native speed: 1/1 PASS, 1/1 controls rejected")
+    # negative controls: a slow run fails, and a control inside the bound is reported, not hidden
+    bad = native_rows(_native(3.5, 2.0))
+    assert bad[0][-1].startswith("FAIL (3.50 >= 3)") and bad[1][-1].startswith("NOT REJECTED")
+    assert "0/1 PASS, 0/1 controls rejected" in native_bottom_line(_native(3.5, 2.0))
+    assert "load average 0.50" in native_markdown(_native(0.5, 30.0))
