@@ -22,11 +22,12 @@ import os
 import stat
 import zipfile
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from attnflow.core.errors import InputError, UnsafeInputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MAX_ARRAY_BYTES", "MAX_READ_BYTES", "open_regular", "read_npy", "read_npz", "read_regular"]
 
@@ -111,6 +112,8 @@ def read_regular(
 
 def _header(fh: Any, name: str) -> tuple[tuple[int, ...], np.dtype, int]:
     """``(shape, dtype, nbytes)`` from the ``.npy`` header at the position of ``fh``."""
+    import numpy as np  # numpy only when an array is read: the front door stays light
+
     try:
         version = np.lib.format.read_magic(fh)
         if version == (1, 0):
@@ -132,6 +135,8 @@ def _header(fh: Any, name: str) -> tuple[tuple[int, ...], np.dtype, int]:
 
 def read_npy(path: str | os.PathLike, *, max_bytes: int = MAX_ARRAY_BYTES) -> np.ndarray:
     """The array of an ``.npy`` file, after checking its header (see the module docstring)."""
+    import numpy as np  # numpy only when an array is read: the front door stays light
+
     p = Path(path)
     name = repr(str(p))
     with open_regular(p) as fh:
@@ -155,6 +160,8 @@ def read_npy(path: str | os.PathLike, *, max_bytes: int = MAX_ARRAY_BYTES) -> np
 def read_npz(path: str | os.PathLike, *, max_bytes: int = MAX_ARRAY_BYTES) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file by name, after checking every member's declared and
     decompressed size (a zip bomb is refused before anything is inflated)."""
+    import numpy as np  # numpy only when an array is read: the front door stays light
+
     p = Path(path)
     name = repr(str(p))
     try:
