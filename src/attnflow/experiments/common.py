@@ -84,6 +84,8 @@ class Prediction:
     min_margin: float = MIN_MARGIN
     model: str = "gf"
     model_reason: str = ""
+    #: The criterion could not decide (an interval too wide, too few points): not a PASS, reported as such.
+    undecided: bool = False
 
     def __post_init__(self) -> None:
         self.passed = bool(self.passed)
@@ -108,6 +110,8 @@ class Prediction:
 
     @property
     def verdict(self) -> str:
+        if self.undecided:
+            return "UNDECIDED"
         if not self.control_rejected:
             return "FAIL (control passes)"
         return "PASS" if self.passed else "FAIL"
