@@ -103,3 +103,19 @@ def test_three_decades_of_n(d, lmax, beta, eps):
     )
     print("\n" + r.table())
     assert all(f.consistent for f in r.fits["mmd"])
+
+
+def test_a_drifting_series_is_reported_pre_asymptotic_not_as_a_rate():
+    """The issue's beta 4.5, d = 2 series: local slopes -0.23, -0.47, -0.68 per decade fit to about -0.46 over
+    N = 10..1e4, a CI holding nothing asymptotic; the local-slope detector says pre-asymptotic and claims no rate.
+    Negative control: a clean N^-1/2 series of the same noise gives its rate over the whole range."""
+    rng = np.random.default_rng(3)
+    Ns = np.array([10, 100, 1000, 10000])
+    law = Ns**0.115 * np.exp(-0.05 * np.log(Ns) ** 2)  # local slopes 0.115 - 0.05 (ln N_i + ln N_i+1)
+    drift = fit_rate(Ns, law[:, None] * np.exp(0.03 * rng.standard_normal((4, 4))), -0.5)
+    assert np.allclose(drift.local, [-0.23, -0.46, -0.69], atol=0.05)
+    assert drift.pre_asymptotic and not drift.consistent and "pre-asymptotic" in drift.describe()
+    assert drift.rate == pytest.approx(-0.46, abs=0.03)  # the fit over every N that used to be reported
+    clean = fit_rate(Ns, Ns[:, None] ** -0.5 * np.exp(0.03 * rng.standard_normal((4, 4))), -0.5)
+    assert not clean.pre_asymptotic and clean.asymptotic_from == 10 and clean.consistent
+    assert "rate -0.5" in clean.describe()

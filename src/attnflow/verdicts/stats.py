@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -195,15 +196,13 @@ def bootstrap_ci(
 
 
 def hierarchical_bootstrap(
-    groups: Sequence[np.ndarray], fn: Callable[[list[np.ndarray]], float], *, n_boot: int, rng: np.random.Generator
+    groups: Sequence[np.ndarray], fn: Callable[[list[np.ndarray]], Any], *, n_boot: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Replicates of ``fn(groups)`` with each group (e.g. the seeds at one ``N`` or one ``H``) resampled with
     replacement within itself, group by group in order (the levels stay fixed, the seeds vary): the
-    bootstrap of a fit across levels whose points each average independent seeds."""
-    out = np.empty(n_boot)
-    for b in range(n_boot):
-        out[b] = fn([g[rng.integers(0, len(g), len(g))] for g in groups])
-    return out
+    bootstrap of a fit across levels whose points each average independent seeds. ``fn`` may return a
+    number or an array: the result is ``(n_boot,)`` or ``(n_boot, ...)``."""
+    return np.asarray([fn([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(n_boot)], float)
 
 
 def asymptotic_start(
@@ -211,7 +210,8 @@ def asymptotic_start(
 ) -> int | None:
     """Where a power law's asymptotic range starts: the first index ``i`` from which the local slopes
     ``local[i:]`` (:func:`local_slopes`) no longer drift, i.e. for every pair ``j < k`` in the range the
-    bootstrap interval of ``slope_k - slope_j`` (replicates ``boots`` ``(B, len(local))``) holds 0. The range
+    bootstrap interval of ``slope_k - slope_j`` (replicates ``boots`` ``(B, len(local))``) holds 0, each at
+    Bonferroni's level ``1 - (1 - level) / pairs`` so that ``level`` holds for the range as a whole. The range
     must span at least ``min_points`` points (``min_points - 1`` slopes); ``None`` when no such range
     exists: the data are pre-asymptotic. The scale of a drift is the slopes' own bootstrap error, not a
     band chosen in advance."""
@@ -219,9 +219,11 @@ def asymptotic_start(
     b = np.asarray(boots, float).reshape(-1, m) if m else np.zeros((0, 0))
     for i in range(0, m - (min_points - 1) + 1):
         steady = True
+        pairs = (m - i) * (m - i - 1) // 2
+        each = 1.0 - (1.0 - level) / max(pairs, 1)
         for j in range(i, m):
             for k in range(j + 1, m):
-                lo, hi = percentile_ci(b[:, k] - b[:, j], level)
+                lo, hi = percentile_ci(b[:, k] - b[:, j], each)
                 if not (lo <= 0.0 <= hi):
                     steady = False
                     break
