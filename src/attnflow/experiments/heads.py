@@ -78,11 +78,11 @@ from attnflow.experiments.floors import (
 from attnflow.io.metadata import describe
 from attnflow.schemes.integrators import Field as _Field
 from attnflow.schemes.integrators import get_integrator
-from attnflow.verdicts import Estimate, Exponent
 from attnflow.solve.controllers import FixedState
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
 from attnflow.solve.saveat import SaveAt
+from attnflow.verdicts import Estimate, Exponent
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).

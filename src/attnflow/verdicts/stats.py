@@ -21,6 +21,7 @@ import numpy as np
 #: Batches of the batch-means standard error of a time average (consecutive blocks of the window).
 BATCHES = 8
 
+
 def time_average(t: np.ndarray, y: np.ndarray, start: float) -> tuple[float, float]:
     """Time average of ``y`` over ``t >= start`` (trapezoid rule) and its batch-means standard error
     (:data:`BATCHES` consecutive blocks; ``nan`` when the window holds fewer saved times than blocks)."""
@@ -205,9 +206,7 @@ def hierarchical_bootstrap(
     return np.asarray([fn([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(n_boot)], float)
 
 
-def asymptotic_start(
-    local: np.ndarray, boots: np.ndarray, *, level: float = 0.95, min_points: int = 3
-) -> int | None:
+def asymptotic_start(local: np.ndarray, boots: np.ndarray, *, level: float = 0.95, min_points: int = 3) -> int | None:
     """Where a power law's asymptotic range starts: the first index ``i`` from which the local slopes
     ``local[i:]`` (:func:`local_slopes`) no longer drift, i.e. for every pair ``j < k`` in the range the
     bootstrap interval of ``slope_k - slope_j`` (replicates ``boots`` ``(B, len(local))``) holds 0, each at
