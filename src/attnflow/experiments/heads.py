@@ -27,8 +27,8 @@ correct: the floors follow their per-seed predicted constants across ``H``, i.e.
 exponent of measured / predicted (geometric mean over settled seeds) against ``H`` over the ``tail``
 largest ``H`` is 0, tested against the competing law ``H^(-1/2)`` (ratio exponent ``-1/2 - p``, ``p``
 the predicted constants' own exponent, about 1/2), two-sided (:class:`attnflow.verdicts.Exponent`): the
-bootstrap CI, on three or more ``H``, holds 0 and lies inside ``(-gap/2, gap/2)``; a CI excluding 0 on either
-side fails (:func:`_decide`). While the CI is too wide the verdict is undecided and a batch of
+bootstrap CI, on three or more ``H``, lies inside ``(-gap/2, gap/2)``; a CI reaching out of it and excluding 0,
+on either side, fails (:func:`_decide`). While the CI is too wide the verdict is undecided and a batch of
 ``seeds`` more seeds runs at the tail's ``H`` (the sequential design) while the width of the run's own interval says a
 decision lies within ``seed_batches`` batches (:func:`batches_needed`); undecided when it stops is a FAIL
 (not enough seeds). Control: the same on the late mean of ``|dF|`` (not
@@ -504,10 +504,10 @@ def _gap(predicted_exponent: float) -> float:
 def _decide(ci: list[float], gap: float, n: int | None = None) -> str:
     """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent fitted on ``n`` values of ``H``
     (stated before measuring), two-sided: :class:`attnflow.verdicts.Exponent` ``(0, competitor=gap)``.
-    ``"pass"`` when the interval holds 0 and lies inside ``(-gap/2, gap/2)``, both by at least the report's
-    minimum margin (:data:`~attnflow.experiments.common.MIN_MARGIN`, in units of ``gap / 2``: a smaller
-    margin is no PASS); ``"fail"`` when it excludes 0, on the competing law's side or beyond the prediction
-    on the other (a floor falling like ``H^-1.3`` fails as surely as one like ``H^-1/2``);
+    ``"pass"`` when the interval lies inside ``(-gap/2, gap/2)`` by at least the report's minimum margin
+    (:data:`~attnflow.experiments.common.MIN_MARGIN`, in units of ``gap / 2``: a smaller margin is no PASS);
+    ``"fail"`` when it reaches outside that window and excludes 0, on the competing law's side or beyond the
+    prediction on the other (a floor falling like ``H^-1.3`` fails as surely as one like ``H^-1/2``);
     ``"undecided"`` otherwise (too wide; fewer than three ``H``; no fit; no positive gap): then more seeds
     are needed (the sequential design)."""
     lo, hi = ci
@@ -561,13 +561,13 @@ def _decisive(ci: list[float], gap: float) -> bool:
 
 
 def _ratio_margin(ci: list[float], gap: float) -> float:
-    """The two-sided margin of the interval, in units of ``gap / 2``: the nearer of how far it lies inside
-    ``(-gap/2, gap/2)`` and how far inside it 0 lies (negative: it reaches the midpoint, or excludes 0)."""
+    """The two-sided margin of the interval, in units of ``gap / 2``: how far it lies inside
+    ``(-gap/2, gap/2)`` (negative: it reaches the midpoint to the competing law, or as far on the other side)."""
     if not (all(math.isfinite(v) for v in ci) and math.isfinite(gap)) or gap <= 0:
         return -math.inf
     lo, hi = ci
     h = 0.5 * gap
-    return float(min(h - max(-lo, hi), min(-lo, hi)) / h)
+    return float((h - max(-lo, hi)) / h)
 
 
 def _arrays(per_H: list[list[SeedFloor]], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -830,8 +830,8 @@ def experiment_heads(
                 + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
                 f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
                 f"{fmt(gap)}), two-sided (attnflow.verdicts.Exponent): the ratio's CI (bootstrap over settled seeds, "
-                f"on 3 or more H) holds 0 and lies inside (-{fmt(0.5 * gap)}, {fmt(0.5 * gap)}), both by {MIN_MARGIN:g} "
-                f"of {fmt(0.5 * gap)}; a CI excluding 0 on either side fails; until it decides, {S} more seeds at the tail's H while the "
+                f"on 3 or more H) lies inside (-{fmt(0.5 * gap)}, {fmt(0.5 * gap)}) by {MIN_MARGIN:g} "
+                f"of {fmt(0.5 * gap)}; a CI reaching out of it and excluding 0, on either side, fails; until it decides, {S} more seeds at the tail's H while the "
                 f"interval says a decision is within {cap_b} batches "
                 "(undecided when it stops: FAIL, not enough seeds)",
                 fit["decision"] == "pass",
@@ -1030,7 +1030,7 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
         return (
             f"inconclusive ({stop}): after {seeds} ({n_ok} of {n_all} seeds settled at H = "
             f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] does not lie inside "
-            f"(-{0.5 * gap:.2f}, {0.5 * gap:.2f}) holding 0 by the minimum margin {MIN_MARGIN:g} of {0.5 * gap:.2f}"
+            f"(-{0.5 * gap:.2f}, {0.5 * gap:.2f}) by the minimum margin {MIN_MARGIN:g} of {0.5 * gap:.2f}"
             + (f", and a fit on {len(rf['tail_H'])} H values decides nothing" if len(rf["tail_H"]) < 3 else "")
             + f" (geometric means of measured / "
             f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."

@@ -203,20 +203,23 @@ class Within(Criterion):
 class Exponent(Criterion):
     """A power law's exponent is ``target``, tested against a ``competitor`` law, on both sides.
 
-    With ``h = |target - competitor| / 2`` (half the gap between the two laws) and the estimate's
-    interval ``[lo, hi]``:
+    The claim is read at the resolution the competitor sets: ``h = |target - competitor| / 2``, half the
+    gap between the two laws, and the window ``(target - h, target + h)``, symmetric about the target. With
+    the estimate's interval ``[lo, hi]``:
 
-    * PASS when the interval holds ``target`` and lies inside ``(target - h, target + h)``: the data pick
-      out the claimed law, and no law as far from it as the midpoint to the competitor, on either side.
-    * FAIL when the interval excludes ``target``: the claimed exponent is rejected, whether the data sit at
-      the competitor or beyond the target on the other side (``H^-1.31 [-1.50, -1.15]`` fails
-      ``Exponent(-1, competitor=-0.5)`` as surely as ``H^-0.5`` does).
-    * UNDECIDED when the interval holds ``target`` but reaches the midpoint on either side (too wide:
-      more data), or when the estimate rests on fewer than :data:`MIN_FIT_POINTS` points (``n``; two
-      points always lie on a line) or on no ``n`` at all.
+    * PASS when the interval lies inside the window: every plausible exponent is nearer the target than
+      any law ``h`` or more away from it, the competitor's side and the other one alike.
+    * FAIL when the interval reaches outside the window and excludes ``target``: the claimed exponent is
+      rejected, whether the data sit at the competitor or beyond the target on the other side
+      (``-1.31 [-1.50, -1.15]`` fails ``Exponent(-1, competitor=-0.5)`` as surely as ``-0.5`` does).
+    * UNDECIDED when the interval reaches outside the window but holds ``target`` (too wide: more data),
+      or when the estimate rests on fewer than :data:`MIN_FIT_POINTS` points (``n``; two points always lie
+      on a line) or on no ``n`` at all.
 
-    Margin: ``min(h - max(target - lo, hi - target), min(target - lo, hi - target)) / stderr``, i.e. the
-    nearer of the window's edges and of the interval's own ends to the target; positive exactly on a PASS.
+    A narrow interval inside the window that just misses the target (``[-1.06, -1.01]``) is a PASS at this
+    resolution: a correct law's 95% interval misses its target in one draw of twenty, and an exact-target
+    rule would fail it that often. Margin: ``(h - max(target - lo, hi - target)) / stderr``, how far the
+    interval lies inside the window (negative: it reaches out of it).
     """
 
     target: float
@@ -242,20 +245,19 @@ class Exponent(Criterion):
         lo, hi = est.interval
         t, h = self.target, self.half_gap
         u, unit = _unit(est, h)
-        inside = min(t - lo, hi - t)  # > 0: the interval holds the target
         window = h - max(t - lo, hi - t)  # > 0: the interval lies inside the window
-        m = min(inside, window) / u
-        if inside < 0:
-            side = "the competitor's side" if (est.value - t) * (self.competitor - t) > 0 else "the far side"
-            return Verdict("FAIL", m, unit, f"{est} excludes {t:g} (on {side})")
+        m = window / u
         if window > 0:
-            return Verdict("PASS", m, unit, f"{est} holds {t:g} and lies within {h:.3g} of it")
+            return Verdict("PASS", m, unit, f"{est} lies within {h:.3g} of {t:g}")
+        if not lo <= t <= hi:
+            side = "the competitor's side" if (est.value - t) * (self.competitor - t) > 0 else "the far side"
+            return Verdict("FAIL", m, unit, f"{est} excludes {t:g} and reaches {h:.3g} from it (on {side})")
         return Verdict("UNDECIDED", m, unit, f"{est} holds {t:g} but reaches {h:.3g} from it: too wide")
 
     def __str__(self) -> str:
         return (
-            f"exponent {self.target:g} against {self.competitor:g}: the {LEVEL:.0%} interval holds {self.target:g} "
-            f"and lies within {self.half_gap:.3g} of it, on {MIN_FIT_POINTS} or more points"
+            f"exponent {self.target:g} against {self.competitor:g}: the {LEVEL:.0%} interval, on {MIN_FIT_POINTS} or "
+            f"more points, lies within {self.half_gap:.3g} of {self.target:g} (PASS) or excludes it reaching beyond (FAIL)"
         )
 
 
