@@ -83,6 +83,7 @@ from attnflow.solve.ensemble import EnsembleField
 from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
 from attnflow.solve.saveat import SaveAt
 from attnflow.verdicts import Estimate, Exponent
+from attnflow.verdicts.stats import hierarchical_bootstrap
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
@@ -470,10 +471,8 @@ def _analyse(
         }  # fmt: skip
     p, c = loglog_fit(Hu[-k:], mu[-k:])
     rows = [per_seed[i][settled[i]] for i in use[-k:]]
-    boots = []
-    for _ in range(BOOTSTRAP):
-        m = [stat(r[rng.integers(0, len(r), len(r))]) for r in rows]
-        boots.append(loglog_fit(Hu[-k:], np.array(m))[0])
+    fit_tail = lambda g: loglog_fit(Hu[-k:], np.array([stat(r) for r in g]))[0]
+    boots = hierarchical_bootstrap(rows, fit_tail, n_boot=BOOTSTRAP, rng=rng)
     lo, hi = (float(v) for v in np.percentile(boots, [2.5, 97.5]))
     start = None
     for i in range(len(local)):
