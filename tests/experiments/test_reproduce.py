@@ -18,6 +18,7 @@ from attnflow.experiments.heads import (
     COMPETING,
     NO_FIT_BATCHES,
     _decide,
+    _decisive,
     _exponent_fit,
     _ratio_margin,
     adds_batch,
@@ -99,15 +100,40 @@ def test_tail_criterion_accepts_one_over_h_and_rejects_h_to_minus_half():
             assert fit["control_decision"] == "fail"
 
 
+def test_a_floor_planted_at_h_to_minus_1_3_fails_and_a_two_h_fit_is_undecided():
+    """Floors at H^-1.3 (steeper than their constants ~ H^-0.95: ratio exponent -0.35) fail the 1/H prediction
+    as surely as the competing H^-1/2; the same data on two H values is undecided, never a pass."""
+    rng = np.random.default_rng(5)
+    Hs = np.array([16.0, 32, 64, 128])
+    floors, ab, pred, ok = _synthetic_heads(rng, Hs, 8, -0.35, 0.1)
+    fit = _exponent_fit(Hs, floors, ab, pred, ok, 3, 1)
+    assert fit["main"]["exponent"] == pytest.approx(-1.3, abs=0.1)
+    assert fit["ratio"]["ci"][1] < 0.5 * fit["gap"]  # the old one-sided rule would have passed it
+    assert fit["decision"] == "fail"
+    two = _exponent_fit(Hs[:2], floors[:2], ab[:2], pred[:2], ok[:2], 3, 1)
+    assert len(two["ratio"]["tail_H"]) == 2 and two["decision"] == "undecided"
+    good, gab, gpred, gok = _synthetic_heads(rng, Hs[:2], 8, 0.0, 0.02)
+    assert _exponent_fit(Hs[:2], good, gab, gpred, gok, 3, 1)["decision"] == "undecided"  # exact on 2 H: still
+    # A middle H whose seeds are all unsettled leaves two H values: undecided as well.
+    ok_mid = ok.copy()
+    ok_mid[2] = False
+    assert _exponent_fit(Hs[1:], floors[1:], ab[1:], pred[1:], ok_mid[1:], 3, 1)["decision"] == "undecided"
+
+
 def test_exponent_decision_is_sequential_and_undecided_is_not_a_pass():
     """The verdict against the competing law: below the midpoint (by the minimum margin) passes, above fails, across it is undecided
     (more seeds); noisy windows leave 8 seeds undecided and 24 seeds of the same law decide; no fit and
     no gap are undecided, never a pass."""
-    assert _decide([-0.2, 0.2], 0.5) == "pass" and _ratio_margin([-0.2, 0.2], 0.5) == pytest.approx(0.2)
-    assert _decide([0.3, 0.7], 0.5) == "fail"
-    assert _decide([-0.2, 0.24], 0.5) == "undecided"  # below the midpoint, by less than the report's minimum margin
-    assert _decide([-0.1, 0.3], 0.5) == "undecided" and _ratio_margin([-0.1, 0.3], 0.5) < 0
-    assert _decide([float("nan")] * 2, 0.5) == "undecided" and _decide([-0.1, 0.1], 0.0) == "undecided"
+    assert _decide([-0.2, 0.2], 0.5, 3) == "pass" and _ratio_margin([-0.2, 0.2], 0.5) == pytest.approx(0.2)
+    assert _decide([0.3, 0.7], 0.5, 3) == "fail"
+    assert _decide([-0.2, 0.24], 0.5, 3) == "undecided"  # below the midpoint, by less than the report's minimum margin
+    assert _decide([-0.1, 0.3], 0.5, 3) == "undecided" and _ratio_margin([-0.1, 0.3], 0.5) < 0
+    assert _decide([float("nan")] * 2, 0.5, 3) == "undecided" and _decide([-0.1, 0.1], 0.0, 3) == "undecided"
+    # Two-sided: beyond the prediction on the far side fails (the issue's H^-1.31 [-1.50, -1.15] floor, whose
+    # ratio CI is about [-0.5, -0.15]; the old one-sided rule, upper end below the midpoint, passed it).
+    assert _decide([-0.5, -0.15], 0.5, 3) == "fail" and _ratio_margin([-0.5, -0.15], 0.5) < 0
+    assert _decide([-0.2, 0.2], 0.5, 2) == "undecided"  # two H values: a line through two points
+    assert _decide([-0.2, 0.2], 0.5) == "undecided"
     Hs = np.array([16.0, 32, 64])
     floors, ab, pred, ok = _synthetic_heads(np.random.default_rng(1), Hs, 24, 0.0, 0.4)
     few = _exponent_fit(Hs, floors[:, :8], ab[:, :8], pred[:, :8], ok[:, :8], 3, 1)
@@ -331,8 +357,13 @@ def test_the_design_decides_a_correct_law_whose_first_batch_landed_near_the_midp
     for k in (1, 15):
         first = _design(0.0, k, cap=1)[0]
         mid = 0.5 * first["gap"]
-        assert first["decision"] == "undecided" and first["ratio"]["exponent"] > 0.75 * mid, first["ratio"]
+        # Two-sided, a first batch whose interval excludes 0 is a FAIL, but not a decisive one (its interval still
+        # reaches inside the window): the design goes on, as it did for the undecided one-sided verdict.
+        assert first["decision"] in ("undecided", "fail") and first["ratio"]["exponent"] > 0.75 * mid, first["ratio"]
+        assert not _decisive(first["ratio"]["ci"], first["gap"])
         fit, b = _design(0.0, k)
         assert fit["decision"] == "pass" and 1 < b <= 12, (k, b, fit["ratio"]["ci"])
         wrong, _ = _design(0.45, k)  # floors ~ H^(-1/2) over constants ~ H^(-0.95)
         assert wrong["decision"] == "fail", (k, wrong["ratio"]["ci"])
+        steep, _ = _design(-0.35, k)  # floors ~ H^(-1.3): beyond the prediction on the other side
+        assert steep["decision"] == "fail" and steep["ratio"]["ci"][1] < 0, (k, steep["ratio"]["ci"])

@@ -72,7 +72,11 @@ def random_sets_table(rs) -> Table:
 @app.command()
 @guarded(flags=REPRODUCE_FLAGS)
 def reproduce(
-    name: str = typer.Argument(..., help="ou, oscillating, heads, edi, stability-input, stability-weights or all."),
+    name: str = typer.Argument(
+        ...,
+        help="ou, oscillating, heads, edi, stability-input, stability-weights or all; or a conjecture FILE.py of "
+        "your own (docs/reproduce.md, 'Writing a conjecture').",
+    ),
     quick: bool = typer.Option(False, "--quick", help="Small sizes (all of them in about 3 minutes; part of CI)."),
     out: Optional[Path] = typer.Option(
         None,
@@ -123,6 +127,8 @@ def reproduce(
       attnflow reproduce all --out runs/reproduce --readme README.md
 
       attnflow reproduce heads --random-sets 5 --seed 1
+
+      attnflow reproduce my_conjecture.py --random-sets 4 --seed 0
     """
     import torch
     from rich.markup import escape
@@ -132,8 +138,16 @@ def reproduce(
     from attnflow.experiments import reproduce as run_all
     from attnflow.experiments.report import update_readme
 
+    if name.endswith(".py"):
+        if set_ or readme is not None or full or quick:
+            raise UserError(
+                "a conjecture file runs at its own space's sets: give it without --set, --readme, --full or --quick."
+            )
+        torch.set_num_threads(threads)
+        _reproduce_file(Path(name), out, seed, random_sets)
+        return
     if name not in NAMES:
-        raise UserError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)}.")
+        raise UserError(f"unknown experiment {name!r}; choose one of {', '.join(NAMES)} (or a FILE.py).")
     if full and quick:
         raise UserError(
             "--full and --quick contradict each other; give one (--full is deprecated: the default is full)."
@@ -213,4 +227,34 @@ def reproduce(
     colour = "green" if all(p.ok for r in results for p in r.predictions) else "red"
     Console().print(f"[bold {colour}]{escape(bottom_line(results))}[/]", highlight=False, soft_wrap=True)
     if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+def _reproduce_file(path: Path, out: Optional[Path], seed: int, random_sets: Optional[int]) -> None:
+    """``attnflow reproduce FILE.py``: the experiments of a file named here, with a built-in's output."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from attnflow.experiments.conjectures import reproduce_file
+
+    stem = path.stem
+    target = out or Path("runs/reproduce") / (
+        stem if random_sets is None else f"{stem}-random-{random_sets}-seed{seed}"
+    )
+    got = reproduce_file(path, out=target, seed=seed, random_sets=random_sets)
+    if isinstance(got, list):
+        Console().print(results_table(got, f"attnflow reproduce {path.name}"))
+        console.print(f"wrote {escape(str(target))} (results.json, report.md, figures/, manifest.json)")
+        ok = all(r.passed for r in got)
+    else:
+        Console().print(random_sets_table(got))
+        for entry in got.sets:
+            for n, e in entry["experiments"].items():
+                for st, v, c in zip(e["statements"], e["verdicts"], e["controls"]):
+                    console.print(
+                        f"set {entry['index']} {escape(n)}: {escape(st)}: {escape(v)}; {escape(c)}", highlight=False
+                    )
+        console.print(f"wrote {escape(str(target))} (random_sets.json, report.md, manifest.json)")
+        ok = got.passed
+    if not ok:
         raise typer.Exit(1)

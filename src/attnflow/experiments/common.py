@@ -30,6 +30,7 @@ from attnflow._version import __version__
 from attnflow.core.errors import InputError
 from attnflow.core.figures import FIGURE_DPI
 from attnflow.io.store import atomic_folder, git_commit, write_dataset
+from attnflow.verdicts.stats import local_slopes, loglog_fit  # noqa: F401  (their home is verdicts.stats)
 
 #: The smallest margin a verdict may have (:attr:`Prediction.margin`): a prediction that meets its criterion
 #: by less than this fraction of the criterion's own scale is a FAIL, and a control rejected by less than it
@@ -83,6 +84,8 @@ class Prediction:
     min_margin: float = MIN_MARGIN
     model: str = "gf"
     model_reason: str = ""
+    #: The criterion could not decide (an interval too wide, too few points): not a PASS, reported as such.
+    undecided: bool = False
 
     def __post_init__(self) -> None:
         self.passed = bool(self.passed)
@@ -107,6 +110,8 @@ class Prediction:
 
     @property
     def verdict(self) -> str:
+        if self.undecided:
+            return "UNDECIDED"
         if not self.control_rejected:
             return "FAIL (control passes)"
         return "PASS" if self.passed else "FAIL"
@@ -295,19 +300,6 @@ def write_experiment(result: ExperimentResult, out: Path, *, seed: int, quick: b
         }
         (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
     return out
-
-
-def loglog_fit(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
-    """Least-squares exponent ``p`` and prefactor ``c`` of ``y = c x^p``."""
-    p, logc = np.polyfit(np.log(xs), np.log(ys), 1)
-    return float(p), float(np.exp(logc))
-
-
-def local_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Local log-log slopes ``log(y_{i+1} / y_i) / log(x_{i+1} / x_i)`` between successive points (local orders
-    and exponents, read to find a fit's asymptotic range)."""
-    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
-    return np.log(y[1:] / y[:-1]) / np.log(x[1:] / x[:-1])
 
 
 def fmt(v: float, digits: int = 3) -> str:

@@ -26,8 +26,9 @@ mean within ``RATIO_TOL``; control: the same with the prediction doubled. (2) Th
 correct: the floors follow their per-seed predicted constants across ``H``, i.e. the least-squares
 exponent of measured / predicted (geometric mean over settled seeds) against ``H`` over the ``tail``
 largest ``H`` is 0, tested against the competing law ``H^(-1/2)`` (ratio exponent ``-1/2 - p``, ``p``
-the predicted constants' own exponent, about 1/2): the bootstrap CI lies below the midpoint
-(:func:`_decide`). While the CI straddles the midpoint the verdict is undecided and a batch of
+the predicted constants' own exponent, about 1/2), two-sided (:class:`attnflow.verdicts.Exponent`): the
+bootstrap CI, on three or more ``H``, lies inside ``(-gap/2, gap/2)``; a CI reaching out of it and excluding 0,
+on either side, fails (:func:`_decide`). While the CI is too wide the verdict is undecided and a batch of
 ``seeds`` more seeds runs at the tail's ``H`` (the sequential design) while the width of the run's own interval says a
 decision lies within ``seed_batches`` batches (:func:`batches_needed`); undecided when it stops is a FAIL
 (not enough seeds). Control: the same on the late mean of ``|dF|`` (not
@@ -81,6 +82,8 @@ from attnflow.solve.controllers import FixedState
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
 from attnflow.solve.saveat import SaveAt
+from attnflow.verdicts import Estimate, Exponent
+from attnflow.verdicts.stats import hierarchical_bootstrap
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Local exponents within this distance of -1 count as asymptotic (for the "pre-asymptotic range" column).
@@ -468,10 +471,8 @@ def _analyse(
         }  # fmt: skip
     p, c = loglog_fit(Hu[-k:], mu[-k:])
     rows = [per_seed[i][settled[i]] for i in use[-k:]]
-    boots = []
-    for _ in range(BOOTSTRAP):
-        m = [stat(r[rng.integers(0, len(r), len(r))]) for r in rows]
-        boots.append(loglog_fit(Hu[-k:], np.array(m))[0])
+    fit_tail = lambda g: loglog_fit(Hu[-k:], np.array([stat(r) for r in g]))[0]
+    boots = hierarchical_bootstrap(rows, fit_tail, n_boot=BOOTSTRAP, rng=rng)
     lo, hi = (float(v) for v in np.percentile(boots, [2.5, 97.5]))
     start = None
     for i in range(len(local)):
@@ -499,20 +500,23 @@ def _gap(predicted_exponent: float) -> float:
     return COMPETING - predicted_exponent if math.isfinite(predicted_exponent) else math.nan
 
 
-def _decide(ci: list[float], gap: float) -> str:
-    """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent (stated before measuring):
-    ``"pass"`` when it lies below the midpoint ``gap / 2`` between the prediction (0) and the competing law
-    (``gap``) by at least the report's minimum margin (:data:`~attnflow.experiments.common.MIN_MARGIN`,
-    in units of ``gap / 2``: a smaller margin is no PASS), ``"fail"`` when it lies wholly above the
-    midpoint, ``"undecided"`` in between (or with no fit, or no positive gap): then more seeds are needed
-    (the sequential design)."""
+def _decide(ci: list[float], gap: float, n: int | None = None) -> str:
+    """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent fitted on ``n`` values of ``H``
+    (stated before measuring), two-sided: :class:`attnflow.verdicts.Exponent` ``(0, competitor=gap)``.
+    ``"pass"`` when the interval lies inside ``(-gap/2, gap/2)`` by at least the report's minimum margin
+    (:data:`~attnflow.experiments.common.MIN_MARGIN`, in units of ``gap / 2``: a smaller margin is no PASS);
+    ``"fail"`` when it reaches outside that window and excludes 0, on the competing law's side or beyond the
+    prediction on the other (a floor falling like ``H^-1.3`` fails as surely as one like ``H^-1/2``);
+    ``"undecided"`` otherwise (too wide; fewer than three ``H``; no fit; no positive gap): then more seeds
+    are needed (the sequential design)."""
     lo, hi = ci
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(gap)) or gap <= 0:
         return "undecided"
-    if _ratio_margin(ci, gap) >= MIN_MARGIN:
-        return "pass"
-    if lo > 0.5 * gap:
+    v = Exponent(0.0, competitor=gap)(Estimate(0.5 * (lo + hi), math.nan, n, (lo, hi)))
+    if v.outcome == "FAIL":
         return "fail"
+    if v.outcome == "PASS" and _ratio_margin(ci, gap) >= MIN_MARGIN:
+        return "pass"
     return "undecided"
 
 
@@ -533,18 +537,36 @@ def batches_needed(ci: list[float], gap: float, batches: int) -> float:
 
 def adds_batch(fit: dict[str, Any], batches: int, cap: int) -> bool:
     """The sequential design's step: whether a further batch of seeds runs after ``batches`` of them, i.e. the
-    exponent verdict is undecided, the budget ``cap`` is not spent and :func:`batches_needed` (stored in
-    ``fit["batches_needed"]``) says a decision is within it (without a fit, up to :data:`NO_FIT_BATCHES`)."""
+    exponent verdict is open, the budget ``cap`` is not spent and :func:`batches_needed` (stored in
+    ``fit["batches_needed"]``) says a decision is within it (without a fit, up to :data:`NO_FIT_BATCHES`).
+
+    Open: undecided, or a FAIL that is not decisive, i.e. an interval that excludes 0 but still reaches
+    inside ``(-gap/2, gap/2)`` (:func:`_decisive`). A correct law's first 8 seeds exclude 0 in some 5% of
+    draws; more seeds bring its interval back over 0, while a wrong law's narrows away from 0 and leaves the
+    window, so the FAIL stands either way with the budget. The verdict is the last fit's, as before."""
     need = fit["batches_needed"] = batches_needed(fit["ratio"]["ci"], fit["gap"], batches)
     within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap
-    return fit["decision"] == "undecided" and batches < cap and within
+    open_ = fit["decision"] == "undecided" or (
+        fit["decision"] == "fail" and not _decisive(fit["ratio"]["ci"], fit["gap"])
+    )
+    return open_ and batches < cap and within
+
+
+def _decisive(ci: list[float], gap: float) -> bool:
+    """Whether the interval lies wholly outside ``(-gap/2, gap/2)``: closer to another law than to 0 throughout."""
+    lo, hi = ci
+    h = 0.5 * gap
+    return bool(lo >= h or hi <= -h)
 
 
 def _ratio_margin(ci: list[float], gap: float) -> float:
-    """How far the interval's upper end lies below the midpoint ``gap / 2``, in units of ``gap / 2``."""
+    """The two-sided margin of the interval, in units of ``gap / 2``: how far it lies inside
+    ``(-gap/2, gap/2)`` (negative: it reaches the midpoint to the competing law, or as far on the other side)."""
     if not (all(math.isfinite(v) for v in ci) and math.isfinite(gap)) or gap <= 0:
         return -math.inf
-    return margin_below(ci[1], 0.5 * gap)
+    lo, hi = ci
+    h = 0.5 * gap
+    return float((h - max(-lo, hi)) / h)
 
 
 def _arrays(per_H: list[list[SeedFloor]], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -591,8 +613,8 @@ def _exponent_fit(
         "ratio_control": ratio_ctrl,
         "predicted_exponent": pe,
         "gap": gap,
-        "decision": _decide(ratio["ci"], gap),
-        "control_decision": _decide(ratio_ctrl["ci"], gap),
+        "decision": _decide(ratio["ci"], gap, len(ratio["tail_H"])),
+        "control_decision": _decide(ratio_ctrl["ci"], gap, len(ratio_ctrl["tail_H"])),
     }
 
 
@@ -806,8 +828,9 @@ def experiment_heads(
                 f"local exponents {', '.join(f'{v:.2f}' for v in main['local_exponents'])}, "
                 + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
                 f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
-                f"{fmt(gap)}): the ratio's CI (bootstrap over settled seeds) lies below the midpoint {fmt(0.5 * gap)} "
-                f"(by {MIN_MARGIN:g} of it); until it does or lies above it, {S} more seeds at the tail's H while the "
+                f"{fmt(gap)}), two-sided (attnflow.verdicts.Exponent): the ratio's CI (bootstrap over settled seeds, "
+                f"on 3 or more H) lies inside (-{fmt(0.5 * gap)}, {fmt(0.5 * gap)}) by {MIN_MARGIN:g} "
+                f"of {fmt(0.5 * gap)}; a CI reaching out of it and excluding 0, on either side, fails; until it decides, {S} more seeds at the tail's H while the "
                 f"interval says a decision is within {cap_b} batches "
                 "(undecided when it stops: FAIL, not enough seeds)",
                 fit["decision"] == "pass",
@@ -1005,13 +1028,21 @@ def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
         )
         return (
             f"inconclusive ({stop}): after {seeds} ({n_ok} of {n_all} seeds settled at H = "
-            f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] is not below the "
-            f"midpoint {0.5 * gap:.2f} by the minimum margin {MIN_MARGIN:g} of it (geometric means of measured / "
+            f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] does not lie inside "
+            f"(-{0.5 * gap:.2f}, {0.5 * gap:.2f}) by the minimum margin {MIN_MARGIN:g} of {0.5 * gap:.2f}"
+            + (f", and a fit on {len(rf['tail_H'])} H values decides nothing" if len(rf["tail_H"]) < 3 else "")
+            + f" (geometric means of measured / "
             f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."
             + short
         )
+    if hi < 0:
+        return (
+            f"the ratio's CI [{lo:.2f}, {hi:.2f}] lies below 0: the floor falls faster than its predicted constants "
+            f"(geometric means of measured / predicted per H: {gm}), beyond the prediction on the side away from "
+            "H^(-1/2); the two-sided criterion rejects it." + short
+        )
     return (
-        f"the ratio's CI [{lo:.2f}, {hi:.2f}] lies above the midpoint {0.5 * gap:.2f}: the floor falls more slowly "
+        f"the ratio's CI [{lo:.2f}, {hi:.2f}] excludes 0 on the side of H^(-1/2) (midpoint {0.5 * gap:.2f}): the floor falls more slowly "
         f"than its predicted constants (geometric means of measured / predicted per H: {gm}); at small H a cluster "
         "that follows the heads' noise sits below its frozen-cloud constant, or seeds have not reached their "
         "stationary point." + short

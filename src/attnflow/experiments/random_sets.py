@@ -126,6 +126,7 @@ class RandomSets:
     sets: list[dict[str, Any]] = field(default_factory=list)  # per set: experiment -> overrides, verdicts
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # prediction key -> counts
     seconds: float = 0.0
+    ranges: dict[str, Any] = field(default_factory=lambda: RANGES)  # the documented ranges the sets come from
 
     @property
     def passed(self) -> bool:
@@ -137,7 +138,7 @@ class RandomSets:
                 "experiment": self.name,
                 "random_sets": self.k,
                 "seed": self.seed,
-                "ranges": RANGES,
+                "ranges": self.ranges,
                 "predictions": self.rows,
                 "sets": self.sets,
                 "passed": self.passed,
@@ -177,19 +178,25 @@ def run_random_sets(
     names: list[str],
     out: Path | None = None,
     on_set: Callable[[int, str, ExperimentResult], None] | None = None,
+    draw_set: Callable[[str, np.random.Generator], list[str]] = draw,
+    ranges: dict[str, Any] | None = None,
 ) -> RandomSets:
-    """Run experiments ``names`` at ``k`` random sets; ``run(name, overrides)`` runs one experiment."""
+    """Run experiments ``names`` at ``k`` random sets; ``run(name, overrides)`` runs one experiment.
+    ``draw_set(name, rng)``: one set's overrides (default: the built-ins' :func:`draw`), ``ranges`` what
+    ``random_sets.json`` documents them as (default :data:`RANGES`)."""
     start = time.perf_counter()
-    rs = RandomSets(name, k, seed)
+    rs = RandomSets(name, k, seed, ranges=RANGES if ranges is None else ranges)
     for i in range(k):
         entry: dict[str, Any] = {"index": i, "experiments": {}, "failures": []}
         for n in names:
-            overrides = draw(n, np.random.default_rng([seed, i]))
+            overrides = draw_set(n, np.random.default_rng([seed, i]))
             res = run(n, overrides)
             entry["experiments"][n] = {
                 "overrides": overrides,
+                "statements": [p.statement for p in res.predictions],
                 "verdicts": [p.verdict_text for p in res.predictions],
                 "margins": [p.margin for p in res.predictions],
+                "controls": [p.control_text for p in res.predictions],
                 # The measured values (and, for heads, the seed batches used): a failure is explained from
                 # them without rerunning the set.
                 "measured": res.headline,

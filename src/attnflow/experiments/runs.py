@@ -9,6 +9,7 @@ import numpy as np
 from attnflow.config import RunConfig, build, parse_config
 from attnflow.io.trajectory import Trajectory
 from attnflow.solve.simulation import simulate
+from attnflow.verdicts.stats import early_mean, late_mean  # noqa: F401  (their home is verdicts.stats)
 
 
 def run(
@@ -22,14 +23,3 @@ def run(
     traj = simulate(tokens if x0 is None else x0, process, **kwargs)
     traj.seed = rc.seed
     return rc, traj
-
-
-def late_mean(t: np.ndarray, y: np.ndarray, fraction: float = 0.5) -> float:
-    """Time average of ``y`` over the last ``fraction`` of the run (trapezoid rule)."""
-    m = t >= t[-1] - fraction * (t[-1] - t[0])
-    return float(np.trapezoid(y[m], t[m]) / (t[m][-1] - t[m][0]))
-
-
-def early_mean(t: np.ndarray, y: np.ndarray, fraction: float = 0.1) -> float:
-    m = t <= t[0] + fraction * (t[-1] - t[0])
-    return float(np.trapezoid(y[m], t[m]) / (t[m][-1] - t[m][0]))
