@@ -39,7 +39,7 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ import xarray as xr
 
 from attnflow.core.errors import InputError
 from attnflow.core.figures import FIGURE_DPI
+from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.hf.ablate import ABLATIONS, ablated_positions
 from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
@@ -207,6 +208,114 @@ def ou_process(process: Layers, rho: float, generator: torch.Generator) -> Layer
         vals = {n: stats[n][0] + stats[n][1] * z[n] for n in stats}
         out.append(Heads(**{**{k: getattr(base, k) for k in ("causal", "rope")}, **vals}))
     return Layers(out, t_end=float(L))
+
+
+def batched_field(x: torch.Tensor, heads: Heads) -> torch.Tensor:
+    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
+    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
+    checked against :func:`attnflow.dynamics.fields.velocity` in the tests)."""
+    q, k, c = heads.logit_features(x)  # (B, H, N, r), c (B, H, N) or None
+    logits = q @ k.transpose(-1, -2)
+    if c is not None:
+        logits = logits + c.unsqueeze(-2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.softmax(logits, dim=-1) @ heads.value_features(x)  # (B, H, N, d)
+    return project_tangent(x, out.mean(-3))
+
+
+def flow_batch(x0: np.ndarray, stacks: Sequence[Sequence[Heads]], steps_per_layer: int) -> np.ndarray:
+    """Euler flows of many head stacks at once: ``(B, L+1, N, d)`` positions at ``t = 0..L`` of the
+    ``mha`` flow of ``stacks[b]`` (one unit of time per layer) from ``x0`` (``(N, d)``, or ``(B, N, d)``
+    one start per stack). At each depth, the clouds that use the same :class:`Heads` object share one
+    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders)."""
+    from attnflow.core.geometry import retract
+
+    B = len(stacks)
+    x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
+    x = (x.expand(B, *x.shape) if x.ndim == 2 else x).clone()
+    dt = 1.0 / int(steps_per_layer)
+    out = [x.numpy().copy()]
+    L = len(stacks[0])
+    for l in range(L):
+        groups: dict[int, list[int]] = {}
+        for b in range(B):
+            groups.setdefault(id(stacks[b][l]), []).append(b)
+        for members in groups.values():
+            h = stacks[members[0]][l]
+            idx = torch.as_tensor(members)
+            y = x[idx]
+            for _ in range(int(steps_per_layer)):
+                y = retract(y + dt * batched_field(y, h))
+            x[idx] = y
+        out.append(x.numpy().copy())
+    return np.stack(out, 1)
+
+
+def attention_entropy(x: torch.Tensor, heads: Heads) -> float:
+    """Mean over heads and tokens of the entropy ``-sum_j p_ij log p_ij`` of the attention at the cloud ``x``."""
+    q, k, c = heads.logit_features(x)
+    logits = q @ k.transpose(-1, -2)
+    if c is not None:
+        logits = logits + c.unsqueeze(-2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return float(-(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean())
+
+
+def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int) -> float:
+    """Mean token displacement ``mean_i |x_i(1) - x_i(0)|`` of one layer (one unit of time) of the flow from ``x``."""
+    y = flow_batch(x, [[heads]], steps_per_layer)[0]
+    return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
+
+
+def matched_random_heads(
+    real: Heads, x: np.ndarray, generator: torch.Generator, steps_per_layer: int, *, iterations: int = 6
+) -> tuple[Heads, dict[str, float]]:
+    """Random heads (:func:`~attnflow.hf.measures.random_heads`) matched to ``real`` at the cloud ``x``:
+    the logits scaled (``Q`` and its bias) so the mean attention entropy is the real heads' (bisection on
+    the log scale), then the values scaled (``V`` and its bias) so one layer moves the tokens as far as the
+    real heads do (:func:`displacement`, fixed-point iteration on the scale). Returns the heads and the
+    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}``."""
+    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64)
+    h = random_heads(real, generator)
+    target_e = attention_entropy(xt, real)
+
+    def scaled(s: float) -> Heads:
+        Q = h.queries * s
+        return replace(h, Q=Q, bias_q=None if h.bias_q is None else h.bias_q * s)
+
+    lo, hi = -12.0, 12.0  # entropy decreases as the logits grow
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if attention_entropy(xt, scaled(float(np.exp(mid)))) > target_e:
+            lo = mid
+        else:
+            hi = mid
+    h = scaled(float(np.exp(0.5 * (lo + hi))))
+    target_d = displacement(x, real, steps_per_layer)
+    c = 1.0
+    got = displacement(x, h, steps_per_layer)
+    for _ in range(int(iterations)):
+        if got <= 0 or abs(got / target_d - 1.0) < 1e-4:
+            break
+        c *= target_d / got
+        got = displacement(x, _value_scaled(h, c), steps_per_layer)
+    h = _value_scaled(h, c)
+    return h, {
+        "entropy": attention_entropy(xt, h),
+        "entropy_real": target_e,
+        "displacement": got,
+        "displacement_real": target_d,
+    }
+
+
+def _value_scaled(h: Heads, c: float) -> Heads:
+    return replace(h, V=h.values * c, bias_v=None if h.bias_v is None else h.bias_v * c)
 
 
 def uniform_heads(d: int, scale: float) -> Heads:
