@@ -66,3 +66,23 @@ def test_random_heads_matched_in_speed_and_entropy(tiny, family):
         )
     # Negative control: heads matched in norm only miss the speed or the entropy by more than 5%.
     assert max(plain_off) > 0.05, plain_off
+
+
+def test_hierarchical_ci_holds_the_draws_spread():
+    from attnflow.hf.study import bootstrap_ci, hierarchical_ci
+
+    rng = np.random.default_rng(0)
+    P, K = 60, 20
+    prompt = rng.normal(0.0, 0.05, size=(P, 1))
+    flat = np.repeat(prompt, K, axis=1)  # the draws do not vary
+    lo_p, hi_p = bootstrap_ci(prompt[:, 0], n_boot=2000, seed=4)
+    lo_h, hi_h = hierarchical_ci(flat, n_boot=2000, seed=4)
+    assert abs(lo_h - lo_p) < 1e-12 and abs(hi_h - hi_p) < 1e-12, (lo_h, lo_p, hi_h, hi_p)
+    # Draws that vary (an effect per draw, shared by every prompt, as a layer order's): the interval widens
+    # to about the draws' standard error, 1.96 * 0.2 / sqrt(20) = 0.088 half-width, beside the prompts' 0.013.
+    varied = prompt + rng.normal(0.0, 0.2, size=(1, K))
+    lo_v, hi_v = hierarchical_ci(varied, n_boot=2000, seed=4)
+    lo_q, hi_q = bootstrap_ci(varied.mean(1), n_boot=2000, seed=4)
+    assert (hi_v - lo_v) > 3 * (hi_q - lo_q), (hi_v - lo_v, hi_q - lo_q)
+    draws_se = 1.96 * varied.mean(0).std() / np.sqrt(K)
+    assert 0.7 < (hi_v - lo_v) / 2 / draws_se < 1.3, ((hi_v - lo_v) / 2, draws_se)
