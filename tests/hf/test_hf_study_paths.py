@@ -108,3 +108,22 @@ def test_dense_form_and_the_interpolating_smooth_path_give_the_same_field():
     flat = smooth_path(stack, degree=0)
     assert not np.allclose(velocity(x, flat[0], model="mha"), velocity(x, stack[0], model="mha"), atol=1e-3)
     assert path_length(smooth_path(stack, degree=1)) < path_length(match_heads(stack)[0])
+
+
+def test_cross_gram_lookups_are_the_direct_computation():
+    from attnflow.hf.measures import relative_jumps
+    from attnflow.hf.paths import CrossGram
+
+    stack = smooth_stack(L=5, H=6, eps=0.3)
+    rng = np.random.default_rng(0)
+    planted = [permute_heads(h, rng.permutation(6)) for h in stack]
+    cg = CrossGram(planted)
+    for order in ([0, 1, 2, 3, 4], [3, 0, 4, 1, 2]):
+        m, _ = match_heads([planted[i] for i in order])
+        idx = cg.match(order)
+        np.testing.assert_allclose(cg.gram(idx), gram(m), rtol=1e-10)
+        np.testing.assert_allclose(cg.jumps(idx, "A"), relative_jumps([h.A for h in m]), rtol=1e-10)
+        np.testing.assert_allclose(cg.jumps(idx, "V"), relative_jumps([h.values for h in m]), rtol=1e-10)
+    fit = fit_weight_models(planted, n_boot=10, n_orders=2)
+    direct = fit_gram(gram(match_heads(planted)[0]).sum(0))
+    assert fit.value == pytest.approx(direct, rel=1e-10)

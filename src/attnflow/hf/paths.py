@@ -46,6 +46,19 @@ from attnflow.core.heads import Heads
 
 #: Frequencies tried by the oscillating fit (radians per layer).
 OMEGAS = np.linspace(np.pi / 64, np.pi, 64)
+_PROJ: dict[int, np.ndarray] = {}
+
+
+def _residual_projections(L: int) -> np.ndarray:
+    """``(len(OMEGAS), L, L)``: ``I - P`` with ``P`` the projection onto ``1, sin(omega l), cos(omega l)``."""
+    if L not in _PROJ:
+        t = np.arange(L, dtype=np.float64)
+        out = []
+        for w in OMEGAS:
+            B = np.stack([np.ones(L), np.sin(w * t), np.cos(w * t)], 1)
+            out.append(np.eye(L) - B @ np.linalg.pinv(B))
+        _PROJ[L] = np.array(out)
+    return _PROJ[L]
 
 
 def _unit(M: torch.Tensor) -> torch.Tensor:
@@ -53,6 +66,12 @@ def _unit(M: torch.Tensor) -> torch.Tensor:
     flat = M.reshape(M.shape[0], -1).to(torch.float64)
     n = torch.linalg.vector_norm(flat, dim=1, keepdim=True)
     return flat / torch.where(n > 0, n, torch.ones_like(n))
+
+
+def shapes(h: Heads) -> Heads:
+    """Dense heads holding only ``A_h`` and ``V_h`` (what :func:`head_distance` and :func:`gram` read),
+    so that repeated matchings do not form ``Q_h^T K_h`` again."""
+    return Heads(K=h.A.to(torch.float64), V=h.values.to(torch.float64))
 
 
 def head_distance(a: Heads, b: Heads) -> np.ndarray:
@@ -123,14 +142,9 @@ def fit_gram(G: np.ndarray) -> dict[str, float]:
     tot = sum(C[l + 1, l + 1] for l in range(L - 1))
     r2_ou = float(1.0 - res / tot) if tot > 0 else float("nan")
     total = float(np.trace(C))
-    t = np.arange(L, dtype=np.float64)
-    best = (np.inf, float("nan"))
-    for w in OMEGAS:
-        B = np.stack([np.ones(L), np.sin(w * t), np.cos(w * t)], 1)
-        Pm = B @ np.linalg.pinv(B)
-        r = float(np.trace((np.eye(L) - Pm) @ G))
-        if r < best[0] - 1e-12 * max(total, 1e-300):
-            best = (r, float(w))
+    res_w = np.einsum("wlm,ml->w", _residual_projections(L), G)  # trace((I - P_w) G) per frequency
+    k = int(np.argmin(res_w))
+    best = (float(res_w[k]), float(OMEGAS[k]))
     r2_osc = float(1.0 - best[0] / total) if total > 0 else float("nan")
     jumps = np.array([np.sqrt(max(G[l, l] + G[l + 1, l + 1] - 2 * G[l, l + 1], 0.0)) for l in range(L - 1)])
     slope = float(np.polyfit(np.arange(L - 1), np.log(np.maximum(jumps, 1e-300)), 1)[0]) if L > 2 else float("nan")
@@ -174,7 +188,7 @@ class WeightFit:
         if hi < 0:
             return "integrable-like: the matched jumps shrink with depth (slope CI below 0)"
         if lo > 0:
-            return "not integrable: the matched jumps grow with depth (slope CI above 0)"
+            return "non-integrable-like: the matched jumps do not settle, they grow with depth (slope CI above 0)"
         return "undecided: the matched jumps neither shrink nor grow with depth (slope CI contains 0)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -189,12 +203,67 @@ class WeightFit:
         }
 
 
+class CrossGram:
+    """Inner products of every head of every layer with every other (``A`` and ``V`` separately,
+    ``(L H, L H)`` each), formed once: matching any order of the layers, its matched path's Gram
+    matrices and its path lengths are then index look-ups (the same numbers as :func:`match_heads`,
+    :func:`gram` and :func:`~attnflow.hf.measures.relative_jumps` on the re-ordered heads)."""
+
+    def __init__(self, layers: list[Heads]):
+        self.L, self.H = len(layers), layers[0].H
+        FA = torch.cat([h.A.to(torch.float64).reshape(h.H, -1) for h in layers])
+        FV = torch.cat([h.values.to(torch.float64).reshape(h.H, -1) for h in layers])
+        self.GA, self.GV = (FA @ FA.T).numpy(), (FV @ FV.T).numpy()
+        nA, nV = np.sqrt(np.diag(self.GA)), np.sqrt(np.diag(self.GV))
+        cA = self.GA / np.outer(np.where(nA > 0, nA, 1), np.where(nA > 0, nA, 1))
+        cV = self.GV / np.outer(np.where(nV > 0, nV, 1), np.where(nV > 0, nV, 1))
+        unitA, unitV = (nA > 0).astype(float), (nV > 0).astype(float)
+        sq = (
+            unitA[:, None] + unitA[None, :] - 2 * cA + unitV[:, None] + unitV[None, :] - 2 * cV
+        )  # |a - b|^2 of unit vectors (zero matrices stay zero)
+        self.D = np.sqrt(np.clip(sq, 0.0, None))
+
+    def match(self, order: list[int] | np.ndarray) -> np.ndarray:
+        """``(L, H)`` global head indices (``layer * H + head``) of the layers in ``order``, matched."""
+        H = self.H
+        rows = [order[0] * H + np.arange(H)]
+        for q in order[1:]:
+            cand = q * H + np.arange(H)
+            _, col = linear_sum_assignment(self.D[np.ix_(rows[-1], cand)])
+            rows.append(cand[col])
+        return np.array(rows)
+
+    def gram(self, idx: np.ndarray) -> np.ndarray:
+        """:func:`gram` of the matched path ``idx`` ``(L, H)``."""
+        out = np.zeros((self.H, len(idx), len(idx)))
+        for G in (self.GA, self.GV):
+            for h in range(self.H):
+                sub = G[np.ix_(idx[:, h], idx[:, h])]
+                s = np.sqrt(np.diag(sub)).mean()
+                out[h] += sub / max(s * s, 1e-300)
+        return out
+
+    def jumps(self, idx: np.ndarray, which: str = "A") -> np.ndarray:
+        """:func:`~attnflow.hf.measures.relative_jumps` of ``A`` (or ``V``) along the matched path ``idx``."""
+        G = self.GA if which == "A" else self.GV
+        H = self.H
+        norm = lambda a: np.sqrt(max(float(np.mean(G[a, a])), 0.0))
+        out = []
+        for a, b in zip(idx[:-1], idx[1:]):
+            diff = np.sqrt(max(float(np.mean(G[b, b] + G[a, a] - 2 * G[a, b])), 0.0))
+            scale = 0.5 * (norm(a) + norm(b))
+            out.append(diff / scale if scale > 0 else 0.0)
+        del H
+        return np.array(out)
+
+
 def fit_weight_models(layers: list[Heads], *, n_boot: int = 1000, n_orders: int = 100, seed: int = 0) -> WeightFit:
     """Match the heads of ``layers``, fit the weight models (:func:`fit_gram`) with a bootstrap over
     heads, and the same fit on ``n_orders`` shuffled, re-matched stacks (the control)."""
     rng = np.random.default_rng(seed)
-    matched, _ = match_heads(layers)
-    G = gram(matched)
+    cg = CrossGram(layers)
+    L = len(layers)
+    G = cg.gram(cg.match(np.arange(L)))
     value = fit_gram(G.sum(0))
     H = G.shape[0]
     boots = [fit_gram(G[rng.integers(0, H, H)].sum(0)) for _ in range(int(n_boot))]
@@ -204,12 +273,11 @@ def fit_weight_models(layers: list[Heads], *, n_boot: int = 1000, n_orders: int 
         v = v[np.isfinite(v)]
         lo[k], hi[k] = (float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975))) if len(v) else (np.nan, np.nan)
     control: dict[str, list[float]] = {k: [] for k in FIT_STATS}
-    L = len(layers)
     for _ in range(int(n_orders)):
         p = rng.permutation(L)
         while L > 1 and np.array_equal(p, np.arange(L)):
             p = rng.permutation(L)
-        fit = fit_gram(gram(match_heads([layers[i] for i in p])[0]).sum(0))
+        fit = fit_gram(cg.gram(cg.match(p)).sum(0))
         for k in FIT_STATS:
             control[k].append(fit[k])
     return WeightFit(value, lo, hi, control, int(n_boot), int(n_orders))

@@ -55,7 +55,7 @@ from attnflow.hf.ablate import ABLATIONS, ablated_positions
 from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
 from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
 from attnflow.hf.measures import effective_rank, mean_cosine, mean_inner, nn_cosine, random_heads, relative_jumps
-from attnflow.hf.paths import fit_weight_models, match_heads, smooth_path
+from attnflow.hf.paths import CrossGram, fit_weight_models, match_heads, shapes, smooth_path
 from attnflow.hf.sphere import on_sphere, to_gradient_flow
 from attnflow.io.metadata import describe
 from attnflow.io.store import atomic_folder, write_manifest
@@ -422,18 +422,26 @@ def processes(
         assert setup.control_layers is not None
         # One radius for every layer (their mean): identical blocks then give identical heads on the sphere.
         procs["control"] = on_sphere(setup.control_layers, radius=float(np.mean(radius)))
-        paths = {}
+        # Heads matched across depth before any path length: a relabelling of a layer's heads is the
+        # same network. The real layers in any order: look-ups in their cross Gram matrix.
+        cg = CrossGram(list(flow.layers))
+        paths = {"real": _cg_path(cg, list(range(L)))}
+        paths.update({f"shuffled_{k}": _cg_path(cg, p) for k, p in enumerate(setup.perms)})
         for n, P in procs.items():
-            if n.startswith("reuse_"):
+            if n.startswith("reuse_") or n in paths:
                 continue
-            # Heads matched across depth first: a relabelling of a layer's heads is the same network.
-            m = match_heads(list(P.layers))[0]
+            m = match_heads([shapes(h) for h in P.layers])[0]
             paths[n] = (
                 float(relative_jumps([h.A for h in m]).sum()),
                 float(relative_jumps([h.values for h in m]).sum()),
             )
         setup.cache[key] = (flow, procs, paths)
         return setup.cache[key]
+
+
+def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
+    idx = cg.match(list(order))
+    return float(cg.jumps(idx, "A").sum()), float(cg.jumps(idx, "V").sum())
 
 
 def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
