@@ -86,3 +86,26 @@ def test_hierarchical_ci_holds_the_draws_spread():
     assert (hi_v - lo_v) > 3 * (hi_q - lo_q), (hi_v - lo_v, hi_q - lo_q)
     draws_se = 1.96 * varied.mean(0).std() / np.sqrt(K)
     assert 0.7 < (hi_v - lo_v) / 2 / draws_se < 1.3, ((hi_v - lo_v) / 2, draws_se)
+
+
+def test_low_rank_values_give_the_dense_field():
+    from attnflow.core.heads import Heads
+    from attnflow.hf.study import value_factors_of
+
+    g = torch.Generator().manual_seed(5)
+    H, k, d = 3, 4, 64
+    Q, K = (
+        torch.randn(H, k, d, generator=g, dtype=torch.float64),
+        torch.randn(H, k, d, generator=g, dtype=torch.float64),
+    )
+    V = torch.randn(H, d, k, generator=g, dtype=torch.float64) @ torch.randn(H, k, d, generator=g, dtype=torch.float64)
+    h = Heads(K=K, Q=Q, V=V, bias_v=torch.randn(H, d, generator=g, dtype=torch.float64))
+    f = value_factors_of(h)
+    assert f is not None and f[0].shape == (H, d, 4 * k + 8)
+    x = torch.randn(2, 9, d, generator=g, dtype=torch.float64)
+    x = x / x.norm(dim=-1, keepdim=True)
+    np.testing.assert_allclose(batched_field(x, h, f), batched_field(x, h), atol=1e-12)
+    np.testing.assert_allclose(batched_field(x[0:1], h)[0], velocity(x[0], h, model="mha"), atol=1e-12)
+    # Negative control: a full-rank V is refused (the dense product is used instead).
+    full = Heads(K=K, Q=Q, V=torch.randn(H, d, d, generator=g, dtype=torch.float64))
+    assert value_factors_of(full) is None

@@ -236,10 +236,33 @@ def ou_process(process: Layers, rho: float, generator: torch.Generator) -> Layer
     return Layers(out, t_end=float(L))
 
 
-def batched_field(x: torch.Tensor, heads: Heads) -> torch.Tensor:
+def value_factors_of(
+    heads: Heads, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(U, W)`` with ``V_h = U_h W_h`` (``(H, d, m)``, ``(H, m, d)``) from a randomized range finder of
+    width ``m = min(d, 4 k + 8)`` (``k`` the heads' rank), or None when that does not reproduce ``V`` to
+    ``1e-10`` relative (then the dense ``V`` is used). Imported heads have ``rank V_h <= k``: applying
+    ``W`` then ``U`` costs ``2 m d`` per token and head instead of ``d^2``."""
+    V = heads.values.to(torch.float64)
+    H, d, _ = V.shape
+    m = min(d, 4 * heads.rank + 8)
+    if m >= d // 2:
+        return None
+    g = generator or torch.Generator().manual_seed(0)
+    Y = V @ torch.randn(d, m, generator=g, dtype=torch.float64)
+    U, _ = torch.linalg.qr(Y)  # (H, d, m), orthonormal columns spanning the range of V
+    W = U.transpose(1, 2) @ V
+    err = torch.linalg.vector_norm(U @ W - V) / torch.linalg.vector_norm(V).clamp_min(1e-300)
+    return (U, W) if float(err) <= 1e-10 else None
+
+
+def batched_field(
+    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
     """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
     of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
-    checked against :func:`attnflow.dynamics.fields.velocity` in the tests)."""
+    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
+    (:func:`value_factors_of`), applied after the attention average."""
     q, k, c = heads.logit_features(x)  # (B, H, N, r), c (B, H, N) or None
     logits = q @ k.transpose(-1, -2)
     if c is not None:
@@ -247,17 +270,31 @@ def batched_field(x: torch.Tensor, heads: Heads) -> torch.Tensor:
     if heads.causal:
         n = x.shape[-2]
         logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    out = torch.softmax(logits, dim=-1) @ heads.value_features(x)  # (B, H, N, d)
+    attn = torch.softmax(logits, dim=-1)
+    if factors is None:
+        out = attn @ heads.value_features(x)  # (B, H, N, d)
+    else:
+        U, W = factors
+        out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
+        if heads.bias_v is not None:
+            out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
     return project_tangent(x, out.mean(-3))
 
 
-def flow_batch(x0: np.ndarray, stacks: Sequence[Sequence[Heads]], steps_per_layer: int) -> np.ndarray:
+def flow_batch(
+    x0: np.ndarray,
+    stacks: Sequence[Sequence[Heads]],
+    steps_per_layer: int,
+    factors: dict[int, Any] | None = None,
+) -> np.ndarray:
     """Euler flows of many head stacks at once: ``(B, L+1, N, d)`` positions at ``t = 0..L`` of the
     ``mha`` flow of ``stacks[b]`` (one unit of time per layer) from ``x0`` (``(N, d)``, or ``(B, N, d)``
     one start per stack). At each depth, the clouds that use the same :class:`Heads` object share one
-    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders)."""
+    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders).
+    ``factors``: a cache ``id(heads) -> (heads, value factors)`` kept between calls (filled here)."""
     from attnflow.core.geometry import retract
 
+    cache = {} if factors is None else factors
     B = len(stacks)
     x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
     x = (x.expand(B, *x.shape) if x.ndim == 2 else x).clone()
@@ -268,12 +305,15 @@ def flow_batch(x0: np.ndarray, stacks: Sequence[Sequence[Heads]], steps_per_laye
         groups: dict[int, list[int]] = {}
         for b in range(B):
             groups.setdefault(id(stacks[b][l]), []).append(b)
-        for group in groups.values():
+        for key, group in groups.items():
             h = stacks[group[0]][l]
+            if key not in cache or cache[key][0] is not h:
+                cache[key] = (h, value_factors_of(h))
+            f = cache[key][1]
             idx = torch.as_tensor(group)
             y = x[idx]
             for _ in range(int(steps_per_layer)):
-                y = retract(y + dt * batched_field(y, h))
+                y = retract(y + dt * batched_field(y, h, f))
             x[idx] = y
         out.append(x.numpy().copy())
     return np.stack(out, 1)
@@ -293,14 +333,21 @@ def attention_entropy(x: torch.Tensor, heads: Heads) -> float:
     return float(-(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean())
 
 
-def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int) -> float:
-    """Mean token displacement ``mean_i |x_i(1) - x_i(0)|`` of one layer (one unit of time) of the flow from ``x``."""
-    y = flow_batch(x, [[heads]], steps_per_layer)[0]
+def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any = None) -> float:
+    """Mean token displacement ``mean_i |x_i(1) - x_i(0)|`` of one layer (one unit of time) of the flow from ``x``
+    (``factors``: the value factors of ``heads``, :func:`value_factors_of`)."""
+    y = flow_batch(x, [[heads]], steps_per_layer, {id(heads): (heads, factors)})[0]
     return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
 
 
 def matched_random_heads(
-    real: Heads, x: np.ndarray, generator: torch.Generator, steps_per_layer: int, *, iterations: int = 6
+    real: Heads,
+    x: np.ndarray,
+    generator: torch.Generator,
+    steps_per_layer: int,
+    *,
+    iterations: int = 6,
+    real_factors: Any = None,
 ) -> tuple[Heads, dict[str, float]]:
     """Random heads (:func:`~attnflow.hf.measures.random_heads`) matched to ``real`` at the cloud ``x``:
     the logits scaled (``Q`` and its bias) so the mean attention entropy is the real heads' (bisection on
@@ -316,21 +363,23 @@ def matched_random_heads(
         return replace(h, Q=Q, bias_q=None if h.bias_q is None else h.bias_q * s)
 
     lo, hi = -12.0, 12.0  # entropy decreases as the logits grow
-    for _ in range(50):
+    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
         mid = 0.5 * (lo + hi)
         if attention_entropy(xt, scaled(float(np.exp(mid)))) > target_e:
             lo = mid
         else:
             hi = mid
     h = scaled(float(np.exp(0.5 * (lo + hi))))
-    target_d = displacement(x, real, steps_per_layer)
+    target_d = displacement(x, real, steps_per_layer, real_factors)
+    f = value_factors_of(h)
+    fc = lambda c: None if f is None else (f[0] * c, f[1])
     c = 1.0
-    got = displacement(x, h, steps_per_layer)
+    got = displacement(x, h, steps_per_layer, f)
     for _ in range(int(iterations)):
         if got <= 0 or abs(got / target_d - 1.0) < 1e-4:
             break
         c *= target_d / got
-        got = displacement(x, _value_scaled(h, c), steps_per_layer)
+        got = displacement(x, _value_scaled(h, c), steps_per_layer, fc(c))
     h = _value_scaled(h, c)
     return h, {
         "entropy": attention_entropy(xt, h),
@@ -462,14 +511,26 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     runs["flow_1step"] = flow_through(x0, flow, 1, "euler")
     runs["no_move"] = np.broadcast_to(x0, X.shape).copy()
     drawn = [n for n in procs if n not in ("real", "control", "gf")]
+    procs = dict(procs)  # the per-prompt random heads below stay out of the shared cache
+    with setup.lock:
+        shared = setup.cache.setdefault("value_factors", {})
+        for P in procs.values():
+            for h in P.layers:
+                if id(h) not in shared:
+                    shared[id(h)] = (h, value_factors_of(h))
+        factors = dict(shared)
     g = torch.Generator().manual_seed(setup.seed + 3000 + index)
     for s in range(setup.seeds):  # random heads matched to the real ones at this prompt's positions
         drawn.append(f"random_matched_{s}")
         procs[drawn[-1]] = Layers(
-            [matched_random_heads(h, X[l], g, spl)[0] for l, h in enumerate(flow.layers)], t_end=float(L)
+            [
+                matched_random_heads(h, X[l], g, spl, real_factors=factors[id(h)][1])[0]
+                for l, h in enumerate(flow.layers)
+            ],
+            t_end=float(L),
         )
     if method == "euler":  # one batched call for every drawn head sequence
-        for name, Y in zip(drawn, flow_batch(x0, [procs[n].layers for n in drawn], spl)):
+        for name, Y in zip(drawn, flow_batch(x0, [procs[n].layers for n in drawn], spl, factors)):
             runs[name] = Y
     else:
         for name in drawn:
@@ -489,7 +550,7 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     measures["control_flow"] = measure_all(cf, Xc, cf)
     # Identical layers: a few orders show it as well as many (the layers are one head sequence).
     cstacks = [[cflow.layers[i] for i in p] for p in setup.perms[:CONTROL_ORDERS]]
-    for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl)):
+    for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors)):
         measures[f"control_shuffled_{k}"] = measure_all(Y, Xc, cf)
     # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
     dtau = setup.tau_max / setup.tau_steps
