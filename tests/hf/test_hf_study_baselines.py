@@ -101,7 +101,7 @@ def test_low_rank_values_give_the_dense_field():
     V = torch.randn(H, d, k, generator=g, dtype=torch.float64) @ torch.randn(H, k, d, generator=g, dtype=torch.float64)
     h = Heads(K=K, Q=Q, V=V, bias_v=torch.randn(H, d, generator=g, dtype=torch.float64))
     f = value_factors_of(h)
-    assert f is not None and f[0].shape == (H, d, 4 * k + 8)
+    assert f is not None and f[0].shape == (H, d, k + 8)
     x = torch.randn(2, 9, d, generator=g, dtype=torch.float64)
     x = x / x.norm(dim=-1, keepdim=True)
     np.testing.assert_allclose(batched_field(x, h, f), batched_field(x, h), atol=1e-12)

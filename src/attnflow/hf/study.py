@@ -240,12 +240,12 @@ def value_factors_of(
     heads: Heads, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(U, W)`` with ``V_h = U_h W_h`` (``(H, d, m)``, ``(H, m, d)``) from a randomized range finder of
-    width ``m = min(d, 4 k + 8)`` (``k`` the heads' rank), or None when that does not reproduce ``V`` to
+    width ``m = min(d, k + 8)`` (``k`` the heads' rank), or None when that does not reproduce ``V`` to
     ``1e-10`` relative (then the dense ``V`` is used). Imported heads have ``rank V_h <= k``: applying
     ``W`` then ``U`` costs ``2 m d`` per token and head instead of ``d^2``."""
     V = heads.values.to(torch.float64)
     H, d, _ = V.shape
-    m = min(d, 4 * heads.rank + 8)
+    m = min(d, heads.rank + 8)
     if m >= d // 2:
         return None
     g = generator or torch.Generator().manual_seed(0)
