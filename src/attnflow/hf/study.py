@@ -513,7 +513,7 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     drawn = [n for n in procs if n not in ("real", "control", "gf")]
     procs = dict(procs)  # the per-prompt random heads below stay out of the shared cache
     with setup.lock:
-        shared = setup.cache.setdefault("value_factors", {})
+        shared = setup.cache.setdefault(("value_factors",), {})
         for P in procs.values():
             for h in P.layers:
                 if id(h) not in shared:
