@@ -383,3 +383,53 @@ def test_minilm_study_on_a_few_prompts(tmp_path):
     assert abs(rows[("control_shuffled", "", "cos_flow")]["diff"]) < 1e-12
     assert rows[("attention_only", "model", "effective_rank")]["mean_a"] > 3.0
     assert rows[("flow", "model", "effective_rank")]["mean_a"] < 2.0
+
+
+# --- issue 44: what the study writes now -----------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_study_writes_fair_baselines_hierarchical_cis_bands_and_the_weight_fit(study):
+    out, text = study
+    ds = load_study(out)
+    names = ds.variant.values.tolist()
+    for v in ("random_matched", "random_matched_0", "random_matched_1", "smooth", "shuffled_1"):
+        assert v in names, v
+    assert "random_matched_0" not in [n for n in names if n.startswith("random_") and n[7:].isdigit()]
+    draws = json.loads(ds.attrs["draws"])
+    assert draws["shuffled"] == 2 and draws["random"] == 2 and draws["random_matched"] == 2 and draws["ou"] == 2
+    rows = json.loads((out / "comparisons.json").read_text())
+    fam = [r for r in rows if r["b"] in ("shuffled", "random_matched", "ou") and r["band"] == "all"]
+    assert fam and all(r["draws"] == 2 for r in fam)
+    # The hierarchical CI holds the prompt-only one's spread and more (never narrower by more than rounding).
+    assert all(r["hi"] - r["lo"] >= (r["hi_prompts"] - r["lo_prompts"]) * 0.8 for r in fam)
+    solo = [r for r in rows if r["b"] == "no_move"]
+    assert all(r["draws"] == 1 and r["lo"] == r["lo_prompts"] for r in solo)
+    fit = json.loads(ds.attrs["weight_fit"])
+    assert set(fit["value"]) >= {"rho", "rate", "sigma", "omega", "jump_slope", "path"}
+    assert fit["n_orders"] == 2 and "regime" in fit
+    assert "regime:" in text and "order effect" in text and "hierarchical" in text
+
+
+def test_comment_lines_are_reported_not_silently_dropped(tiny, tmp_path):
+    from attnflow.hf.corpus import corpus_lines, heldout_corpus
+
+    f = tmp_path / "c.txt"
+    f.write_text("# header\nthe cat sat\n\n#hashtag prompt\nthe dog ran\n", encoding="utf-8")
+    prompts, comments = corpus_lines(f)
+    assert prompts == ["the cat sat", "the dog ran"] and comments == [1, 4]
+    res = runner.invoke(
+        app,
+        ["hf", "study", str(tiny["bert"]), "--corpus", str(f), "--out", str(tmp_path / "o"), "--seeds", "1"]
+        + ["--shuffles", "1", "--ou-draws", "1", "--gf-prompts", "1", "--gf-steps-per-layer", "2", "--boot", "50"]
+        + ["--fit-boot", "0", "--no-figures"],
+        env=NARROW,
+    )
+    assert res.exit_code == 0, res.output
+    assert "2 comment line(s) starting with '#' dropped: 1, 4" in res.output
+    # Negative control: a corpus without comments reports none.
+    g = tmp_path / "plain.txt"
+    g.write_text("the cat sat\nthe dog ran\n", encoding="utf-8")
+    assert corpus_lines(g) == (["the cat sat", "the dog ran"], [])
+    held, dropped = corpus_lines(heldout_corpus())
+    assert len(held) >= 60 and dropped == [1, 2, 3] and not set(held) & set(read_corpus())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -349,12 +350,19 @@ def study(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained (with its tokenizer)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist unless --force)."),
     corpus: Optional[Path] = typer.Option(
-        None, "--corpus", help="Prompt file, one per line ('#' comments); default: the shipped corpus (228 sentences)."
+        None,
+        "--corpus",
+        help="UTF-8 prompt file, one prompt per non-empty line; lines starting with '#' are comments, dropped "
+        "and reported. Default: the shipped corpus (228 sentences).",
     ),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts."),
     steps_per_layer: int = typer.Option(4, "--steps-per-layer", help="Euler steps per layer (one unit of time)."),
-    seeds: int = typer.Option(3, "--seeds", help="Random-heads baselines (one seed each)."),
-    shuffles: int = typer.Option(3, "--shuffles", help="Random layer orders of the depth test."),
+    seeds: int = typer.Option(
+        3, "--seeds", help="Random-heads baselines: norm-matched and speed+entropy-matched (one seed each)."
+    ),
+    shuffles: int = typer.Option(
+        100, "--shuffles", help="Layer orders of the depth test (distinct, random; all L!-1 when that few)."
+    ),
     ou_draws: int = typer.Option(3, "--ou-draws", help="Draws of the OU-like weight path."),
     ou_rho: float = typer.Option(0.9, "--ou-rho", help="Correlation of the OU-like path from one layer to the next."),
     gf_prompts: int = typer.Option(
@@ -365,6 +373,9 @@ def study(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the layer orders, random heads, OU draws and bootstrap."),
     boot: int = typer.Option(2000, "--boot", help="Bootstrap resamples of the 95% CIs."),
+    fit_boot: int = typer.Option(
+        1000, "--fit-boot", help="Bootstrap resamples (over matched heads) of the weight-model fit; 0: no fit."
+    ),
     use_dask: bool = typer.Option(False, "--dask", help="Compute the prompts as Dask tasks on threads."),
     workers: int = typer.Option(2, "--workers", help="Dask threads (with --dask)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder written by hf study."),
@@ -384,7 +395,7 @@ def study(
     _quiet_transformers()
     import shutil
 
-    from attnflow.hf.corpus import read_corpus
+    from attnflow.hf.corpus import corpus_lines
     from attnflow.hf.study import STUDY_STORE, comparisons, run_study, save_study
 
     for name, value in (
@@ -392,6 +403,7 @@ def study(
         ("--workers", workers),
         ("--gf-prompts", gf_prompts),
         ("--gf-steps-per-layer", gf_steps),
+        ("--fit-boot", fit_boot + 1),
     ):
         if value < 1:
             raise UserError(f"{name} must be positive; got {value}")
@@ -400,7 +412,10 @@ def study(
             raise UserError(f"{str(out)!r} already exists; choose another --out or pass --force to replace it.")
         if not (out / STUDY_STORE).is_dir():
             raise UserError(f"{str(out)!r} was not written by 'attnflow hf study'; --force replaces only such folders.")
-    prompts = read_corpus(corpus, limit=limit)
+    prompts, comments = corpus_lines(corpus, limit=limit)
+    if comments:
+        shown = ", ".join(map(str, comments[:10])) + (" ..." if len(comments) > 10 else "")
+        say(f"corpus: {len(prompts)} prompts; {len(comments)} comment line(s) starting with '#' dropped: {shown}")
     options: dict[str, Any] = dict(
         steps_per_layer=steps_per_layer,
         seeds=seeds,
@@ -410,26 +425,107 @@ def study(
         seed=seed,
         gf_prompts=gf_prompts,
         gf_steps_per_layer=gf_steps,
+        fit_boot=fit_boot,
     )
     if use_dask:
         say(f"{len(prompts)} prompts as Dask tasks on {workers} threads ...")
         ds = run_study(path, prompts, use_dask=True, workers=workers, corpus=str(corpus or "shipped"), **options)
     else:
+        import time
+
+        start = [time.process_time()]
+
+        def tick(k: int, n: int) -> None:
+            bar.update(task, completed=k, total=n)
+            if k == 1:  # the estimate up front, from the first prompt's CPU time
+                used = time.process_time() - start[0]
+                say(f"estimate: about {used * n / 60:.1f} min of CPU for {n} prompts (from the first prompt)")
+
         with progress_bar("hf study", unit="prompts") as bar:
             task = bar.add_task("hf study", total=len(prompts))
-            ds = run_study(
-                path,
-                prompts,
-                corpus=str(corpus or "shipped"),
-                progress=lambda k, n: bar.update(task, completed=k, total=n),
-                **options,
-            )
+            start[0] = time.process_time()
+            ds = run_study(path, prompts, corpus=str(corpus or "shipped"), progress=tick, **options)
     rows = comparisons(ds, n_boot=boot, seed=seed)
     if out.exists():
         shutil.rmtree(out)
     save_study(ds, rows, out, figures=figures)
     print_study(ds, rows, gf_steps=gf_steps)
     say(f"wrote {out} ({STUDY_STORE}, comparisons.json{', figures/study_<measure>.png' if figures else ''})")
+
+
+#: The comparisons shown per length band.
+_BAND_ROWS = (
+    ("flow", "no_move", "spearman"),
+    ("flow", "random_matched", "spearman"),
+    ("flow", "flow_1step", "spearman"),
+    ("flow", "shuffled", "spearman"),
+    ("flow", "smooth", "spearman"),
+    ("flow", "ou", "spearman"),
+    ("mlp_only", "model", "effective_rank"),
+    ("attention_only", "model", "effective_rank"),
+)
+
+
+def print_bands(rows) -> None:
+    """The headline comparisons per length band (tokens): a - b and whether its CI excludes 0."""
+    bands = list(dict.fromkeys(r.band for r in rows if r.band != "all"))
+    if not bands:
+        return
+    con = Console()
+    table = Table(title="by prompt length (tokens): a - b, * CI excludes 0")
+    table.add_column("a - b: measure", overflow="fold")
+    for b in bands:
+        table.add_column(b, justify="right", no_wrap=True)
+    index = {(r.a, r.b, r.measure, r.band): r for r in rows}
+    for a, b, m in _BAND_ROWS:
+        cells = [index.get((a, b, m, band)) for band in bands]
+        if not any(cells):
+            continue
+        table.add_row(
+            escape(f"{a} - {b}: {_MEASURE[m]}"),
+            *[f"{c.diff:+.3f}" + ("*" if c.excludes_zero else " ") if c else "" for c in cells],
+        )
+    con.print(table)
+    counts = {r.band: r.n for r in rows if r.band != "all" and r.b == "no_move" and r.measure == "spearman"}
+    con.print(escape("prompts per band: " + ", ".join(f"{k} {v}" for k, v in counts.items())))
+
+
+def print_order_effect(ds) -> None:
+    """The distribution of the order effect over the layer orders run."""
+    import numpy as np
+
+    from attnflow.hf.study import order_effect
+
+    if "shuffled" not in ds.variant.values.tolist():
+        return
+    for m in ("cos", "spearman"):
+        e = order_effect(ds, m)
+        q = np.quantile(e, [0.025, 0.5, 0.975])
+        Console().print(
+            escape(
+                f"order effect, flow - shuffled ({_MEASURE[m]}), over {len(e)} orders: median {q[1]:+.3f}, "
+                f"95% of orders in [{q[0]:+.3f}, {q[2]:+.3f}], {int((e > 0).sum())} of {len(e)} above 0"
+            )
+        )
+
+
+def print_weight_fit(ds) -> None:
+    """The weight models fitted to the matched-head path, with CIs and the shuffled-stack control."""
+    fit = json.loads(ds.attrs.get("weight_fit", "{}") or "{}")
+    if not fit:
+        return
+    con = Console()
+    table = Table(title=escape("weight path, heads matched across depth: fit, 95% CI over heads, shuffled stacks"))
+    table.add_column("statistic")
+    for col in ("real", "95% CI", "shuffled 95%"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for k in ("rho", "rate", "sigma", "r2_ou", "omega", "r2_osc", "jump_slope", "path"):
+        c = fit["control"][k]
+        table.add_row(
+            k, f"{fit['value'][k]:.3f}", f"[{fit['lo'][k]:.3f},{fit['hi'][k]:.3f}]", f"[{c[0]:.3f},{c[1]:.3f}]"
+        )
+    con.print(table)
+    con.print(escape(f"regime: {fit['regime']} ({fit['n_boot']} resamples, {fit['n_orders']} shuffled orders)"))
 
 
 def print_study(ds, rows, gf_steps: int | None = None) -> None:
@@ -445,7 +541,7 @@ def print_study(ds, rows, gf_steps: int | None = None) -> None:
         )
     )
     for group, title in _GROUPS.items():
-        sel = [r for r in rows if r.group == group]
+        sel = [r for r in rows if r.group == group and r.band == "all"]
         if not sel:
             continue
         table = Table(title=escape(title))
@@ -462,10 +558,16 @@ def print_study(ds, rows, gf_steps: int | None = None) -> None:
                 f"{r.mean_a:.3f}",
                 f"{r.mean_b:.3f}" if r.b else "",
                 f"{r.diff:+.3f}" + ("*" if r.excludes_zero else " "),
-                f"[{r.lo:+.3f},{r.hi:+.3f}]",
+                f"[{r.lo:+.3f},{r.hi:+.3f}]" + ("h" if r.draws > 1 else " "),
             )
         con.print(table)
-    con.print("*: the 95% CI excludes 0.")
+    con.print("*: the 95% CI excludes 0. h: hierarchical CI, prompts and random draws resampled together.")
+    draws = json.loads(ds.attrs.get("draws", "{}"))
+    if draws:
+        con.print(escape("draws per family: " + ", ".join(f"{k} {v}" for k, v in draws.items())))
+    print_bands(rows)
+    print_order_effect(ds)
+    print_weight_fit(ds)
     for fam, vals in spreads(ds).items():
         con.print(escape(f"{fam}: cos (mean over l=1..L) per draw " + " / ".join(f"{v:.3f}" for v in vals)))
     paths = path_summary(ds)

@@ -2,7 +2,10 @@
 
 The shipped corpus (``attnflow/hf/data/corpus.txt``, package data) holds 228 English sentences
 of 3 to 23 words written for this project, licence MIT (the project's) and CC0 1.0. A corpus file is
-plain UTF-8 text, one prompt per line; blank lines and lines starting with ``#`` are ignored.
+plain UTF-8 text, one prompt per line; blank lines are skipped, and a line whose first non-blank
+character is ``#`` is a comment (the shipped corpora carry their licence so). :func:`corpus_lines`
+returns the line numbers of the comments it dropped, and ``attnflow hf study`` reports them: no line
+is dropped silently.
 """
 
 from __future__ import annotations
@@ -27,8 +30,20 @@ def default_corpus() -> Path:
     return Path(str(resources.files("attnflow.hf").joinpath("data", "corpus.txt")))
 
 
+def heldout_corpus() -> Path:
+    """The path of the held-out corpus (package data; written for the project, never used in development)."""
+    return Path(str(resources.files("attnflow.hf").joinpath("data", "heldout.txt")))
+
+
 def read_corpus(path: str | os.PathLike | None = None, *, limit: int | None = None) -> list[str]:
-    """The prompts of a corpus file (default: the shipped corpus), at most ``limit`` of them.
+    """The prompts of a corpus file (default: the shipped corpus), at most ``limit`` of them
+    (:func:`corpus_lines` without the dropped comment lines)."""
+    return corpus_lines(path, limit=limit)[0]
+
+
+def corpus_lines(path: str | os.PathLike | None = None, *, limit: int | None = None) -> tuple[list[str], list[int]]:
+    """``(prompts, comments)``: the prompts of a corpus file (default: the shipped corpus), at most
+    ``limit`` of them, and the numbers of the comment lines (``#``) that were dropped.
 
     Refuses (one sentence, :class:`~attnflow.core.errors.InputError`) a missing file, a folder, a
     symbolic link, a file over :data:`MAX_CORPUS_BYTES`, text that is not UTF-8, a prompt longer than
@@ -49,8 +64,11 @@ def read_corpus(path: str | os.PathLike | None = None, *, limit: int | None = No
     except UnicodeDecodeError as e:
         raise InputError(f"the corpus {str(p)!r} is not UTF-8 text (byte {e.start})") from None
     prompts = []
+    comments = []
     for n, line in enumerate(text.splitlines(), 1):
         s = line.strip()
+        if s.startswith("#"):
+            comments.append(n)
         if not s or s.startswith("#"):
             continue
         if len(s) > MAX_PROMPT_CHARS:
@@ -58,4 +76,4 @@ def read_corpus(path: str | os.PathLike | None = None, *, limit: int | None = No
         prompts.append(s)
     if not prompts:
         raise InputError(f"the corpus {str(p)!r} holds no prompts (one per line; '#' lines are comments)")
-    return prompts[: int(limit)] if limit is not None else prompts
+    return (prompts[: int(limit)] if limit is not None else prompts), comments

@@ -39,7 +39,7 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +49,13 @@ import xarray as xr
 
 from attnflow.core.errors import InputError
 from attnflow.core.figures import FIGURE_DPI
+from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
 from attnflow.hf.ablate import ABLATIONS, ablated_positions
 from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
 from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
 from attnflow.hf.measures import effective_rank, mean_cosine, mean_inner, nn_cosine, random_heads, relative_jumps
+from attnflow.hf.paths import CrossGram, fit_weight_models, match_heads, shapes, smooth_path
 from attnflow.hf.sphere import on_sphere, to_gradient_flow
 from attnflow.io.metadata import describe
 from attnflow.io.store import atomic_folder, write_manifest
@@ -71,7 +73,12 @@ FAMILIES = {
     "reuse": "reuse_",
     "ou": "ou_",
     "control_shuffled": "control_shuffled_",
+    "random_matched": "random_matched_",
 }
+#: Degree of the smooth path's polynomial in depth (:func:`~attnflow.hf.paths.smooth_path`).
+SMOOTH_DEGREE = 2
+#: Layer orders run on the identical-layers control.
+CONTROL_ORDERS = 3
 
 VARIABLES: dict[str, tuple[str, str, str]] = {
     "prompt": ("prompt index", "1", "index of the prompt in the corpus (texts: attribute prompts)"),
@@ -116,8 +123,11 @@ class StudySetup:
     steps_per_layer: int = 4
     method: str = "euler"
     seeds: int = 3
-    shuffles: int = 3
+    shuffles: int = 100
     ou_draws: int = 3
+    #: bootstrap resamples of the matched-head weight fit (0: no fit)
+    fit_boot: int = 1000
+    weight_fit: dict[str, Any] = field(default_factory=dict)
     ou_rho: float = 0.9
     seed: int = 0
     tau_max: float = 3.0
@@ -152,14 +162,27 @@ def identical_layers(model) -> Any:
 
 
 def permutations(L: int, count: int, rng: np.random.Generator) -> list[list[int]]:
-    """``count`` random orders of ``0..L-1``, none the identity (when ``L > 1``)."""
+    """``count`` distinct random orders of ``0..L-1``, none the identity (when ``L > 1``); every
+    non-identity order (``L! - 1`` of them, in lexicographic order) when ``count`` reaches that number."""
+    import itertools
+    import math
+
+    if L > 1 and count >= math.factorial(L) - 1:
+        return [list(p) for p in itertools.permutations(range(L))][1:]
     out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
     while len(out) < count:
-        p = rng.permutation(L)
-        if L > 1 and np.array_equal(p, np.arange(L)):
+        p = tuple(int(i) for i in rng.permutation(L))
+        if L > 1 and (p == tuple(range(L)) or p in seen):
             continue
-        out.append([int(i) for i in p])
+        seen.add(p)
+        out.append(list(p))
     return out
+
+
+def members(names: Sequence[str], prefix: str) -> list[str]:
+    """The drawn variants of a family: ``prefix`` followed by a draw number (``random_0``, not ``random_matched_0``)."""
+    return [n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()]
 
 
 def make_setup(path_or_name: str, **options: Any) -> StudySetup:
@@ -177,6 +200,10 @@ def make_setup(path_or_name: str, **options: Any) -> StudySetup:
     s.control = identical_layers(model)
     s.control_layers = extract(s.control, source=f"{path_or_name} (identical layers)")
     s.perms = permutations(layers.L, s.shuffles, np.random.default_rng(s.seed))
+    if s.fit_boot > 0:
+        s.weight_fit = fit_weight_models(
+            list(on_sphere(layers).layers), n_boot=s.fit_boot, n_orders=len(s.perms), seed=s.seed
+        ).as_dict()
     return s
 
 
@@ -207,6 +234,163 @@ def ou_process(process: Layers, rho: float, generator: torch.Generator) -> Layer
         vals = {n: stats[n][0] + stats[n][1] * z[n] for n in stats}
         out.append(Heads(**{**{k: getattr(base, k) for k in ("causal", "rope")}, **vals}))
     return Layers(out, t_end=float(L))
+
+
+def value_factors_of(
+    heads: Heads, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(U, W)`` with ``V_h = U_h W_h`` (``(H, d, m)``, ``(H, m, d)``) from a randomized range finder of
+    width ``m = min(d, k + 8)`` (``k`` the heads' rank), or None when that does not reproduce ``V`` to
+    ``1e-10`` relative (then the dense ``V`` is used). Imported heads have ``rank V_h <= k``: applying
+    ``W`` then ``U`` costs ``2 m d`` per token and head instead of ``d^2``."""
+    V = heads.values.to(torch.float64)
+    H, d, _ = V.shape
+    m = min(d, heads.rank + 8)
+    if m >= d // 2:
+        return None
+    g = generator or torch.Generator().manual_seed(0)
+    Y = V @ torch.randn(d, m, generator=g, dtype=torch.float64)
+    U, _ = torch.linalg.qr(Y)  # (H, d, m), orthonormal columns spanning the range of V
+    W = U.transpose(1, 2) @ V
+    err = torch.linalg.vector_norm(U @ W - V) / torch.linalg.vector_norm(V).clamp_min(1e-300)
+    return (U, W) if float(err) <= 1e-10 else None
+
+
+def batched_field(
+    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
+    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
+    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
+    (:func:`value_factors_of`), applied after the attention average."""
+    q, k, c = heads.logit_features(x)  # (B, H, N, r), c (B, H, N) or None
+    logits = q @ k.transpose(-1, -2)
+    if c is not None:
+        logits = logits + c.unsqueeze(-2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = torch.softmax(logits, dim=-1)
+    if factors is None:
+        out = attn @ heads.value_features(x)  # (B, H, N, d)
+    else:
+        U, W = factors
+        out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
+        if heads.bias_v is not None:
+            out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
+    return project_tangent(x, out.mean(-3))
+
+
+def flow_batch(
+    x0: np.ndarray,
+    stacks: Sequence[Sequence[Heads]],
+    steps_per_layer: int,
+    factors: dict[int, Any] | None = None,
+) -> np.ndarray:
+    """Euler flows of many head stacks at once: ``(B, L+1, N, d)`` positions at ``t = 0..L`` of the
+    ``mha`` flow of ``stacks[b]`` (one unit of time per layer) from ``x0`` (``(N, d)``, or ``(B, N, d)``
+    one start per stack). At each depth, the clouds that use the same :class:`Heads` object share one
+    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders).
+    ``factors``: a cache ``id(heads) -> (heads, value factors)`` kept between calls (filled here)."""
+    from attnflow.core.geometry import retract
+
+    cache = {} if factors is None else factors
+    B = len(stacks)
+    x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
+    x = (x.expand(B, *x.shape) if x.ndim == 2 else x).clone()
+    dt = 1.0 / int(steps_per_layer)
+    out = [x.numpy().copy()]
+    L = len(stacks[0])
+    for l in range(L):
+        groups: dict[int, list[int]] = {}
+        for b in range(B):
+            groups.setdefault(id(stacks[b][l]), []).append(b)
+        for key, group in groups.items():
+            h = stacks[group[0]][l]
+            if key not in cache or cache[key][0] is not h:
+                cache[key] = (h, value_factors_of(h))
+            f = cache[key][1]
+            idx = torch.as_tensor(group)
+            y = x[idx]
+            for _ in range(int(steps_per_layer)):
+                y = retract(y + dt * batched_field(y, h, f))
+            x[idx] = y
+        out.append(x.numpy().copy())
+    return np.stack(out, 1)
+
+
+def attention_entropy(x: torch.Tensor, heads: Heads) -> float:
+    """Mean over heads and tokens of the entropy ``-sum_j p_ij log p_ij`` of the attention at the cloud ``x``."""
+    q, k, c = heads.logit_features(x)
+    logits = q @ k.transpose(-1, -2)
+    if c is not None:
+        logits = logits + c.unsqueeze(-2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return float(-(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean())
+
+
+def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any = None) -> float:
+    """Mean token displacement ``mean_i |x_i(1) - x_i(0)|`` of one layer (one unit of time) of the flow from ``x``
+    (``factors``: the value factors of ``heads``, :func:`value_factors_of`)."""
+    y = flow_batch(x, [[heads]], steps_per_layer, {id(heads): (heads, factors)})[0]
+    return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
+
+
+def matched_random_heads(
+    real: Heads,
+    x: np.ndarray,
+    generator: torch.Generator,
+    steps_per_layer: int,
+    *,
+    iterations: int = 6,
+    real_factors: Any = None,
+) -> tuple[Heads, dict[str, float]]:
+    """Random heads (:func:`~attnflow.hf.measures.random_heads`) matched to ``real`` at the cloud ``x``:
+    the logits scaled (``Q`` and its bias) so the mean attention entropy is the real heads' (bisection on
+    the log scale), then the values scaled (``V`` and its bias) so one layer moves the tokens as far as the
+    real heads do (:func:`displacement`, fixed-point iteration on the scale). Returns the heads and the
+    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}``."""
+    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64)
+    h = random_heads(real, generator)
+    target_e = attention_entropy(xt, real)
+
+    def scaled(s: float) -> Heads:
+        Q = h.queries * s
+        return replace(h, Q=Q, bias_q=None if h.bias_q is None else h.bias_q * s)
+
+    lo, hi = -12.0, 12.0  # entropy decreases as the logits grow
+    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
+        mid = 0.5 * (lo + hi)
+        if attention_entropy(xt, scaled(float(np.exp(mid)))) > target_e:
+            lo = mid
+        else:
+            hi = mid
+    h = scaled(float(np.exp(0.5 * (lo + hi))))
+    target_d = displacement(x, real, steps_per_layer, real_factors)
+    f = value_factors_of(h)
+    fc = lambda c: None if f is None else (f[0] * c, f[1])
+    c = 1.0
+    got = displacement(x, h, steps_per_layer, f)
+    for _ in range(int(iterations)):
+        if got <= 0 or abs(got / target_d - 1.0) < 1e-4:
+            break
+        c *= target_d / got
+        got = displacement(x, _value_scaled(h, c), steps_per_layer, fc(c))
+    h = _value_scaled(h, c)
+    return h, {
+        "entropy": attention_entropy(xt, h),
+        "entropy_real": target_e,
+        "displacement": got,
+        "displacement_real": target_d,
+    }
+
+
+def _value_scaled(h: Heads, c: float) -> Heads:
+    return replace(h, V=h.values * c, bias_v=None if h.bias_v is None else h.bias_v * c)
 
 
 def uniform_heads(d: int, scale: float) -> Heads:
@@ -269,6 +453,7 @@ def processes(
             return setup.cache[key]
         L = setup.layers.L
         flow = on_sphere(setup.layers, radius=radius)
+        matched = Layers(match_heads(list(flow.layers))[0], t_end=float(L))
         procs: dict[str, Layers] = {"real": flow}
         for s in range(setup.seeds):
             g = torch.Generator().manual_seed(setup.seed + 1000 + s)
@@ -279,21 +464,33 @@ def processes(
             procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
         for k in range(setup.ou_draws):
             g = torch.Generator().manual_seed(setup.seed + 2000 + k)
-            procs[f"ou_{k}"] = ou_process(flow, setup.ou_rho, g)
+            procs[f"ou_{k}"] = ou_process(matched, setup.ou_rho, g)
+        if flow.layers[0].rope is None:
+            procs["smooth"] = Layers(smooth_path(flow.layers, degree=SMOOTH_DEGREE), t_end=float(L))
         procs["gf"] = to_gradient_flow(flow).layers
         assert setup.control_layers is not None
         # One radius for every layer (their mean): identical blocks then give identical heads on the sphere.
         procs["control"] = on_sphere(setup.control_layers, radius=float(np.mean(radius)))
-        paths = {
-            n: (
-                float(relative_jumps([h.A for h in P.layers]).sum()),
-                float(relative_jumps([h.values for h in P.layers]).sum()),
+        # Heads matched across depth before any path length: a relabelling of a layer's heads is the
+        # same network. The real layers in any order: look-ups in their cross Gram matrix.
+        cg = CrossGram(list(flow.layers))
+        paths = {"real": _cg_path(cg, list(range(L)))}
+        paths.update({f"shuffled_{k}": _cg_path(cg, p) for k, p in enumerate(setup.perms)})
+        for n, P in procs.items():
+            if n.startswith("reuse_") or n in paths:
+                continue
+            m = match_heads([shapes(h) for h in P.layers])[0]
+            paths[n] = (
+                float(relative_jumps([h.A for h in m]).sum()),
+                float(relative_jumps([h.values for h in m]).sum()),
             )
-            for n, P in procs.items()
-            if not n.startswith("reuse_")
-        }
         setup.cache[key] = (flow, procs, paths)
         return setup.cache[key]
+
+
+def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
+    idx = cg.match(list(order))
+    return float(cg.jumps(idx, "A").sum()), float(cg.jumps(idx, "V").sum())
 
 
 def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
@@ -313,9 +510,31 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     runs["flow"] = flow_through(x0, flow, spl, method)
     runs["flow_1step"] = flow_through(x0, flow, 1, "euler")
     runs["no_move"] = np.broadcast_to(x0, X.shape).copy()
-    for name, P in procs.items():
-        if name not in ("real", "control", "gf"):
-            runs[name] = flow_through(x0, P, spl, method)
+    drawn = [n for n in procs if n not in ("real", "control", "gf")]
+    procs = dict(procs)  # the per-prompt random heads below stay out of the shared cache
+    with setup.lock:
+        shared = setup.cache.setdefault(("value_factors",), {})
+        for P in procs.values():
+            for h in P.layers:
+                if id(h) not in shared:
+                    shared[id(h)] = (h, value_factors_of(h))
+        factors = dict(shared)
+    g = torch.Generator().manual_seed(setup.seed + 3000 + index)
+    for s in range(setup.seeds):  # random heads matched to the real ones at this prompt's positions
+        drawn.append(f"random_matched_{s}")
+        procs[drawn[-1]] = Layers(
+            [
+                matched_random_heads(h, X[l], g, spl, real_factors=factors[id(h)][1])[0]
+                for l, h in enumerate(flow.layers)
+            ],
+            t_end=float(L),
+        )
+    if method == "euler":  # one batched call for every drawn head sequence
+        for name, Y in zip(drawn, flow_batch(x0, [procs[n].layers for n in drawn], spl, factors)):
+            runs[name] = Y
+    else:
+        for name in drawn:
+            runs[name] = flow_through(x0, procs[name], spl, method)
     gf_warnings = -1  # -1: the gf flow was not run for this prompt
     if setup.gf_prompts is None or index < setup.gf_prompts:
         runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
@@ -329,9 +548,10 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     cf = flow_through(Xc[0], cflow, spl, method)
     measures["control_model"] = measure_all(Xc, Xc, cf)
     measures["control_flow"] = measure_all(cf, Xc, cf)
-    for k, p in enumerate(setup.perms[:1]):  # identical layers: one order shows it as well as many
-        cp = Layers([cflow.layers[i] for i in p], t_end=float(L))
-        measures[f"control_shuffled_{k}"] = measure_all(flow_through(Xc[0], cp, spl, method), Xc, cf)
+    # Identical layers: a few orders show it as well as many (the layers are one head sequence).
+    cstacks = [[cflow.layers[i] for i in p] for p in setup.perms[:CONTROL_ORDERS]]
+    for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors)):
+        measures[f"control_shuffled_{k}"] = measure_all(Y, Xc, cf)
     # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
     dtau = setup.tau_max / setup.tau_steps
     grid = Layers([uniform_heads(x0.shape[1], dtau)] * setup.tau_steps, t_end=float(setup.tau_steps))
@@ -423,16 +643,12 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             arr[p] = c[idx, np.arange(L + 1)] if c.ndim == 2 else c[idx]
         cvals[m] = arr
     names = [*variants, "contraction"]
-    for fam, prefix in FAMILIES.items():
-        members = [i for i, v in enumerate(variants) if v.startswith(prefix)]
-        if members:
-            names.append(fam)
+    fams = {fam: [variants.index(v) for v in members(variants, prefix)] for fam, prefix in FAMILIES.items()}
+    fams = {fam: idx for fam, idx in fams.items() if idx}
+    names += list(fams)
     for m in MEASURES:
         parts = [data[m], cvals[m][:, None]]
-        for prefix in FAMILIES.values():
-            members = [i for i, v in enumerate(variants) if v.startswith(prefix)]
-            if members:
-                parts.append(data[m][:, members].mean(1, keepdims=True))
+        parts += [data[m][:, idx].mean(1, keepdims=True) for idx in fams.values()]
         data[m] = np.concatenate(parts, axis=1)
     processes = list(results[0]["paths"])
     pathA = np.array([[res["paths"][n][0] for n in processes] for res in results])
@@ -468,6 +684,11 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             "layer_orders": json.dumps(setup.perms),
             "ou_rho": float(setup.ou_rho),
             "ou_draws": int(setup.ou_draws),
+            "draws": json.dumps({fam: len(idx) for fam, idx in fams.items()}),
+            "weight_fit": json.dumps(setup.weight_fit),
+            "head_matching": "Hungarian assignment between consecutive layers on the head distance "
+            "|A/|A| - A'/|A'||_F^2 + |V/|V| - V'/|V'||_F^2 (attnflow.hf.paths)",
+            "smooth_degree": int(SMOOTH_DEGREE),
             "seed": int(setup.seed),
             "contraction": "uniform attention, V = I (mean-shift flow), time per depth fitted on the other fold",
             "contraction_self_fitted": int(P < 2),
@@ -486,7 +707,10 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
 @dataclass(frozen=True)
 class Row:
     """One comparison: the per-prompt statistic of ``a`` minus that of ``b`` (``b`` empty: ``a`` alone),
-    its mean over prompts and the percentile bootstrap 95% CI of that mean."""
+    its mean over prompts (and draws) and its 95% CI: hierarchical (prompts and draws resampled
+    together, :func:`hierarchical_ci`) when ``a`` or ``b`` is a family of ``draws > 1`` random draws,
+    else the percentile bootstrap over prompts; ``lo_prompts, hi_prompts``: the prompt-only CI of the
+    same mean (narrower when the draws vary). ``band``: the prompts' length band (``all``: every prompt)."""
 
     group: str
     a: str
@@ -499,6 +723,10 @@ class Row:
     lo: float
     hi: float
     n: int = 0
+    band: str = "all"
+    draws: int = 1
+    lo_prompts: float = float("nan")
+    hi_prompts: float = float("nan")
 
     @property
     def excludes_zero(self) -> bool:
@@ -529,6 +757,34 @@ def bootstrap_ci(
     return np.asarray(lo), np.asarray(hi)
 
 
+def hierarchical_ci(
+    values: np.ndarray, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Two-level percentile bootstrap CI of the grand mean of ``values`` ``(P, K)`` (prompts x random
+    draws: seeds, layer orders, OU paths): each resample draws ``P`` prompts and, independently, ``K``
+    draws with replacement, and averages the chosen cells. The prompts are resampled exactly as
+    :func:`bootstrap_ci` does with the same ``seed``, so when the draws do not vary (or ``K = 1``) the
+    interval is the prompt-only one (to rounding); when they vary it also holds the draws' spread."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[:, None]
+    P, K = v.shape
+    if P < 2 and K < 2:
+        m = float(v.mean())
+        return m, m
+    B = int(n_boot)
+    pidx = np.random.default_rng(seed).integers(0, P, size=(B, P)) if P > 1 else np.zeros((B, 1), dtype=int)
+    kidx = np.random.default_rng([seed, 1]).integers(0, K, size=(B, K))
+    counts = np.zeros((B, K))
+    np.add.at(counts, (np.arange(B)[:, None], kidx), 1.0)
+    per = v @ (counts / K).T  # (P, B): each prompt's mean over the resampled draws
+    means = per[pidx, np.arange(B)[:, None]].mean(1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    if np.ptp(v) == 0:
+        lo = hi = v.flat[0]
+    return float(lo), float(hi)
+
+
 def statistic(ds: xr.Dataset, variant: str, measure: str, how: str) -> np.ndarray:
     """Per prompt: ``how = "depth_mean"`` (mean over depths 1..L), ``"final"`` (depth L) or
     ``"one_minus_depth_mean"`` (1 minus the depth mean)."""
@@ -539,17 +795,28 @@ def statistic(ds: xr.Dataset, variant: str, measure: str, how: str) -> np.ndarra
     return 1.0 - m if how == "one_minus_depth_mean" else m
 
 
+def draws_of(ds: xr.Dataset, variant: str, measure: str, how: str) -> np.ndarray:
+    """``(P, K)``: the statistic of each draw of a family variant (``K = 1``: the variant itself)."""
+    prefix = FAMILIES.get(variant)
+    drawn = members(ds.variant.values.tolist(), prefix) if prefix else []
+    if not drawn:
+        return statistic(ds, variant, measure, how)[:, None]
+    return np.stack([statistic(ds, v, measure, how) for v in drawn], 1)
+
+
 #: (group, a, b, measure, statistic) of every comparison printed.
 COMPARISONS: list[tuple[str, str, str, str, str]] = [
     *[
         ("baseline", "flow", b, m, "depth_mean")
-        for b in ("no_move", "contraction", "random", "flow_1step", "gf")
+        for b in ("no_move", "contraction", "random", "random_matched", "flow_1step", "gf")
         for m in ("cos", "spearman")
     ],
     ("depth", "flow", "shuffled", "cos", "depth_mean"),
     ("depth", "flow", "shuffled", "spearman", "depth_mean"),
     ("depth", "shuffled", "", "cos_flow", "one_minus_depth_mean"),
     ("depth", "flow", "reuse", "cos", "depth_mean"),
+    ("depth", "flow", "smooth", "cos", "depth_mean"),
+    ("depth", "flow", "smooth", "spearman", "depth_mean"),
     ("depth", "flow", "ou", "cos", "depth_mean"),
     ("depth", "flow", "ou", "spearman", "depth_mean"),
     ("control", "control_flow", "control_shuffled", "cos", "depth_mean"),
@@ -563,37 +830,67 @@ COMPARISONS: list[tuple[str, str, str, str, str]] = [
     *[("ablation", a, "flow", "cos", "depth_mean") for a in ("attention_only", "attention_only_no_norm2")],
 ]
 
+#: Length bands (tokens, special tokens included): ``(label, lowest, highest)``, both ends included.
+BANDS: tuple[tuple[str, int, int], ...] = (("2-11", 2, 11), ("12-17", 12, 17), ("18-23", 18, 23), ("24+", 24, 10**9))
+#: A band is reported when it holds at least this many prompts.
+MIN_BAND = 5
 
-def comparisons(ds: xr.Dataset, *, n_boot: int = 2000, seed: int = 0) -> list[Row]:
-    """Every comparison of :data:`COMPARISONS` present in ``ds``, with its bootstrap 95% CI."""
+
+def comparisons(ds: xr.Dataset, *, n_boot: int = 2000, seed: int = 0, bands: bool = True) -> list[Row]:
+    """Every comparison of :data:`COMPARISONS` present in ``ds``, with its 95% CI (hierarchical over
+    prompts and draws for the families of draws), for all prompts and, with ``bands``, per length band
+    of :data:`BANDS` holding at least :data:`MIN_BAND` prompts."""
     variants = set(ds.variant.values.tolist())
+    tokens = ds.n_tokens.values
+    selections = [("all", np.ones(len(tokens), dtype=bool))]
+    if bands:
+        for label, lo_t, hi_t in BANDS:
+            sel = (tokens >= lo_t) & (tokens <= hi_t)
+            if sel.sum() >= MIN_BAND and not sel.all():
+                selections.append((label, sel))
     rows = []
     for group, a, b, m, how in COMPARISONS:
         if a not in variants or (b and b not in variants):
             continue
-        va = statistic(ds, a, m, how)
-        vb = statistic(ds, b, m, how) if b else np.zeros_like(va)
-        keep = np.isfinite(va) & np.isfinite(vb)  # prompts a variant was not run on (gf) hold NaN
-        if not keep.any():
-            continue
-        va, vb = va[keep], vb[keep]
-        lo, hi = bootstrap_ci(va - vb, n_boot=n_boot, seed=seed)
-        rows.append(
-            Row(
-                group,
-                a,
-                b,
-                m,
-                how,
-                float(va.mean()),
-                float(vb.mean()),
-                float((va - vb).mean()),
-                float(lo),
-                float(hi),
-                int(keep.sum()),
+        da = draws_of(ds, a, m, how)
+        db = draws_of(ds, b, m, how) if b else np.zeros((da.shape[0], 1))
+        d = da - db  # (P, K): at most one side is a family of draws
+        va, vb = da.mean(1), db.mean(1)
+        keep_all = np.isfinite(d).all(1)  # prompts a variant was not run on (gf) hold NaN
+        for band, sel in selections:
+            keep = keep_all & sel
+            if not keep.any():
+                continue
+            dk = d[keep]
+            lo_p, hi_p = bootstrap_ci(dk.mean(1), n_boot=n_boot, seed=seed)
+            lo, hi = hierarchical_ci(dk, n_boot=n_boot, seed=seed) if dk.shape[1] > 1 else (lo_p, hi_p)
+            rows.append(
+                Row(
+                    group,
+                    a,
+                    b,
+                    m,
+                    how,
+                    float(va[keep].mean()),
+                    float(vb[keep].mean()),
+                    float(dk.mean()),
+                    float(lo),
+                    float(hi),
+                    int(keep.sum()),
+                    band,
+                    int(dk.shape[1]),
+                    float(lo_p),
+                    float(hi_p),
+                )
             )
-        )
     return rows
+
+
+def order_effect(ds: xr.Dataset, measure: str = "cos") -> np.ndarray:
+    """Per layer order ``k``: the mean over prompts of ``flow - shuffled_k`` (depth-mean ``measure``):
+    the distribution of the order effect over the orders run."""
+    d = draws_of(ds, "flow", measure, "depth_mean")[:, 0:1] - draws_of(ds, "shuffled", measure, "depth_mean")
+    return d[np.isfinite(d).all(1)].mean(0)
 
 
 def spreads(ds: xr.Dataset, measure: str = "cos") -> dict[str, list[float]]:
@@ -601,9 +898,9 @@ def spreads(ds: xr.Dataset, measure: str = "cos") -> dict[str, list[float]]:
     mean over prompts of the depth-mean statistic (their spread is the draws' spread)."""
     out = {}
     for fam, prefix in FAMILIES.items():
-        members = [v for v in ds.variant.values.tolist() if v.startswith(prefix)]
-        if members:
-            out[fam] = [float(statistic(ds, v, measure, "depth_mean").mean()) for v in members]
+        drawn = members(ds.variant.values.tolist(), prefix)
+        if drawn:
+            out[fam] = [float(statistic(ds, v, measure, "depth_mean").mean()) for v in drawn]
     return out
 
 
@@ -611,10 +908,10 @@ def path_summary(ds: xr.Dataset) -> dict[str, tuple[float, float, float]]:
     """Weight path length of ``A`` per process family: (mean, min, max) over its draws and prompts."""
     out = {}
     procs = ds.process.values.tolist()
-    for fam in ("real", "random", "shuffled", "ou", "control"):
-        members = [p for p in procs if p == fam or p.startswith(fam + "_")]
-        if members:
-            v = ds.path_A.sel(process=members).values
+    for fam in ("real", "smooth", "random", "shuffled", "ou", "control"):
+        drawn = [p for p in procs if p == fam] + members(procs, fam + "_")
+        if drawn:
+            v = ds.path_A.sel(process=drawn).values
             out[fam] = (float(v.mean()), float(v.min()), float(v.max()))
     return out
 

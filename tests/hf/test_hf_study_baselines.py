@@ -1,0 +1,111 @@
+"""Issue 44 item 1: fair baselines (speed- and entropy-matched random heads) and the batched flows."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from attnflow.dynamics.fields import velocity
+from attnflow.hf import extract, load_model
+from attnflow.hf.flow import flow_through, real_positions
+from attnflow.hf.measures import random_heads
+from attnflow.hf.sphere import on_sphere
+from attnflow.hf.study import attention_entropy, batched_field, displacement, flow_batch, matched_random_heads
+from attnflow.hf.tiny import save_tiny
+from attnflow.weights.processes import Layers
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for f in ("bert", "gpt2"):
+        folder = save_tiny(f, root / f, tokenizer=True, layers=3)
+        model = load_model(folder)
+        layers = extract(model)
+        X, r = real_positions(model, layers, torch.tensor([[3, 9, 4, 11, 7, 2, 5, 8]]))
+        out[f] = (on_sphere(layers, radius=r), X)
+    return out
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_batched_flow_is_the_library_flow(tiny, family):
+    flow, X = tiny[family]
+    x = torch.from_numpy(X[1])
+    for h in flow.layers:
+        np.testing.assert_allclose(batched_field(x[None], h)[0], velocity(x, h, model="mha"), atol=1e-12)
+    orders = [[0, 1, 2], [2, 0, 1], [1, 1, 1]]
+    got = flow_batch(X[0], [[flow.layers[i] for i in o] for o in orders], 4)
+    for o, g in zip(orders, got):
+        want = flow_through(X[0], Layers([flow.layers[i] for i in o], t_end=3.0), 4)
+        np.testing.assert_allclose(g, want, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_random_heads_matched_in_speed_and_entropy(tiny, family):
+    flow, X = tiny[family]
+    g = torch.Generator().manual_seed(0)
+    plain_off = []
+    for l, real in enumerate(flow.layers):
+        h, got = matched_random_heads(real, X[l], g, 4)
+        assert abs(got["displacement"] / got["displacement_real"] - 1) < 0.05, (l, got)
+        assert abs(displacement(X[l], h, 4) / displacement(X[l], real, 4) - 1) < 0.05  # measured again
+        assert abs(got["entropy"] - got["entropy_real"]) < 1e-6 * max(1.0, got["entropy_real"]), got
+        x = torch.from_numpy(X[l])
+        plain = random_heads(real, torch.Generator().manual_seed(0))
+        plain_off.append(
+            max(
+                abs(displacement(X[l], plain, 4) / got["displacement_real"] - 1),
+                abs(attention_entropy(x, plain) - got["entropy_real"]),
+            )
+        )
+    # Negative control: heads matched in norm only miss the speed or the entropy by more than 5%.
+    assert max(plain_off) > 0.05, plain_off
+
+
+def test_hierarchical_ci_holds_the_draws_spread():
+    from attnflow.hf.study import bootstrap_ci, hierarchical_ci
+
+    rng = np.random.default_rng(0)
+    P, K = 60, 20
+    prompt = rng.normal(0.0, 0.05, size=(P, 1))
+    flat = np.repeat(prompt, K, axis=1)  # the draws do not vary
+    lo_p, hi_p = bootstrap_ci(prompt[:, 0], n_boot=2000, seed=4)
+    lo_h, hi_h = hierarchical_ci(flat, n_boot=2000, seed=4)
+    assert abs(lo_h - lo_p) < 1e-12 and abs(hi_h - hi_p) < 1e-12, (lo_h, lo_p, hi_h, hi_p)
+    # Draws that vary (an effect per draw, shared by every prompt, as a layer order's): the interval widens
+    # to about the draws' standard error, 1.96 * 0.2 / sqrt(20) = 0.088 half-width, beside the prompts' 0.013.
+    varied = prompt + rng.normal(0.0, 0.2, size=(1, K))
+    lo_v, hi_v = hierarchical_ci(varied, n_boot=2000, seed=4)
+    lo_q, hi_q = bootstrap_ci(varied.mean(1), n_boot=2000, seed=4)
+    assert (hi_v - lo_v) > 3 * (hi_q - lo_q), (hi_v - lo_v, hi_q - lo_q)
+    draws_se = 1.96 * varied.mean(0).std() / np.sqrt(K)
+    assert 0.7 < (hi_v - lo_v) / 2 / draws_se < 1.3, ((hi_v - lo_v) / 2, draws_se)
+
+
+def test_low_rank_values_give_the_dense_field():
+    from attnflow.core.heads import Heads
+    from attnflow.hf.study import value_factors_of
+
+    g = torch.Generator().manual_seed(5)
+    H, k, d = 3, 4, 64
+    Q, K = (
+        torch.randn(H, k, d, generator=g, dtype=torch.float64),
+        torch.randn(H, k, d, generator=g, dtype=torch.float64),
+    )
+    V = torch.randn(H, d, k, generator=g, dtype=torch.float64) @ torch.randn(H, k, d, generator=g, dtype=torch.float64)
+    h = Heads(K=K, Q=Q, V=V, bias_v=torch.randn(H, d, generator=g, dtype=torch.float64))
+    f = value_factors_of(h)
+    assert f is not None and f[0].shape == (H, d, k + 8)
+    x = torch.randn(2, 9, d, generator=g, dtype=torch.float64)
+    x = x / x.norm(dim=-1, keepdim=True)
+    np.testing.assert_allclose(batched_field(x, h, f), batched_field(x, h), atol=1e-12)
+    np.testing.assert_allclose(batched_field(x[0:1], h)[0], velocity(x[0], h, model="mha"), atol=1e-12)
+    # Negative control: a full-rank V is refused (the dense product is used instead).
+    full = Heads(K=K, Q=Q, V=torch.randn(H, d, d, generator=g, dtype=torch.float64))
+    assert value_factors_of(full) is None
