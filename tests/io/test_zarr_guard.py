@@ -17,12 +17,16 @@ from pathlib import Path
 import numcodecs
 import numpy as np
 import pytest
+import test_hostile_folders as _harness
 import xarray as xr
-from test_hostile_folders import _use_zygote, cli_limited, finished, refused, run, zygote  # noqa: F401
 
 from attnflow.core.errors import UnsafeInputError
 from attnflow.io.store import MANIFEST, write_manifest
 from attnflow.io.zarr_guard import check_store, open_store
+
+# The limited-child harness and the finished run folder of the hostile-folder tests.
+zygote, _use_zygote, finished, run = _harness.zygote, _harness._use_zygote, _harness.finished, _harness.run
+cli_limited, refused = _harness.cli_limited, _harness.refused
 
 
 def plant_v3(store: Path, n_time: int) -> None:
@@ -72,7 +76,9 @@ def test_planted_v3_metadata_beside_v2_is_refused(run, tmp_path):
 
 def _bomb(chunk: Path, inflated: int) -> int:
     """Replace ``chunk`` by a Blosc chunk of ``inflated`` zero bytes (valid, as zarr writes them)."""
-    data = numcodecs.Blosc(cname="zstd", clevel=9, shuffle=numcodecs.Blosc.NOSHUFFLE).encode(np.zeros(inflated, np.uint8))
+    data = numcodecs.Blosc(cname="zstd", clevel=9, shuffle=numcodecs.Blosc.NOSHUFFLE).encode(
+        np.zeros(inflated, np.uint8)
+    )
     chunk.write_bytes(data)
     return len(data)
 

@@ -184,7 +184,9 @@ def check_store(store: str | os.PathLike, budget: float | None = None) -> None:
         n_chunks, chunk_bytes, sep, blosc = _array(root, name, spec)
         n_total += n_chunks
         if n_total > MAX_CHUNKS:
-            raise UnsafeInputError(f"{str(root)!r} declares more than {MAX_CHUNKS:,} chunks; an attnflow dataset has few.")
+            raise UnsafeInputError(
+                f"{str(root)!r} declares more than {MAX_CHUNKS:,} chunks; an attnflow dataset has few."
+            )
         total += n_chunks * chunk_bytes
         shape, chunks = spec["shape"], spec["chunks"]
         arrays.append((name, [-(-n // c) for n, c in zip(shape, chunks)], chunk_bytes, sep, blosc))
