@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import test_hostile_folders as _harness
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from attnflow.io.store import MANIFEST, write_manifest
@@ -35,7 +35,7 @@ zygote, _use_zygote, finished = _harness.zygote, _harness._use_zygote, _harness.
 #: without using CPU); the work itself is bounded by the zygote's 10 s CPU limit, the wall clock is
 #: looser so that a loaded CI machine does not fail a correct command.
 WALL = 30
-DEFAULT_EXAMPLES = int(os.environ.get("ATTNFLOW_FUZZ_EXAMPLES", "120"))
+DEFAULT_EXAMPLES = int(os.environ.get("ATTNFLOW_FUZZ_EXAMPLES", "60"))
 SLOW_EXAMPLES = 1000
 OUTCOMES: collections.Counter[str] = collections.Counter()
 
@@ -170,6 +170,11 @@ def baseline(zygote, finished, tmp_path_factory) -> dict[str, str]:
     return out
 
 
+def _table(text: str) -> str:
+    """``show``'s output from its table on (the title holds the folder's path, wrapped by rich)."""
+    return text[text.find("┏") :]
+
+
 def _args(command: str, run: Path, tmp: Path) -> list[str]:
     if command == "report":
         return ["report", str(run), "--out", str(tmp / "report.html"), "--force"]
@@ -198,9 +203,11 @@ def check_one(finished: Path, baseline: dict[str, str], root: Path, m: tuple, re
     assert cpu < _harness.CPU_SECONDS, (m, cpu)
     label = f"{m[0]}: {command}"
     if code == 0:
-        shown = text.replace(str(run), "RUN").replace(str(work), "TMP")
-        assert command != "show" or shown == baseline["show"], (m, text)
-        outcome = "success, same output"
+        same = command != "show" or _table(text) == _table(baseline["show"])
+        # A value edited consistently by the folder's author (manifest resealed) may be shown: a
+        # folder is data, and data can lie (docs/robustness.md); anything else must show the same.
+        assert same or (reseal and m[0] in ("json", "yaml", "zarray")), (m, text)
+        outcome = "success, same output" if same else "success, a resealed edit shown"
     else:
         assert code == 2, (label, m, code, text[-2000:])
         assert "Traceback" not in text, (label, m, text[-2000:])
@@ -222,6 +229,7 @@ def _fuzz(finished, baseline, tmp_path_factory, m, reseal, command):
 @settings(
     max_examples=DEFAULT_EXAMPLES,
     derandomize=True,
+    phases=[Phase.explicit, Phase.generate],  # no shrinking: each example costs a command
     database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
