@@ -236,10 +236,10 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     import warnings
 
     import numpy as np
-    import xarray as xr
 
     from attnflow.io.store import DATASET, DataWarning
     from attnflow.io.trajectory import load
+    from attnflow.io.zarr_guard import open_store
     from attnflow.sweep.table import time_to_cluster
 
     try:
@@ -256,7 +256,7 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
         ) from None
     # Read only after load() has checked the folder (links, sizes, strings); attributes of the wrong
     # type (a tampered folder) are treated as not recorded, never trusted.
-    attrs = dict(xr.open_zarr(path / DATASET).attrs)
+    attrs = dict(open_store(path / DATASET).attrs)
     cfg = traj.config or {}
     if "weights" not in cfg and isinstance(attrs.get("config"), str):
         try:

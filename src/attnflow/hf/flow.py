@@ -43,6 +43,7 @@ from attnflow.hf.measures import head_activity, measure_path, random_heads, rela
 from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
 from attnflow.io.trajectory import Trajectory
+from attnflow.io.zarr_guard import open_store
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import INTEGRATORS
 from attnflow.solve.controllers import FixedState
@@ -442,4 +443,4 @@ def load_comparison(path: str | os.PathLike) -> xr.Dataset:
     p = Path(path) / COMPARISON
     if not p.exists():
         raise FileNotFoundError(f"no {COMPARISON} in {str(path)!r}: not a folder written by 'attnflow hf run'")
-    return xr.open_zarr(p).load()
+    return open_store(p).load()

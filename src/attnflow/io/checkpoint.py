@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import time
 import uuid
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.core.errors import InputError
+from attnflow.core.errors import InputError, UnsafeInputError
 from attnflow.io.safety import check_npz, open_nofollow, open_regular, refuse_link
 
 FORMAT = "attnflow-checkpoint/1"
@@ -161,6 +162,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             )
         check_npz(p, fh=fh)  # a zip bomb is refused before anything is inflated
         fh.seek(0)
+        check_npy_headers(p, fh=fh)  # and a member whose .npy header lies about its size before allocation
+        fh.seek(0)
         data = _read_npz(p, fh)
     try:
         meta = json.loads(str(data["meta"]))
@@ -193,6 +196,36 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
         why = " ".join(str(e).split())[:200]
         raise InputError(f"checkpoint {str(p)!r} is damaged or not an attnflow checkpoint ({why})") from None
+
+
+def check_npy_headers(path: str | os.PathLike, fh: Any = None) -> None:
+    """Refuse (:class:`~attnflow.core.errors.UnsafeInputError`) an ``.npz`` whose members' ``.npy``
+    headers declare arrays other than their size in the archive: ``numpy.load`` allocates the
+    declared shape before reading, so a few-byte member claiming ``(10**12,)`` would allocate
+    terabytes. Reads only each member's header; the archive's sizes were bounded by
+    :func:`~attnflow.io.safety.check_npz`. ``fh``: the archive's open descriptor, read instead of ``path``."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(path if fh is None else fh) as zf:
+        for info in zf.infolist():
+            where = f"checkpoint {str(path)!r} member {info.filename[:60]!r}"
+            try:
+                with zf.open(info) as fh:
+                    version = fmt.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = fmt.read_array_header_1_0(fh)
+                    else:
+                        shape, _, dtype = fmt.read_array_header_2_0(fh)
+                    header = fh.tell()
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise UnsafeInputError(f"{where} is not a .npy array ({' '.join(str(e).split())[:80]}).") from None
+            if dtype.hasobject:
+                raise UnsafeInputError(f"{where} holds Python objects; a checkpoint holds only numbers and text.")
+            declared = header + math.prod(shape) * dtype.itemsize
+            if declared != info.file_size:
+                raise UnsafeInputError(
+                    f"{where} declares an array of shape {tuple(shape)!r} ({declared:,} bytes with its header) in "
+                    f"{info.file_size:,} bytes; the header lies about its size, so it is not read."
+                )
 
 
 class Checkpointer:

@@ -252,6 +252,7 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
         if not (tmp / MANIFEST).exists():  # every folder attnflow writes has one (its ownership mark)
             write_manifest(tmp)
         (tmp / WRITING_MARK).unlink()
+        sync_tree(tmp)  # the new folder is on disk before any rename publishes it
         refuse_link(final, "output folder")
         if final.exists():
             if not replaceable(final):  # it changed while we wrote: leave it alone
@@ -259,12 +260,35 @@ def atomic_folder(path: str | os.PathLike, *, overwrite: bool = False) -> Iterat
             old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, old)
             os.rename(tmp, final)
+            sync_tree(final.parent, recurse=False)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, final)
+            sync_tree(final.parent, recurse=False)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def sync_tree(folder: Path, *, recurse: bool = True) -> None:
+    """``fsync`` every file and folder under ``folder`` (or only ``folder`` itself): what a rename
+    publishes is then on disk, not only in the page cache (a power cut after the rename finds the
+    complete folder). Links are never followed; a file system without ``fsync`` on folders is fine."""
+    paths = [folder]
+    if recurse:
+        for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+            paths += [Path(dirpath, n) for n in filenames + dirnames]
+    for q in paths:
+        try:
+            fd = os.open(q, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode) or stat.S_ISDIR(os.fstat(fd).st_mode):
+                with contextlib.suppress(OSError):
+                    os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def clean_leftovers(path: str | os.PathLike) -> list[Path]:

@@ -41,6 +41,7 @@ from attnflow.io.store import (
     trajectory_to_dataset,
     verify_run,
 )
+from attnflow.io.zarr_guard import check_store, open_store
 
 if TYPE_CHECKING:  # torch and xarray load where a trajectory is rebuilt or read, not at import
     import xarray as xr
@@ -247,10 +248,9 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
         if config is not None and not isinstance(config, dict):
             raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
     check_declared_sizes(p / DATASET)
-    import xarray as xr  # after the folder checks: a refused folder costs no xarray
-
+    check_store(p / DATASET)  # what zarr will read: one format, allowed codecs, every chunk bounded
     try:
-        ds = xr.open_zarr(p / DATASET).load()
+        ds = open_store(p / DATASET, budget=float("inf")).load()
     except Exception as e:  # zarr and numcodecs raise many types on damaged stores
         raise DamagedRun(
             f"{str(p / DATASET)!r} cannot be decoded: the dataset is damaged ({type(e).__name__}: {_short(e)})."

@@ -229,8 +229,10 @@ def run_to_folder(
     check_out(out, force)
     run_estimate(cfg)
     with output_lock(out, what="run folder"):
-        check_out(out, force)  # again, now that no one else can write it
+        # A killed replacement may have left the old run aside (.NAME.old-*): put it back first,
+        # then check again, now that no one else can write it (a run put back is a finished run).
         clean_leftovers(out)
+        check_out(out, force)
         work = out if not out.exists() else out.parent / f".{out.name}.force-{uuid.uuid4().hex[:8]}"
 
         def begin() -> None:
