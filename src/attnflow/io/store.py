@@ -70,6 +70,7 @@ PROVENANCE = "provenance.json"
 FIGURES = "figures"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "attnflow-manifest/1"
+SUMMARY = "summary.json"  # what `attnflow show` prints (attnflow.io.summary)
 CHECKPOINT_NAME = "checkpoint.npz"  # io.checkpoint.CHECKPOINT (not imported: that module is heavier)
 #: Marks a folder attnflow is still assembling (removed before the rename that publishes it): a
 #: leftover holding it is provably ours.
@@ -310,7 +311,7 @@ def glob_escape(name: str) -> str:
 
 # --- What a path is: what may be replaced, and why not -------------------------------------------------
 
-RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK}
+RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK, SUMMARY}
 #: What an attnflow sweep folder holds (:mod:`attnflow.sweep.table`); a folder recognised as one by
 #: its manifest (``"kind": "sweep"``), or for sweeps written before manifests, by holding only these.
 SWEEP_FILES = {"sweep.yaml", "points", "results.parquet", "timeseries.parquet", "trajectories", MANIFEST}
@@ -680,6 +681,9 @@ def save_run(
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if extra is not None:
             extra(tmp)
+        from attnflow.io.summary import write_summary  # what `attnflow show` prints, read without torch
+
+        write_summary(tmp, traj.config, record)
         write_manifest(tmp, "run")
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
