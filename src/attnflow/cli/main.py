@@ -236,12 +236,14 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     """
     import warnings
 
-    from attnflow.io.store import DataWarning, verify_run
+    from attnflow.io.store import DataWarning
     from attnflow.io.summary import read_summary, show_record
+    from attnflow.io.trajectory import check_run_metadata
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
-        provenance = verify_run(path)  # the digests cover summary.json: a damaged one is named
+        # load()'s checks short of decoding arrays; the digests cover summary.json: a damaged one is named
+        provenance, _, _ = check_run_metadata(path)
     summary = read_summary(path)
     if summary is None:
         return full_summary_record(path, times)

@@ -505,7 +505,7 @@ def mark_folder(folder: Path, kind: str) -> Path:
     return out
 
 
-def _zarr_metadata(store: Path) -> dict:
+def zarr_metadata(store: Path) -> dict:
     """The consolidated Zarr (format 2) metadata of ``store`` (bounded read, no links)."""
     meta_path = store / ".zmetadata"
     try:
@@ -520,7 +520,7 @@ def _zarr_metadata(store: Path) -> dict:
 def _arrays(store: Path) -> Iterator[tuple[str, list[int], list[int], int, str]]:
     """``(name, shape, chunks, itemsize, separator)`` of every array the metadata of ``store`` declares,
     each checked to be small non-negative integers (a damaged or hostile declaration is refused)."""
-    for key, value in _zarr_metadata(store).items():
+    for key, value in zarr_metadata(store).items():
         if not key.endswith("/.zarray") or not isinstance(value, dict):
             continue
         name = key[: -len("/.zarray")]
