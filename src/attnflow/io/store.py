@@ -5,6 +5,7 @@
     RUN/
       dataset.zarr/      xarray Dataset (xarray.open_zarr(RUN / "dataset.zarr"))
       config.yaml        the exact config that produced the run (when there was one)
+      summary.json       what `attnflow show` prints, all saved times (attnflow.io.summary)
       manifest.json      SHA-256 of every other file (written just before provenance.json)
       provenance.json    attnflow/torch versions, seed, git commit, wall time, "complete": true
       figures/*.png      sphere snapshots (PCA for d > 3) and diagnostic curves
@@ -668,11 +669,13 @@ def save_run(
     *,
     overwrite: bool = False,
     extra: Callable[[Path], object] | None = None,
+    summary: Callable[[Path, dict | None, dict], object] | None = None,
 ) -> Path:
     """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
 
     ``extra(tmp)`` may add files (figures, say) before ``provenance.json`` seals the folder; saving
-    itself draws nothing.
+    itself draws nothing. ``summary(tmp, config, provenance)`` writes ``summary.json``
+    (:func:`attnflow.io.trajectory.write_summary`) before the manifest, so its digest is recorded.
     """
     record = provenance_record(traj)
     with atomic_folder(path, overwrite=overwrite) as tmp:
@@ -681,9 +684,8 @@ def save_run(
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if extra is not None:
             extra(tmp)
-        from attnflow.io.summary import write_summary  # what `attnflow show` prints, read without torch
-
-        write_summary(tmp, traj.config, record)
+        if summary is not None:
+            summary(tmp, traj.config, record)
         write_manifest(tmp, "run")
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))

@@ -2,8 +2,8 @@
 
 ``show`` of a finished run reads this small JSON file, the provenance and nothing else, so it
 imports neither torch nor xarray (the final-state classification needs torch; xarray alone costs
-about a second to import). The file is written by :func:`~attnflow.io.store.save_run` before the
-manifest, so its digest is checked like every data file. Folders written before it existed (or
+about a second to import). The file is written by :func:`~attnflow.io.trajectory.write_summary` (called by
+:func:`~attnflow.io.store.save_run`) before the manifest, so its digest is checked like every data file. Folders written before it existed (or
 whose summary could not be computed) take the full path: load the dataset and compute.
 
 :func:`run_summary` holds what does not depend on the times asked for (the whole diagnostic series,
@@ -29,7 +29,6 @@ __all__ = [
     "run_summary",
     "show_record",
     "time_to_cluster",
-    "write_summary",
 ]
 SUMMARY_FORMAT = "attnflow-summary/1"
 
@@ -160,29 +159,10 @@ def read_summary(path: str | Path) -> dict | None:
         for k, v in diags.items()
     ):
         return None
-    keys = ("model", "method", "N", "d", "H", "dt", "seed", "weights", "beta", "cluster_eps")
-    keys += ("time_to_clustering", "final_clusters", "edi", "ended_at")
+    keys = ["model", "method", "N", "d", "H", "dt", "seed", "weights", "beta", "cluster_eps"]
+    keys += ["time_to_clustering", "final_clusters", "edi", "ended_at"]
     if not all(k in s for k in keys):
         return None
     if not all(isinstance(s[k], (dict, type(None))) for k in ("edi", "ended_at")):
         return None
     return s
-
-
-def write_summary(folder: Path, config: dict | None, provenance: dict) -> Path | None:
-    """Write ``summary.json`` into the run folder being written at ``folder`` (its dataset already
-    there), computed from the dataset as read back, exactly as ``show``'s full path would; ``None``
-    when it cannot be computed (``show`` then takes the full path and says why)."""
-    import xarray as xr
-
-    from attnflow.io.store import DATASET
-    from attnflow.io.trajectory import dataset_to_trajectory
-
-    try:
-        ds = xr.open_zarr(folder / DATASET).load()
-        rec = run_summary(dataset_to_trajectory(ds, config=config, provenance=provenance), dict(ds.attrs))
-    except Exception:  # a cache only: whatever fails here fails again, with its message, in show's full path
-        return None
-    out = folder / SUMMARY
-    out.write_text(json.dumps(rec, indent=0))
-    return out

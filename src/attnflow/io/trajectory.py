@@ -158,7 +158,11 @@ class Trajectory:
         figures of :data:`FIGURE_WRITER`) atomically."""
         draw = figure_writer() if figures else None
         return save_run(
-            self, path, overwrite=overwrite, extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES)
+            self,
+            path,
+            overwrite=overwrite,
+            extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES),
+            summary=write_summary,
         )
 
 
@@ -229,6 +233,25 @@ def _step_names(ds: xr.Dataset) -> list[str]:
     names = [str(k) for k in ds.variables if k != "step" and ds[k].dims == ("step",)]
     order = list(STEP_SERIES)
     return sorted(names, key=lambda k: order.index(k) if k in order else len(order))
+
+
+def write_summary(folder: Path, config: dict | None, provenance: dict) -> Path | None:
+    """Write ``summary.json`` (:mod:`attnflow.io.summary`) into the run folder being written at
+    ``folder`` (its dataset already there), computed from the dataset as read back, exactly as
+    ``show``'s full path would; ``None`` when it cannot be computed (``show`` then takes the full
+    path, which says why)."""
+    import xarray as xr
+
+    from attnflow.io.summary import SUMMARY, run_summary
+
+    try:
+        ds = xr.open_zarr(folder / DATASET).load()
+        rec = run_summary(dataset_to_trajectory(ds, config=config, provenance=provenance), dict(ds.attrs))
+    except Exception:  # a cache only: whatever fails here fails again, with its message, in show's full path
+        return None
+    out = folder / SUMMARY
+    out.write_text(json.dumps(rec, indent=0))
+    return out
 
 
 def read_run_config(p: Path) -> dict | None:
