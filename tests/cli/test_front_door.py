@@ -34,3 +34,65 @@ def test_front_door_probe_sees_a_heavy_import(tmp_path):
     assert r["exit"] == 0, r["output"]
     assert "torch" in r["heavy"]
     assert set(r["heavy"]) <= set(HEAVY_MODULES)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A tiny finished run (gf, rk4, two saved states), written once by the CLI."""
+    out = tmp_path_factory.mktemp("front") / "run"
+    args = ["run", "--preset", "ou", "--out", str(out), "--no-figures"]
+    args += ["--set", "tokens.n=4", "--set", "heads.count=1", "--set", "integration.t_end=0.04"]
+    r = front_door_probe(args)
+    assert r["exit"] == 0, r["output"]
+    return out
+
+
+def test_show_of_a_finished_run_imports_nothing_heavy(finished_run):
+    """``show`` of a finished run reads its summary.json: no torch, numba, matplotlib (nor xarray)."""
+    assert (finished_run / "summary.json").is_file()
+    assert "summary.json" in (finished_run / "manifest.json").read_text()  # its digest is checked
+    r = front_door_probe(["show", str(finished_run)])
+    assert r["exit"] == 0, r["output"]
+    assert r["heavy"] == [], f"show of a finished run imported {r['heavy']}"
+    assert "energy" in r["output"] and "ended at" in r["output"].lower()
+    print(f"attnflow show RUN: {r['cpu_s']:.2f} s CPU (target < 1 s; the machine is shared), heavy modules: none")
+    assert r["cpu_s"] < 5.0  # generous on a loaded machine; the sys.modules check above is the criterion
+
+
+def test_show_without_its_summary_takes_the_heavy_path(finished_run, tmp_path):
+    """Negative control: the same run without summary.json (a folder of an older attnflow) is shown
+    by computing the summary from the dataset, which imports torch; the numbers are the same."""
+    import json
+    import shutil
+
+    from attnflow.cli.main import full_summary_record, summary_record
+
+    old = tmp_path / "old"
+    shutil.copytree(finished_run, old)
+    (old / "summary.json").unlink()
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["files"]["summary.json"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    r = front_door_probe(["show", str(old)])
+    assert r["exit"] == 0, r["output"]
+    assert "torch" in r["heavy"]
+    fast = front_door_probe(["show", "--json", str(finished_run)])
+    slow = front_door_probe(["show", "--json", str(old)])
+    assert json.loads(fast["output"])["diagnostics"] == json.loads(slow["output"])["diagnostics"]
+    for times in (None, [0.0, 0.01, 0.04], [100.0]):
+        a, b = summary_record(finished_run, times), full_summary_record(finished_run, times)
+        assert json.dumps(a, default=str) == json.dumps(b, default=str)
+    print(f"without summary.json: {r['cpu_s']:.2f} s CPU, imported {r['heavy']}")
+
+
+def test_a_tampered_summary_is_named(finished_run, tmp_path):
+    """summary.json is covered by the manifest: an altered one is refused, never printed."""
+    bad = tmp_path / "bad"
+    import shutil
+
+    shutil.copytree(finished_run, bad)
+    text = (bad / "summary.json").read_text().replace('"N": 4', '"N": 5')
+    assert '"N": 5' in text
+    (bad / "summary.json").write_text(text)
+    r = front_door_probe(["show", str(bad)])
+    assert r["exit"] != 0 and "summary.json" in r["output"], r["output"]

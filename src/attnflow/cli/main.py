@@ -228,19 +228,39 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
     """What ``attnflow show`` reports about a run folder, as plain JSON-ready data.
 
     Diagnostics at the saved times nearest to ``times`` (default: first and last), the time to
-    clustering (:func:`attnflow.sweep.table.time_to_cluster`), the EDI residual when the run
+    clustering (:func:`attnflow.io.summary.time_to_cluster`), the EDI residual when the run
     recorded its per-step series (:func:`attnflow.analysis.edi.edi_budget`), the parameters (from
-    the dataset's attributes, else the config) and the provenance; ``None`` where not recorded.
+    the dataset's attributes, else the config), the final state and the provenance; ``None`` where
+    not recorded. Read from the run's ``summary.json`` when it has one (no torch, no xarray: issue 43),
+    else computed from the dataset (:func:`full_summary_record`).
     """
-    import json
     import warnings
 
-    import numpy as np
+    from attnflow.io.store import DataWarning
+    from attnflow.io.summary import read_summary, show_record
+    from attnflow.io.trajectory import check_run_metadata
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        # load()'s checks short of decoding arrays; the digests cover summary.json: a damaged one is named
+        provenance, _, _ = check_run_metadata(path)
+    summary = read_summary(path)
+    if summary is None:
+        return full_summary_record(path, times)
+    for w in caught:
+        if issubclass(w.category, DataWarning):
+            warn(str(w.message))
+    return show_record(path, summary, provenance, times)
+
+
+def full_summary_record(path: Path, times: list[float] | None = None) -> dict:
+    """:func:`summary_record` computed from the dataset (folders without ``summary.json``)."""
+    import warnings
 
     from attnflow.io.store import DATASET, DataWarning
+    from attnflow.io.summary import run_summary, show_record
     from attnflow.io.trajectory import load
     from attnflow.io.zarr_guard import open_store
-    from attnflow.sweep.table import time_to_cluster
 
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -254,69 +274,9 @@ def summary_record(path: Path, times: list[float] | None = None) -> dict:
             f"{str(path)!r} holds no token trajectory (its dataset lacks {e}); it is an experiment's summary: "
             "see its results.json."
         ) from None
-    # Read only after load() has checked the folder (links, sizes, strings); attributes of the wrong
-    # type (a tampered folder) are treated as not recorded, never trusted.
+    # Read only after load() has checked the folder (links, sizes, strings).
     attrs = dict(open_store(path / DATASET).attrs)
-    cfg = traj.config or {}
-    if "weights" not in cfg and isinstance(attrs.get("config"), str):
-        try:
-            parsed = json.loads(attrs["config"])
-        except ValueError:
-            parsed = None
-        cfg = parsed if isinstance(parsed, dict) else cfg
-    section = lambda name: (cfg.get(name) if isinstance(cfg, dict) and isinstance(cfg.get(name), dict) else None) or {}
-    scalar = lambda v: v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else None
-    t = traj.t
-    wanted = [float(t[0]), float(t[-1])] if times is None else times
-    idx = list(dict.fromkeys(int(np.argmin(np.abs(t - w))) for w in wanted))  # nearest saved times, once each
-    d = traj.diagnostics
-    clean = lambda v: None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
-    record: dict = {
-        "path": str(path),
-        "model": traj.model,
-        "method": traj.method,
-        "N": traj.N,
-        "d": traj.d,
-        "H": traj.H,
-        "dt": traj.dt,
-        "t_start": float(t[0]),
-        "t_end": float(t[-1]),
-        "saved_times": len(t),
-        "seed": traj.seed,
-        "weights": scalar(attrs.get("weights_process", section("weights").get("process"))),
-        "beta": scalar(attrs.get("beta", section("heads").get("beta"))),
-        "cluster_eps": scalar(attrs.get("cluster_eps", section("diagnostics").get("cluster_eps"))),
-        "requested_times": None if times is None else wanted,
-        "times": [float(t[k]) for k in idx],
-        # counts stay integers (clusters), as in the dataset and traj.diagnostics
-        "diagnostics": {name: [clean(d[name][k].item()) for k in idx] for name in d},
-        "time_to_clustering": None,
-        "final_clusters": None,
-        "edi": None,
-        "ended_at": None,
-        "wall_time_s": traj.provenance.get("wall_time_s"),
-        "attnflow_version": traj.provenance.get("attnflow_version"),
-        "git_commit": traj.provenance.get("git_commit"),
-    }
-    if "clusters" in d:
-        record["final_clusters"] = int(d["clusters"][-1])
-        record["time_to_clustering"] = clean(time_to_cluster(t, d["clusters"], traj.N))
-    if traj.model == "gf" and traj.steps:
-        from attnflow.analysis.edi import edi_budget
-
-        b = edi_budget(traj)
-        moved = b.total_dissipation > 0  # relative numbers are undefined for a flow at rest
-        record["edi"] = {
-            "residual": float(b.total_residual),
-            "relative_residual": float(b.relative_residual) if moved else None,
-            "max_relative_residual": float(b.max_relative_residual) if moved else None,
-            "total_dissipation": float(b.total_dissipation),
-        }
-    from attnflow.analysis.stationary import ended_at  # what the final state is (issue 29)
-
-    summary, sentence = ended_at(traj, cluster_eps=record["cluster_eps"])
-    record["ended_at"] = {"text": sentence, **(summary or {})}
-    return record
+    return show_record(path, run_summary(traj, attrs), traj.provenance, times)
 
 
 def _fmt(v) -> str:

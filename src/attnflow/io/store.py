@@ -5,6 +5,7 @@
     RUN/
       dataset.zarr/      xarray Dataset (xarray.open_zarr(RUN / "dataset.zarr"))
       config.yaml        the exact config that produced the run (when there was one)
+      summary.json       what `attnflow show` prints, all saved times (attnflow.io.summary)
       manifest.json      SHA-256 of every other file (written just before provenance.json)
       provenance.json    attnflow/torch versions, seed, git commit, wall time, "complete": true
       figures/*.png      sphere snapshots (PCA for d > 3) and diagnostic curves
@@ -70,6 +71,7 @@ PROVENANCE = "provenance.json"
 FIGURES = "figures"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "attnflow-manifest/1"
+SUMMARY = "summary.json"  # what `attnflow show` prints (attnflow.io.summary)
 CHECKPOINT_NAME = "checkpoint.npz"  # io.checkpoint.CHECKPOINT (not imported: that module is heavier)
 #: Marks a folder attnflow is still assembling (removed before the rename that publishes it): a
 #: leftover holding it is provably ours.
@@ -334,7 +336,7 @@ def glob_escape(name: str) -> str:
 
 # --- What a path is: what may be replaced, and why not -------------------------------------------------
 
-RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK}
+RUN_FILES = {DATASET, CONFIG, PROVENANCE, FIGURES, MANIFEST, CHECKPOINT_NAME, "report.html", WRITING_MARK, SUMMARY}
 #: What an attnflow sweep folder holds (:mod:`attnflow.sweep.table`); a folder recognised as one by
 #: its manifest (``"kind": "sweep"``), or for sweeps written before manifests, by holding only these.
 SWEEP_FILES = {"sweep.yaml", "points", "results.parquet", "timeseries.parquet", "trajectories", MANIFEST}
@@ -528,7 +530,7 @@ def mark_folder(folder: Path, kind: str) -> Path:
     return out
 
 
-def _zarr_metadata(store: Path) -> dict:
+def zarr_metadata(store: Path) -> dict:
     """The consolidated Zarr (format 2) metadata of ``store`` (bounded read, no links)."""
     meta_path = store / ".zmetadata"
     try:
@@ -543,7 +545,7 @@ def _zarr_metadata(store: Path) -> dict:
 def _arrays(store: Path) -> Iterator[tuple[str, list[int], list[int], int, str]]:
     """``(name, shape, chunks, itemsize, separator)`` of every array the metadata of ``store`` declares,
     each checked to be small non-negative integers (a damaged or hostile declaration is refused)."""
-    for key, value in _zarr_metadata(store).items():
+    for key, value in zarr_metadata(store).items():
         if not key.endswith("/.zarray") or not isinstance(value, dict):
             continue
         name = key[: -len("/.zarray")]
@@ -691,11 +693,13 @@ def save_run(
     *,
     overwrite: bool = False,
     extra: Callable[[Path], object] | None = None,
+    summary: Callable[[Path, dict | None, dict], object] | None = None,
 ) -> Path:
     """Write ``traj`` as a run folder at ``path`` (atomically; see the module docstring).
 
     ``extra(tmp)`` may add files (figures, say) before ``provenance.json`` seals the folder; saving
-    itself draws nothing.
+    itself draws nothing. ``summary(tmp, config, provenance)`` writes ``summary.json``
+    (:func:`attnflow.io.trajectory.write_summary`) before the manifest, so its digest is recorded.
     """
     record = provenance_record(traj)
     with atomic_folder(path, overwrite=overwrite) as tmp:
@@ -704,6 +708,8 @@ def save_run(
             (tmp / CONFIG).write_text(yaml.safe_dump(traj.config, sort_keys=False))
         if extra is not None:
             extra(tmp)
+        if summary is not None:
+            summary(tmp, traj.config, record)
         write_manifest(tmp, "run")
         # Written last: its presence with "complete": true marks a finished folder.
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))

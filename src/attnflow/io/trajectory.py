@@ -40,6 +40,7 @@ from attnflow.io.store import (
     save_run,
     trajectory_to_dataset,
     verify_run,
+    zarr_metadata,
 )
 from attnflow.io.zarr_guard import check_store, open_store
 
@@ -158,8 +159,40 @@ class Trajectory:
         figures of :data:`FIGURE_WRITER`) atomically."""
         draw = figure_writer() if figures else None
         return save_run(
-            self, path, overwrite=overwrite, extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES)
+            self,
+            path,
+            overwrite=overwrite,
+            extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES),
+            summary=write_summary,
         )
+
+
+def check_attrs(attrs: dict, config: dict | None, where: str) -> dict[str, Any]:
+    """The validated attributes of a run dataset that a :class:`Trajectory` is built from:
+    ``seed``, ``config``, ``model``, ``method``, ``dt``, ``steps_info`` (and the heads reader's name
+    checked); :class:`UnsafeInputError` for a value of the wrong type or a string that could do harm."""
+    seed = attrs.get("seed", -1)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise UnsafeInputError(f"{where}: the attribute 'seed' is a {type(seed).__name__}, not an integer.")
+    seed = int(seed)
+    if config is None and isinstance(attrs.get("config"), str):
+        config = json.loads(check_text(attrs["config"], "the attribute 'config'", where, max_len=1_000_000))
+        if not isinstance(config, dict):
+            raise UnsafeInputError(f"{where}: the attribute 'config' is not a mapping of config fields.")
+    model = check_name(attrs["model"], "the attribute 'model'", where)
+    method = check_name(attrs["method"], "the attribute 'method'", where)
+    dt = attrs["dt"]
+    if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)):
+        raise UnsafeInputError(f"{where}: the attribute 'dt' is a {type(dt).__name__}, not a number.")
+    steps_info = {}
+    for k, v in attrs.items():
+        if str(k).startswith("steps_"):
+            key = check_name(str(k)[len("steps_") :], f"the attribute {str(k)[:40]!r}", where)
+            v = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            steps_info[key] = check_text(v, f"the attribute {str(k)[:40]!r}", where)
+    if "heads_reader" in attrs:
+        heads_reader(attrs["heads_reader"], where)
+    return {"seed": seed, "config": config, "model": model, "method": method, "dt": dt, "steps_info": steps_info}
 
 
 def dataset_to_trajectory(
@@ -170,25 +203,9 @@ def dataset_to_trajectory(
     Also reads datasets of older versions (no attributes, ``clusters`` as floats, ``step_time`` a
     data variable); without ``config`` it takes the one recorded in ``ds.attrs`` (if any).
     """
-    seed = ds.attrs.get("seed", -1)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise UnsafeInputError(f"{where}: the attribute 'seed' is a {type(seed).__name__}, not an integer.")
-    seed = int(seed)
-    if config is None and isinstance(ds.attrs.get("config"), str):
-        config = json.loads(check_text(ds.attrs["config"], "the attribute 'config'", where, max_len=1_000_000))
-        if not isinstance(config, dict):
-            raise UnsafeInputError(f"{where}: the attribute 'config' is not a mapping of config fields.")
-    model = check_name(ds.attrs["model"], "the attribute 'model'", where)
-    method = check_name(ds.attrs["method"], "the attribute 'method'", where)
-    dt = ds.attrs["dt"]
-    if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)):
-        raise UnsafeInputError(f"{where}: the attribute 'dt' is a {type(dt).__name__}, not a number.")
-    steps_info = {}
-    for k, v in ds.attrs.items():
-        if str(k).startswith("steps_"):
-            key = check_name(str(k)[len("steps_") :], f"the attribute {str(k)[:40]!r}", where)
-            v = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-            steps_info[key] = check_text(v, f"the attribute {str(k)[:40]!r}", where)
+    checked = check_attrs(dict(ds.attrs), config, where)
+    seed, config, model, method, dt = (checked[k] for k in ("seed", "config", "model", "method", "dt"))
+    steps_info = checked["steps_info"]
     if "A" in ds:
         A, V = np.asarray(ds["A"].values), np.asarray(ds["V"].values) if "V" in ds else None
     else:  # heads stored compactly (hf runs: factors once per layer): a registered reader rebuilds them
@@ -219,6 +236,69 @@ def _step_names(ds: xr.Dataset) -> list[str]:
     return sorted(names, key=lambda k: order.index(k) if k in order else len(order))
 
 
+def write_summary(folder: Path, config: dict | None, provenance: dict) -> Path | None:
+    """Write ``summary.json`` (:mod:`attnflow.io.summary`) into the run folder being written at
+    ``folder`` (its dataset already there), computed from the dataset as read back, exactly as
+    ``show``'s full path would; ``None`` when it cannot be computed (``show`` then takes the full
+    path, which says why)."""
+    import xarray as xr
+
+    from attnflow.io.summary import SUMMARY, run_summary
+
+    try:
+        ds = xr.open_zarr(folder / DATASET).load()
+        rec = run_summary(dataset_to_trajectory(ds, config=config, provenance=provenance), dict(ds.attrs))
+    except Exception:  # a cache only: whatever fails here fails again, with its message, in show's full path
+        return None
+    out = folder / SUMMARY
+    out.write_text(json.dumps(rec, indent=0))
+    return out
+
+
+def read_run_config(p: Path) -> dict | None:
+    """The run folder's ``config.yaml`` as a mapping (``None`` when absent); :class:`DamagedRun` otherwise."""
+    if not (p / CONFIG).is_file():
+        return None
+    try:
+        config = load_yaml(read_small_text(p / CONFIG))
+    except (yaml.YAMLError, UnicodeDecodeError, ConfigError):
+        raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not valid YAML.") from None
+    if config is not None and not isinstance(config, dict):
+        raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
+    return config
+
+
+def check_run_metadata(path: str | os.PathLike) -> tuple[dict, dict | None, dict]:
+    """Every check :func:`load` makes of a finished run folder short of decoding its arrays (links,
+    sizes, manifest digests, config, the dataset's declared arrays and attributes), reading the Zarr
+    metadata as plain JSON (no xarray); returns ``(provenance, config, checked attributes)``."""
+    p = Path(path)
+    scan_folder(p)
+    if not is_complete(p):
+        raise InputError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
+    provenance = verify_run(p)
+    config = read_run_config(p)
+    check_declared_sizes(p / DATASET)
+    check_store(p / DATASET)  # what zarr would read: one format, allowed codecs, every chunk bounded
+    meta = zarr_metadata(p / DATASET)
+    attrs = meta.get(".zattrs")
+    if not isinstance(attrs, dict):
+        raise DamagedRun(f"{str(p / DATASET)!r} is damaged: its metadata holds no attributes.")
+    names = {k.rsplit("/", 1)[0] for k in meta if k.endswith("/.zarray")}
+    heads = ("A",) if "heads_reader" not in attrs else ()
+    missing = [k for k in ("x", *heads, "token_weights", "head_weights", "time") if k not in names]
+    missing += [f"attribute {k!r}" for k in ("model", "method", "dt") if k not in attrs]
+    if missing:
+        raise DamagedRun(f"{str(p / DATASET)!r} is damaged or not an attnflow dataset: it lacks {', '.join(missing)}.")
+    try:
+        checked = check_attrs(attrs, config, repr(str(p / DATASET)))
+    except UnsafeInputError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise DamagedRun(f"{str(p / DATASET)!r} is damaged: {_short(e)}.") from None
+    return provenance, config, checked
+
+
 def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
     """Read a run folder written by :meth:`Trajectory.save` back into a :class:`Trajectory`.
 
@@ -239,14 +319,7 @@ def load(path: str | os.PathLike, *, verify: bool = True) -> Trajectory:
     if not is_complete(p):
         raise InputError(f"{str(p)!r} is not a complete attnflow run folder (no complete provenance.json)")
     provenance = verify_run(p) if verify else read_json(p / PROVENANCE)
-    config = None
-    if (p / CONFIG).is_file():
-        try:
-            config = load_yaml(read_small_text(p / CONFIG))
-        except (yaml.YAMLError, UnicodeDecodeError, ConfigError):
-            raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not valid YAML.") from None
-        if config is not None and not isinstance(config, dict):
-            raise DamagedRun(f"{str(p / CONFIG)!r} is damaged: it is not a mapping of config fields.")
+    config = read_run_config(p)
     check_declared_sizes(p / DATASET)
     check_store(p / DATASET)  # what zarr will read: one format, allowed codecs, every chunk bounded
     try:

@@ -114,7 +114,10 @@ def _simulate_into(
             trajectory=e.trajectory,
         ) from None
     traj.seed = cfg.seed
-    save_run(traj, final, overwrite=True, extra=(lambda tmp: plot_run(traj, tmp / FIGURES)) if figures else None)
+    from attnflow.io.trajectory import write_summary
+
+    draw = (lambda tmp: plot_run(traj, tmp / FIGURES)) if figures else None
+    save_run(traj, final, overwrite=True, extra=draw, summary=write_summary)
     if final != out:
         shutil.rmtree(out, ignore_errors=True)
     return traj

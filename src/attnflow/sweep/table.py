@@ -27,6 +27,7 @@ from attnflow.core.errors import Hint, hinted
 from attnflow.io.metadata import column_attrs
 from attnflow.io.safety import atomic_write, open_regular
 from attnflow.io.store import read_small_text
+from attnflow.io.summary import time_to_cluster  # one home; re-exported here
 
 POINTS = "points"
 TRAJECTORIES = "trajectories"
@@ -103,15 +104,6 @@ def time_average(t: np.ndarray, y: np.ndarray, window: float) -> float:
     if len(tt) < 2:
         return float(yy[-1])
     return float(np.trapezoid(yy, tt) / (tt[-1] - tt[0]))
-
-
-def time_to_cluster(t: np.ndarray, clusters: np.ndarray, n_tokens: int) -> float:
-    """First saved time from which the cluster count stays at its final value; NaN if it ends at ``N``."""
-    final = clusters[-1]
-    if n_tokens > 1 and final >= n_tokens:
-        return math.nan
-    changed = np.nonzero(clusters != final)[0]
-    return float(t[0] if len(changed) == 0 else t[changed[-1] + 1])
 
 
 def summarise(record: dict[str, Any], window: float = 0.5) -> dict[str, float]:
