@@ -124,6 +124,7 @@ def test_kill9_at_random_moments_of_a_force_replacement(old_run, tmp_path):
 _KILL_BETWEEN_RENAMES = r"""
 import os, signal, sys
 import attnflow.io.store as store
+from attnflow.cli.main import app
 real = os.rename
 calls = []
 def rename(a, b):

@@ -35,7 +35,8 @@ def _demo_recipe() -> list[str]:
     text = (ROOT / "Makefile").read_text()
     m = re.search(r"^demo:.*\n((?:\t.*\n)+)", text, re.M)
     assert m, "the Makefile has no demo target"
-    return [line.strip().replace("$(BIN)/", "") for line in m.group(1).splitlines()]
+    lines = [line.strip().replace("$(BIN)/", "") for line in m.group(1).splitlines()]
+    return [line for line in lines if not line.startswith("@echo ")]  # what make says, not a step
 
 
 def document_steps() -> list[tuple[str, str]]:

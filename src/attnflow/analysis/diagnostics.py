@@ -12,7 +12,7 @@ from scipy.spatial import cKDTree
 
 from attnflow.core.descriptions import DIAGNOSTICS
 from attnflow.core.heads import Heads
-from attnflow.dynamics.fields import FieldStats, field_stats
+from attnflow.dynamics.fields import FieldStats, bulk_field_stats, field_stats
 from attnflow.kernels.dispatch import KernelOptions
 
 
@@ -524,7 +524,7 @@ def _bulk_chunk(
         res = _small.bulk_stats(X.numpy(), A.numpy(), (A if V is None else V).numpy(), w.numpy(), a.numpy(), model)
         log_abs_F, b_min, b_max, speed2, slope = (res[:, k].tolist() for k in range(5))
     else:
-        log_abs_F, b_min, b_max, speed2, slope = _bulk_field_stats(X, A, V, a, w, model)
+        log_abs_F, b_min, b_max, speed2, slope = bulk_field_stats(X, A, V, a, w, model)
     order = torch.linalg.vector_norm((a[:, None] * X).sum(-2), dim=-1).tolist()
     x64 = X.to(torch.float64)
     tot = x64.sum(-2)
@@ -549,27 +549,6 @@ def _bulk_chunk(
         }
         for s in range(S)
     ]
-
-
-def _bulk_field_stats(
-    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str
-) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
-    """``log|F|``, ``min/max log b``, ``||v||^2_mu``, ``log|dF|`` of each state through batched
-    :class:`~attnflow.dynamics.fields.FieldStats` (one dense pass gives the means ``m_hi``)."""
-    keys = torch.einsum("snd,shed->shne", X, A)  # A_h x_j, (S, H, N, d)
-    scores = X.unsqueeze(1) @ keys.transpose(-1, -2) + torch.log(a)  # (S, H, N, N)
-    logZ = torch.logsumexp(scores, dim=-1)
-    m = torch.exp(scores - logZ.unsqueeze(-1)) @ X.unsqueeze(1)  # (S, H, N, d)
-    out_A = m @ A.transpose(-1, -2)
-    out_V = out_A if V is None else m @ V.transpose(-1, -2)
-    log_w = torch.log(w)
-    st = FieldStats(out=out_A, logZ=logZ, log_w=log_w)
-    v = FieldStats(out=out_V, logZ=logZ, log_w=log_w).velocity(X, model)
-    log_b = st.log_mobility()
-    return (
-        st.log_abs_energy(a).tolist(), log_b.amin(-1).tolist(), log_b.amax(-1).tolist(),
-        st.speed_sq(v, a).tolist(), st.log_slope(X, a).tolist(),
-    )  # fmt: skip
 
 
 def _gram_torch(X: torch.Tensor, eps: float) -> tuple[list[float], list[float]]:

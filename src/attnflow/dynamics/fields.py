@@ -418,3 +418,26 @@ def metric_speed(
     vt = to_tensor(v, dtype=xt.dtype)
     st = field_stats(xt, heads, a, w, values=False)
     return like(torch.sqrt(st.speed_sq(vt, a)), x)
+
+
+def bulk_field_stats(
+    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+    """``log|F|``, ``min/max log b``, ``||v||^2_mu``, ``log|dF|`` of each state through batched
+    :class:`FieldStats` (one dense pass gives the means ``m_hi``); ``X`` ``(S, N, d)`` the saved states,
+    ``A``/``V`` ``(S, H, d, d)``. Here, beside the field, so the kernel is written once (the bulk
+    diagnostics of saved states call it)."""
+    keys = torch.einsum("snd,shed->shne", X, A)  # A_h x_j, (S, H, N, d)
+    scores = X.unsqueeze(1) @ keys.transpose(-1, -2) + torch.log(a)  # (S, H, N, N)
+    logZ = torch.logsumexp(scores, dim=-1)
+    m = torch.exp(scores - logZ.unsqueeze(-1)) @ X.unsqueeze(1)  # (S, H, N, d)
+    out_A = m @ A.transpose(-1, -2)
+    out_V = out_A if V is None else m @ V.transpose(-1, -2)
+    log_w = torch.log(w)
+    st = FieldStats(out=out_A, logZ=logZ, log_w=log_w)
+    v = FieldStats(out=out_V, logZ=logZ, log_w=log_w).velocity(X, model)
+    log_b = st.log_mobility()
+    return (
+        st.log_abs_energy(a).tolist(), log_b.amin(-1).tolist(), log_b.amax(-1).tolist(),
+        st.speed_sq(v, a).tolist(), st.log_slope(X, a).tolist(),
+    )  # fmt: skip

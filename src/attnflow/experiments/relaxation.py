@@ -2189,8 +2189,9 @@ def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Prog
         progress(2, 3, "checks")
     L = {k: [_length_at(law, T) for T in t_ends] for k, law in laws.items()}
     Lc = {k: [_length_at(law, T, "closed_form") for T in t_ends] for k, law in laws.items()}
-    frac = {k: (v[-1] - v[-2]) / v[-1] for k, v in L.items()}
-    growth = {k: v[-1] / v[-2] for k, v in L.items()}
+    # A law at rest (amplitude 0, a negative control) has no length at all: its last doubling adds nothing.
+    frac = {k: (v[-1] - v[-2]) / v[-1] if v[-1] > 0 else 0.0 for k, v in L.items()}
+    growth = {k: v[-1] / v[-2] if v[-2] > 0 else 1.0 for k, v in L.items()}
     Ts = ", ".join(f"{T:g}" for T in t_ends)
     show = lambda k, src: ", ".join(fmt(v) for v in src[k])
     rough = finite_h_path_length(procs["ou"], t_ends, _seeds(seed)[5] + 2)
