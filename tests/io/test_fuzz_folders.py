@@ -35,7 +35,7 @@ zygote, _use_zygote, finished = _harness.zygote, _harness._use_zygote, _harness.
 #: without using CPU); the work itself is bounded by the zygote's 10 s CPU limit, the wall clock is
 #: looser so that a loaded CI machine does not fail a correct command.
 WALL = 30
-DEFAULT_EXAMPLES = int(os.environ.get("ATTNFLOW_FUZZ_EXAMPLES", "60"))
+DEFAULT_EXAMPLES = int(os.environ.get("ATTNFLOW_FUZZ_EXAMPLES", "200"))
 SLOW_EXAMPLES = 1000
 OUTCOMES: collections.Counter[str] = collections.Counter()
 

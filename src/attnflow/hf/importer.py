@@ -300,8 +300,9 @@ def _read_config(folder: Path):
     try:
         with no_answers():
             return AutoConfig.from_pretrained(str(folder), **SAFE_LOAD)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise HFImportError(f"{str(cfg)!r} is not a usable model config ({e})") from e
+    except Exception as e:  # transformers and huggingface_hub validate fields with their own error types
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise HFImportError(f"{str(cfg)!r} is not a usable model config ({type(e).__name__}: {why})") from e
 
 
 def load_model(path_or_name: str | os.PathLike, *, local_files_only: bool = True):

@@ -125,9 +125,12 @@ def _array(store: Path, name: str, spec: object) -> tuple[int, int, str, bool]:
         raise UnsafeInputError(f"{where} declares an unknown memory order.")
     comp = spec.get("compressor")
     if comp is not None and not (
-        isinstance(comp, dict) and comp.get("id") == "blosc" and comp.get("cname") in BLOSC_CNAMES
+        isinstance(comp, dict)
+        and comp.get("id") == "blosc"
+        and isinstance(comp.get("cname"), str)
+        and comp["cname"] in BLOSC_CNAMES
     ):
-        shown = comp.get("id") if isinstance(comp, dict) else comp
+        shown = " ".join(str(comp.get(k)) for k in ("id", "cname") if k in comp) if isinstance(comp, dict) else comp
         raise UnsafeInputError(
             f"{where} is compressed with {str(shown)[:40]!r}, outside the codecs attnflow reads (Blosc or none)."
         )
