@@ -10,6 +10,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 import attnflow.analysis.diagnostics as diag
+import attnflow.analysis.grid as grid
 from attnflow import tokens
 from attnflow.analysis.diagnostics import count_clusters, pairwise_inner
 from attnflow.core.heads import Heads, identity_heads
@@ -93,7 +94,7 @@ def test_grid_cluster_count_matches_dense(d):
 @pytest.mark.parametrize("small_work", [0, 10**9])
 def test_grid_cluster_count_both_pair_checks(monkeypatch, small_work):
     """Every candidate cell pair decided one by one (KD-tree / block) or all at once (vectorised)."""
-    monkeypatch.setattr(diag, "_SMALL_PAIR_WORK", small_work)
+    monkeypatch.setattr(grid, "_SMALL_PAIR_WORK", small_work)  # the grid method lives in analysis.grid
     rng = np.random.default_rng(7)
     eps = 1e-3
     r = math.sqrt(2 * eps)

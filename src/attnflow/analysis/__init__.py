@@ -1,17 +1,28 @@
 """What is measured on states and trajectories: diagnostics and clusters (:mod:`.diagnostics`), the
 energy-dissipation budget (:mod:`.edi`), limits and stationarity (:mod:`.limits`), Wasserstein
 distances (:mod:`.distances`), stationary points classified (:mod:`.stationary`) and metastable
-plateaus (:mod:`.metastability`)."""
+plateaus (:mod:`.metastability`).
 
-from attnflow.analysis.diagnostics import DIAGNOSTICS, count_clusters, state_diagnostics
-from attnflow.analysis.distances import (
-    DistanceResult,
-    wasserstein_sphere,
-    weighted_wasserstein,
-    weighted_wasserstein_bounds,
-)
-from attnflow.analysis.edi import EDIBudget, edi_budget
-from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length
+Loaded on first use (PEP 562), so that the torch-free parts (the budget of a saved run,
+:mod:`.budget`; the grid cluster labels, :mod:`.grid`) can be read without torch (issue 43:
+``attnflow report`` of a finished run).
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["DIAGNOSTICS", "count_clusters", "state_diagnostics"], "attnflow.analysis.diagnostics"),
+    **dict.fromkeys(
+        ["DistanceResult", "wasserstein_sphere", "weighted_wasserstein", "weighted_wasserstein_bounds"],
+        "attnflow.analysis.distances",
+    ),
+    **dict.fromkeys(["EDIBudget", "edi_budget"], "attnflow.analysis.budget"),
+    **dict.fromkeys(["PathLength", "Stationarity", "stationarity", "weight_path_length"], "attnflow.analysis.limits"),
+}
 
 __all__ = [
     "DIAGNOSTICS",
@@ -28,3 +39,27 @@ __all__ = [
     "weighted_wasserstein",
     "weighted_wasserstein_bounds",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attnflow.analysis' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if _TYPE_CHECKING:
+    from attnflow.analysis.budget import EDIBudget, edi_budget
+    from attnflow.analysis.diagnostics import DIAGNOSTICS, count_clusters, state_diagnostics
+    from attnflow.analysis.distances import (
+        DistanceResult,
+        wasserstein_sphere,
+        weighted_wasserstein,
+        weighted_wasserstein_bounds,
+    )
+    from attnflow.analysis.limits import PathLength, Stationarity, stationarity, weight_path_length

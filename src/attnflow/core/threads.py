@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -124,10 +125,26 @@ class ThreadPolicy:
 
     @contextlib.contextmanager
     def applied(self, pairs: float) -> Iterator[int]:
-        """Run the block with :meth:`for_work` threads in torch; restore the previous count after."""
-        import torch
+        """Run the block with :meth:`for_work` threads in torch; restore the previous count after.
 
+        When torch is not loaded yet the block may never need it (``report`` and ``plot`` of a finished
+        run read NumPy arrays: importing torch here cost them ~3 s of CPU, issue 43): torch is not
+        imported; ``OMP_NUM_THREADS`` is set to the count for the block instead, which a torch imported
+        inside the block starts with.
+        """
         n = self.for_work(pairs)
+        torch = sys.modules.get("torch")
+        if torch is None:
+            previous = os.environ.get("OMP_NUM_THREADS")
+            os.environ["OMP_NUM_THREADS"] = str(n)  # as set_num_threads below would, over the user's value
+            try:
+                yield n
+            finally:
+                if previous is None:
+                    os.environ.pop("OMP_NUM_THREADS", None)
+                else:
+                    os.environ["OMP_NUM_THREADS"] = previous
+            return
         before = torch.get_num_threads()
         if n != before:
             torch.set_num_threads(n)

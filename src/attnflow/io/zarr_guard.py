@@ -212,8 +212,10 @@ def check_store(store: str | os.PathLike, budget: float | None = None) -> None:
 
 def open_store(store: str | os.PathLike, budget: float | None = None) -> xr.Dataset:
     """``xarray.open_zarr`` of an attnflow store, after :func:`check_store`, reading exactly the
-    checked metadata (format 2, consolidated); lazy, as ``open_zarr`` is."""
+    checked metadata (format 2, consolidated); lazy, as ``open_zarr`` is, without dask (``chunks=None``:
+    every caller loads what it reads at once, and asking xarray for dask chunks loads dask's entry
+    points, ``distributed`` included, about 1.5 s of CPU for nothing: issue 43)."""
     check_store(store, budget)
     import xarray as xr
 
-    return xr.open_zarr(store, zarr_format=2, consolidated=True)
+    return xr.open_zarr(store, zarr_format=2, consolidated=True, chunks=None)

@@ -15,3 +15,6 @@ MOVEMENT: tuple[str, ...] = ("jko",)
 ADAPTIVE_NAMES: tuple[str, ...] = ("bosh3", "dopri5", "dop853")
 #: Every method name, in the order of ``attnflow.schemes.integrators.METHODS``.
 METHOD_NAMES: tuple[str, ...] = (*FIXED_STEP, *MOVEMENT, *ADAPTIVE_NAMES)
+#: Classical order of each method (an adaptive pair: that of the solution it keeps), the ``order`` of
+#: the steppers in :mod:`attnflow.schemes.integrators`; read by the budget of a saved run without torch.
+METHOD_ORDER: dict[str, int] = {"euler": 1, "heun": 2, "rk4": 4, "jko": 1, "bosh3": 3, "dopri5": 5, "dop853": 8}

@@ -11,19 +11,18 @@ Below: the run's config and provenance.
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import plotly.graph_objects as go
 import yaml
-from plotly.subplots import make_subplots
 
 from attnflow._version import __version__
-from attnflow.analysis.edi import edi_budget
-from attnflow.analysis.stationary import ended_at
+from attnflow.analysis.budget import edi_budget
 from attnflow.core.errors import InputError
 from attnflow.core.text import html_text
 from attnflow.io.lock import output_lock
@@ -38,6 +37,9 @@ from attnflow.viz.views import (
     speed_equals_slope,
     view3d,
 )
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 REPORT = "report.html"
 
@@ -83,25 +85,22 @@ def frame_indices(n_saved: int, max_frames: int) -> np.ndarray:
     return np.unique(np.linspace(0, n_saved - 1, min(n_saved, max_frames)).round().astype(int))
 
 
-def _sphere_wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 61) -> go.Scatter3d:
-    """Meridians and parallels of the unit sphere as one line trace (``None`` breaks the line)."""
-    xs: list[float | None] = []
-    ys: list[float | None] = []
-    zs: list[float | None] = []
+def _sphere_wireframe(n_lat: int = 9, n_lon: int = 12, pts: int = 61) -> dict[str, Any]:
+    """Meridians and parallels of the unit sphere as one line trace (``NaN`` breaks the line)."""
+    segs = []
     s = np.linspace(0, 2 * np.pi, pts)
     for lat in np.linspace(-np.pi / 2, np.pi / 2, n_lat)[1:-1]:
-        xs += list(np.cos(lat) * np.cos(s)) + [None]
-        ys += list(np.cos(lat) * np.sin(s)) + [None]
-        zs += list(np.full(pts, np.sin(lat))) + [None]
+        segs.append(np.stack([np.cos(lat) * np.cos(s), np.cos(lat) * np.sin(s), np.full(pts, np.sin(lat))], -1))
     half = np.linspace(-np.pi / 2, np.pi / 2, pts)
     for lon in np.linspace(0, 2 * np.pi, n_lon, endpoint=False):
-        xs += list(np.cos(half) * np.cos(lon)) + [None]
-        ys += list(np.cos(half) * np.sin(lon)) + [None]
-        zs += list(np.sin(half)) + [None]
-    return go.Scatter3d(
-        x=xs,
-        y=ys,
-        z=zs,
+        segs.append(np.stack([np.cos(half) * np.cos(lon), np.cos(half) * np.sin(lon), np.sin(half)], -1))
+    gap = np.full((1, 3), np.nan)
+    xyz = np.concatenate([part for seg in segs for part in (seg, gap)]).astype(np.float32)
+    return dict(
+        type="scatter3d",
+        x=xyz[:, 0],
+        y=xyz[:, 1],
+        z=xyz[:, 2],
         mode="lines",
         line=dict(color="#d0d0d0", width=1),
         hoverinfo="skip",
@@ -117,11 +116,13 @@ def token_sizes(labels: np.ndarray, a: np.ndarray, size: float) -> np.ndarray:
     return size * np.maximum(mass * len(labels), 1e-12) ** 0.25
 
 
-def _tokens_trace(xyz: np.ndarray, labels: np.ndarray, colours: list[str], sizes: np.ndarray) -> go.Scatter3d:
-    return go.Scatter3d(
-        x=xyz[:, 0].astype(np.float32),
-        y=xyz[:, 1].astype(np.float32),
-        z=xyz[:, 2].astype(np.float32),
+def _tokens_trace(xyz: np.ndarray, labels: np.ndarray, colours: list[str], sizes: np.ndarray) -> dict[str, Any]:
+    xyz = np.asarray(xyz, dtype=np.float32)
+    return dict(
+        type="scatter3d",
+        x=xyz[:, 0],
+        y=xyz[:, 1],
+        z=xyz[:, 2],
         mode="markers",
         marker=dict(size=np.round(sizes, 2).astype(np.float32), color=colours, line=dict(width=0)),
         customdata=labels.astype(np.int32),
@@ -135,8 +136,9 @@ def _positive(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a) & (a > 0), a, np.nan)
 
 
-def _marker_trace(t: float, lo: float, hi: float, row_name: str) -> go.Scatter:
-    return go.Scatter(
+def _marker_trace(t: float, lo: float, hi: float, row_name: str) -> dict[str, Any]:
+    return dict(
+        type="scatter",
         x=[t, t],
         y=[lo, hi],
         mode="lines",
@@ -167,8 +169,21 @@ def report_figure(
     """The interactive figure of :func:`write_report` (a ``plotly.graph_objects.Figure`` with frames).
 
     At most ``max_tokens`` tokens are drawn (a fixed random subset); their cluster colours and the
-    cluster counts come from the whole cloud.
+    cluster counts come from the whole cloud. The same figure as :func:`report_spec`, checked by plotly
+    (the page itself writes the spec unchecked: checking the frames costs seconds, issue 43).
     """
+    import plotly.graph_objects as go
+
+    return go.Figure(report_spec(traj, max_frames=max_frames, marker_size=marker_size, max_tokens=max_tokens))
+
+
+def report_spec(
+    traj: Trajectory, *, max_frames: int = 200, marker_size: float = 4.0, max_tokens: int = MAX_TOKENS
+) -> dict[str, Any]:
+    """The figure of :func:`write_report` as plain data: ``{"data", "layout", "frames"}`` in plotly's
+    figure schema, NumPy arrays where plotly takes arrays (see :func:`report_figure` for the arguments)."""
+    from plotly.subplots import make_subplots
+
     idx = frame_indices(len(traj.t), max_frames)
     shown = token_subset(traj.N, max_tokens)
     view = view3d(traj.x)
@@ -191,6 +206,8 @@ def report_figure(
     if budget is not None:
         titles.append(f"energy-dissipation budget, cumulated (residual {budget.total_residual:.2e})")
     titles.append("weights' path ‖A_h(t)‖_F" + (" (dashed: ‖V_h‖_F)" if traj.V is not None else ""))
+    # The layout (subplot domains, titles, axes) comes from plotly's make_subplots; the traces and
+    # frames are plain dicts placed on its axes (plotly's checks of the frames cost seconds).
     fig = make_subplots(
         rows=n_rows,
         cols=2,
@@ -200,12 +217,26 @@ def report_figure(
         specs=[[{"type": "scene", "rowspan": n_rows}, {"type": "xy"}]] + [[None, {"type": "xy"}]] * (n_rows - 1),
         subplot_titles=titles,
     )
-    if view.on_sphere:
-        fig.add_trace(_sphere_wireframe(), row=1, col=1)
-    token_trace = len(fig.data)
-    fig.add_trace(_tokens_trace(view.xyz[idx[0]][shown], labels[0], colours, sizes[0]), row=1, col=1)
+    data: list[dict[str, Any]] = []
 
-    t = traj.t
+    def add(trace: dict[str, Any], row: int) -> int:
+        """Place ``trace`` on the panel of ``row`` in the right column; its index in ``data``."""
+        sub = fig.get_subplot(row, 2)
+        data.append(
+            {
+                **trace,
+                "xaxis": sub.xaxis.plotly_name.replace("axis", ""),
+                "yaxis": sub.yaxis.plotly_name.replace("axis", ""),
+            }
+        )
+        return len(data) - 1
+
+    if view.on_sphere:
+        data.append({**_sphere_wireframe(), "scene": "scene"})
+    token_trace = len(data)
+    data.append({**_tokens_trace(view.xyz[idx[0]][shown], labels[0], colours, sizes[0]), "scene": "scene"})
+
+    t = np.asarray(traj.t, dtype=np.float64)
     ranges: list[tuple[float, float, str]] = []  # y extent of each panel, for its time marker
     for r, (names, _, log) in enumerate(panels, start=1):
         vals = []
@@ -215,8 +246,9 @@ def report_figure(
             y = np.asarray(traj.diagnostics[name], dtype=np.float64)
             y = _positive(y) if log else np.where(np.isfinite(y), y, np.nan)
             vals.append(y)
-            fig.add_trace(
-                go.Scatter(
+            add(
+                dict(
+                    type="scatter",
                     x=t,
                     y=y,
                     mode="lines",
@@ -224,8 +256,7 @@ def report_figure(
                     legendgroup=name,
                     line=dict(color=_CURVE_COLOURS.get(name), width=1.8),
                 ),
-                row=r,
-                col=2,
+                r,
             )
         if log:
             fig.update_yaxes(type="log", nticks=4, row=r, col=2)
@@ -234,25 +265,25 @@ def report_figure(
     if budget is not None:
         r = len(panels) + 1
         for key, name, colour in _EDI_CURVES:
-            y = budget.cumulative[key]
-            fig.add_trace(
-                go.Scatter(
+            add(
+                dict(
+                    type="scatter",
                     x=budget.t,
-                    y=y,
+                    y=budget.cumulative[key],
                     mode="lines",
                     name=name,
                     line=dict(color=colour, width=1.6, dash="solid" if key == "residual" else "dash"),
                 ),
-                row=r,
-                col=2,
+                r,
             )
         fig.update_yaxes(title_text="cumulated", row=r, col=2)
         ranges.append(_extent([budget.cumulative[k] for k, _, _ in _EDI_CURVES], "edi"))
     norms = head_norms(traj)
     for h in range(traj.H):
         colour = PALETTE[h % len(PALETTE)]
-        fig.add_trace(
-            go.Scatter(
+        add(
+            dict(
+                type="scatter",
                 x=t,
                 y=norms["A"][:, h],
                 mode="lines",
@@ -262,12 +293,12 @@ def report_figure(
                 showlegend=False,
                 hovertemplate=f"head {h}: " + "%{y:.4g}<extra></extra>",
             ),
-            row=n_rows,
-            col=2,
+            n_rows,
         )
         if "V" in norms:
-            fig.add_trace(
-                go.Scatter(
+            add(
+                dict(
+                    type="scatter",
                     x=t,
                     y=norms["V"][:, h],
                     mode="lines",
@@ -276,16 +307,14 @@ def report_figure(
                     name=f"V head {h}",
                     hovertemplate=f"V head {h}: " + "%{y:.4g}<extra></extra>",
                 ),
-                row=n_rows,
-                col=2,
+                n_rows,
             )
     fig.update_yaxes(title_text="‖A_h‖_F", row=n_rows, col=2)
     ranges.append(_extent([n for n in norms.values()], "weights"))
 
-    marker_traces = []
-    for r, (lo, hi, name) in enumerate(ranges, start=1):
-        marker_traces.append(len(fig.data))
-        fig.add_trace(_marker_trace(float(t[idx[0]]), lo, hi, name), row=r, col=2)
+    marker_traces = [
+        add(_marker_trace(float(t[idx[0]]), lo, hi, name), r) for r, (lo, hi, name) in enumerate(ranges, start=1)
+    ]
     for r in range(1, n_rows + 1):
         # one time axis for all panels: zooming one zooms all
         fig.update_xaxes(matches=None if r == 1 else "x", row=r, col=2, showticklabels=(r == n_rows))
@@ -293,17 +322,16 @@ def report_figure(
 
     frames = []
     for k, lab, full, size in zip(idx, labels, all_labels, sizes):
-        data = [_tokens_trace(view.xyz[k][shown], lab, colours, size)]
-        data += [_marker_trace(float(t[k]), lo, hi, name) for lo, hi, name in ranges]
+        frame_data = [_tokens_trace(view.xyz[k][shown], lab, colours, size)]
+        frame_data += [_marker_trace(float(t[k]), lo, hi, name) for lo, hi, name in ranges]
         frames.append(
-            go.Frame(
-                data=data,
+            dict(
+                data=frame_data,
                 traces=[token_trace] + marker_traces,
                 name=str(int(k)),
-                layout=dict(title_text=_title(traj, k, full, len(shown))),
+                layout=dict(title=dict(text=_title(traj, k, full, len(shown)))),
             )
         )
-    fig.frames = frames
 
     step_args = lambda name: [
         [name],
@@ -328,6 +356,9 @@ def report_figure(
             **{k: dict(range=list(r)) for k, r in zip(("xaxis", "yaxis", "zaxis"), _scene_ranges(view))},
         ),
         uirevision="keep-camera",
+    )
+    # the play button and the time slider as plain data (plotly's checks of 200 slider steps cost ~0.3 s)
+    controls = dict(
         updatemenus=[
             dict(
                 type="buttons",
@@ -380,7 +411,7 @@ def report_figure(
             )
         ],
     )
-    return fig
+    return {"data": data, "layout": {**fig.layout.to_plotly_json(), **controls}, "frames": frames}
 
 
 def _scene_ranges(view) -> list[tuple[float, float]]:
@@ -437,28 +468,144 @@ th, td {{ text-align: left; padding: 0.15em 0.8em; border-bottom: 1px solid #eee
 <div><h2>Config</h2>{config}</div>
 <div><h2>Provenance</h2>{provenance}</div>
 </div>
-<p><small>Written by attnflow {version}. Self-contained: plotly.js is embedded; no network is needed.</small></p>
+<p><small>Written by attnflow {version}. Self-contained: plotly.js and the data are embedded, once each; no network is needed.</small></p>
 </body>
 </html>
 """
 
 
-def report_html(
-    traj: Trajectory, *, title: str | None = None, max_frames: int = 200, max_tokens: int = MAX_TOKENS
-) -> str:
-    """The whole page as a string (plotly.js inlined)."""
-    fig = report_figure(traj, max_frames=max_frames, max_tokens=max_tokens)
-    figure = fig.to_html(
-        full_html=False,
-        include_plotlyjs=True,
-        auto_play=False,
-        div_id="attnflow-report",
-        config={"displaylogo": False, "responsive": True},
+#: Arrays with at least this many entries go once into the page's shared table and are referenced
+#: from the figure (the token colours of every frame, the time axis of every curve): one copy each.
+SHARED_MIN_LENGTH = 16
+#: The element ids of the figure and of its data on the page.
+DIV_ID = "attnflow-report"
+
+# plotly.js decodes typed arrays written as {"dtype", "bdata"} (base64): 4 bytes a float32 instead of
+# ~10 characters of decimal text, and no float formatting in Python.
+_BDATA = {"f8": "<f8", "f4": "<f4", "i4": "<i4"}
+
+_DRAW = """<script>
+(function () {
+  "use strict";
+  const shared = JSON.parse(document.getElementById("DIV-shared").textContent);
+  // {"$ref": i} is entry i of the shared table: the same object wherever it is used
+  const fig = JSON.parse(document.getElementById("DIV-figure").textContent, function (key, value) {
+    return value !== null && typeof value === "object" && typeof value.$ref === "number" && Object.keys(value).length === 1
+      ? shared[value.$ref]
+      : value;
+  });
+  window.PLOTLYENV = window.PLOTLYENV || {};
+  Plotly.newPlot("DIV", fig.data, fig.layout, {displaylogo: false, responsive: true}).then(function () {
+    return Plotly.addFrames("DIV", fig.frames);
+  });
+})();
+</script>"""
+
+
+def _array_json(a: np.ndarray) -> Any:
+    """A NumPy array as plotly.js's typed-array object (``float64``, ``float32``, ``int32``), else a list."""
+    if a.ndim != 1 or a.dtype.kind not in "fiub":
+        return _plain(a.tolist())
+    if a.dtype.kind in "iub":
+        a = a.astype(np.int32) if a.size == 0 or (a.min() >= -(2**31) and a.max() < 2**31) else a.astype(np.float64)
+    code = "f4" if a.dtype == np.float32 else "i4" if a.dtype == np.int32 else "f8"
+    raw = np.ascontiguousarray(a, dtype=_BDATA[code]).tobytes()
+    return {"dtype": code, "bdata": base64.b64encode(raw).decode("ascii")}
+
+
+def _plain(v: Any) -> Any:
+    """``v`` with non-finite floats as ``null`` (JSON has no NaN) and NumPy scalars as Python numbers."""
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def pack_figure(spec: dict[str, Any], min_length: int = SHARED_MIN_LENGTH) -> tuple[list[Any], Any]:
+    """``(shared, figure)``: ``spec`` as JSON-ready data where every array of at least ``min_length``
+    entries is replaced by ``{"$ref": i}``, ``shared[i]`` holding it once however often it is used."""
+    shared: list[Any] = []
+    index: dict[Any, int] = {}
+
+    def ref(key: Any, value: Any) -> dict[str, int]:
+        if key not in index:
+            index[key] = len(shared)
+            shared.append(value)
+        return {"$ref": index[key]}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): walk(x) for k, x in v.items()}
+        if isinstance(v, np.ndarray):
+            enc = _array_json(v)
+            if v.size < min_length:
+                return enc
+            return ref(("array", json.dumps(enc, sort_keys=True)), enc)
+        if isinstance(v, (list, tuple)):
+            items = [walk(x) for x in v]
+            if len(items) >= min_length and all(isinstance(x, (str, int, float)) for x in items):
+                return ref(("list", json.dumps(items)), items)
+            return items
+        return _plain(v)
+
+    return shared, walk(spec)
+
+
+def _script_json(v: Any) -> str:
+    """``v`` as JSON that is safe inside ``<script>``: no ``<``, ``>`` or ``&`` appears raw (a string of
+    the run cannot close the element), and JSON.parse reads it unchanged."""
+    text = json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle shipped with the installed plotly (read from its package data: no network)."""
+    from importlib.resources import files
+
+    return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+
+
+def figure_html(spec: dict[str, Any]) -> str:
+    """The figure's part of the page: plotly.js once, the shared arrays once, the figure, and the call
+    that draws it (``Plotly.newPlot``, then the frames)."""
+    shared, figure = pack_figure(spec)
+    height = spec.get("layout", {}).get("height", 980)
+    return (
+        "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>\n"
+        f"<script>{plotly_js()}</script>\n"
+        f'<div id="{DIV_ID}" class="plotly-graph-div" style="height:{int(height)}px; width:100%;"></div>\n'
+        f'<script type="application/json" id="{DIV_ID}-shared">{_script_json(shared)}</script>\n'
+        f'<script type="application/json" id="{DIV_ID}-figure">{_script_json(figure)}</script>\n'
+        + _DRAW.replace("DIV", DIV_ID)
     )
+
+
+def report_html(
+    traj: Trajectory,
+    *,
+    title: str | None = None,
+    max_frames: int = 200,
+    max_tokens: int = MAX_TOKENS,
+    ended: str | None = None,
+) -> str:
+    """The whole page as a string (plotly.js and the data inlined, each once).
+
+    ``ended`` is the sentence on the final state (the run's ``summary.json`` holds it); without it the
+    state is classified here (:func:`attnflow.analysis.stationary.ended_at`, which needs torch).
+    """
+    spec = report_spec(traj, max_frames=max_frames, max_tokens=max_tokens)
+    figure = figure_html(spec)
+    if ended is None:
+        from attnflow.analysis.stationary import ended_at
+
+        ended = ended_at(traj)[1]
     d = traj.diagnostics
     summary = (
         f"{len(traj.t)} saved times from t = {traj.t[0]:.4g} to {traj.t[-1]:.4g}"
-        f" ({len(fig.frames)} shown on the slider). Energy {d['energy'][0]:.6g} &rarr; {d['energy'][-1]:.6g};"
+        f" ({len(spec['frames'])} shown on the slider). Energy {d['energy'][0]:.6g} &rarr; {d['energy'][-1]:.6g};"
         f" slope {d['slope'][0]:.3g} &rarr; {d['slope'][-1]:.3g}; clusters {int(d['clusters'][0])} &rarr;"
         f" {int(d['clusters'][-1])}."
     )
@@ -468,7 +615,7 @@ def report_html(
         summary += (
             f" Energy-dissipation budget ({html_text(b.method)}, dt = {b.dt:g}): residual {b.total_residual:.3e}{rel}."
         )
-    summary += f" Ended at: {html_text(ended_at(traj)[1])}."  # the final state classified (issue 29)
+    summary += f" Ended at: {html_text(ended)}."  # the final state classified (issue 29)
     if traj.N > max_tokens:
         summary += (
             f" The 3-D view draws {max_tokens:,} of the {traj.N:,} tokens (a fixed random subset;"
@@ -499,6 +646,17 @@ def report_html(
     )
 
 
+def _summary_ended(run: str | os.PathLike) -> str | None:
+    """The final state's sentence recorded in the run's ``summary.json`` (read after :func:`load` checked
+    the folder against its manifest), else ``None`` (then :func:`report_html` classifies the state)."""
+    from attnflow.io.summary import read_summary
+
+    s = read_summary(Path(run))
+    ended = s.get("ended_at") if s else None
+    text = ended.get("text") if isinstance(ended, dict) else None
+    return text if isinstance(text, str) else None
+
+
 def write_report(
     run: Trajectory | str | os.PathLike,
     out: str | os.PathLike | None = None,
@@ -525,13 +683,15 @@ def write_report(
             raise InputError("write_report(trajectory) needs out=PATH (a run folder gets RUN/report.html)")
         traj = run
         owned = False
+        ended = None
     else:
         traj = load(run)
+        ended = _summary_ended(run)
         owned = out is None or Path(out).resolve() == (Path(run) / REPORT).resolve()
         out = Path(run) / REPORT if out is None else out
     path = Path(out)
     check_file_out(path, "report", force=force, owned=owned)
-    page = report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens)
+    page = report_html(traj, title=title, max_frames=max_frames, max_tokens=max_tokens, ended=ended)
     with output_lock(path, what="report"):  # one writer: a second report of the same file is refused
         check_file_out(path, "report", force=force, owned=owned)
         with atomic_write(path) as fh:

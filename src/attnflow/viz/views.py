@@ -14,7 +14,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from attnflow.analysis.diagnostics import CLUSTER_GRID_MAX_DIM, GRAM_BLOCK_TOKENS, component_labels_grid
+from attnflow.analysis.grid import CLUSTER_GRID_MAX_DIM, GRAM_BLOCK_TOKENS, component_labels_grid
 from attnflow.io.trajectory import Trajectory
 
 # Okabe-Ito-like qualitative palette, readable on white and for colour-blind viewers.
