@@ -96,3 +96,36 @@ def test_a_tampered_summary_is_named(finished_run, tmp_path):
     (bad / "summary.json").write_text(text)
     r = front_door_probe(["show", str(bad)])
     assert r["exit"] != 0 and "summary.json" in r["output"], r["output"]
+
+
+def test_report_and_plot_of_a_finished_run_load_only_what_they_draw(finished_run, tmp_path):
+    """``report`` (HTML) imports neither torch, numba nor matplotlib; ``plot`` only matplotlib (issue 43).
+    Negative control: the same run without summary.json classifies its final state for the report,
+    which imports torch; the sentence on the page is the same."""
+    import json
+    import re
+    import shutil
+
+    from attnflow.bench.startup import DRAW_MAY_LOAD, draw_cases
+
+    cases = draw_cases(str(finished_run))
+    rep = front_door_probe(cases["attnflow report RUN"])
+    assert rep["exit"] == 0, rep["output"]
+    assert rep["heavy"] == list(DRAW_MAY_LOAD["report"]) == [], f"report imported {rep['heavy']}"
+    plot = front_door_probe(cases["attnflow plot RUN"])
+    assert plot["exit"] == 0, plot["output"]
+    assert plot["heavy"] == list(DRAW_MAY_LOAD["plot"]) == ["matplotlib"], f"plot imported {plot['heavy']}"
+
+    old = tmp_path / "old"
+    shutil.copytree(finished_run, old)
+    (old / "summary.json").unlink()
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["files"]["summary.json"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    slow = front_door_probe(["report", str(old), "--force"])
+    assert slow["exit"] == 0, slow["output"]
+    assert "torch" in slow["heavy"]
+    ended = lambda p: re.search(r"Ended at: ([^<]*)</p>", (p / "report.html").read_text()).group(1)
+    assert ended(finished_run) == ended(old) and len(ended(old)) > 10
+    print(f"report: {rep['cpu_s']:.2f} s CPU (no torch), {slow['cpu_s']:.2f} s CPU classifying the state with torch")
+    assert rep["cpu_s"] < slow["cpu_s"]

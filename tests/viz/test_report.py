@@ -157,3 +157,29 @@ def test_report_draws_a_subset_of_a_large_cloud_with_whole_cloud_clusters(traj3)
     assert np.array_equal(token_subset(5, 10), np.arange(5))
     with pytest.raises(ValueError, match="max_tokens"):
         token_subset(5, 0)
+
+
+def test_the_page_holds_plotly_js_and_each_array_once(traj3):
+    """Issue 43: plotly.js is inlined once, and an array used by several traces or frames (the token
+    colours of every frame, the time axis of every curve) is written once and referenced."""
+    import json
+
+    from attnflow.viz.report import pack_figure, report_html, report_spec
+
+    spec = report_spec(traj3, max_frames=8)
+    shared, fig = pack_figure(spec)
+    colour_refs = {json.dumps(f["data"][0]["marker"]["color"]) for f in fig["frames"]}
+    colour_refs.add(json.dumps(next(d for d in fig["data"] if d["name"] == "tokens")["marker"]["color"]))
+    assert len(colour_refs) == 1 and '"$ref"' in colour_refs.pop()  # one entry for all 9 uses
+    time_refs = {json.dumps(d["x"]) for d in fig["data"] if d["name"].startswith("head ")}
+    assert len(time_refs) == 1 and len(fig["frames"]) == 8
+    entries = [json.dumps(e, sort_keys=True) for e in shared]
+    assert len(entries) == len(set(entries))  # nothing shared twice
+    page = report_html(traj3, max_frames=8, ended="a state")
+    assert page.count("plotly.js v") == 1 and page.count("Plotly.newPlot(") == 1
+    colours = json.dumps(spec["frames"][0]["data"][0]["marker"]["color"], separators=(",", ":"))
+    assert page.count(colours) == 1
+    # negative control: without sharing, the colours are written once per frame and for the first trace
+    _, unshared = pack_figure(spec, min_length=10**9)
+    text = json.dumps(unshared, separators=(",", ":"))
+    assert text.count(colours) == len(spec["frames"]) + 1

@@ -101,3 +101,47 @@ def front_door_cpu_seconds(repeats: int = 3) -> dict[str, dict]:
             runs = [front_door_probe(args) for _ in range(repeats)]
             rows[label] = {"cpu_s": min(r["cpu_s"] for r in runs), "heavy": runs[0]["heavy"], "exit": runs[0]["exit"]}
     return rows
+
+
+#: ``attnflow report`` of the preset run must cost under this many CPU seconds (issue 43).
+REPORT_TARGET_CPU_S = 3.0
+#: Which of :data:`HEAVY_MODULES` drawing a finished run may load: the report writes HTML (none), the
+#: static figures are drawn by matplotlib.
+DRAW_MAY_LOAD: dict[str, tuple[str, ...]] = {"report": (), "plot": ("matplotlib",)}
+
+
+def draw_cases(run: str) -> dict[str, list[str]]:
+    """``report`` and ``plot`` of the finished run folder ``run`` (each replaces its own earlier output)."""
+    return {"attnflow report RUN": ["report", run], "attnflow plot RUN": ["plot", run]}
+
+
+def draw_cpu_seconds(repeats: int = 3, run: str | None = None) -> dict[str, dict]:
+    """Best-of-``repeats`` CPU seconds of :func:`draw_cases` in fresh interpreters, with the heavy modules
+    each loaded, the modules it may load (:data:`DRAW_MAY_LOAD`), the report's size in bytes and the
+    one-minute load average before the first measurement. ``run`` defaults to the preset run
+    (``attnflow run --preset ou``), made once in a temporary folder (about 15 s of CPU)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="attnflow-draw-") as tmp:
+        if run is None:
+            run = str(Path(tmp) / "ou")
+            made = front_door_probe(["run", "--preset", "ou", "--out", run, "--no-figures"])
+            if made["exit"] != 0:
+                raise RuntimeError(f"the preset run failed: {made['output'][-2000:]}")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        rows: dict[str, dict] = {}
+        for label, args in draw_cases(run).items():
+            runs = [front_door_probe(args) for _ in range(repeats)]
+            if runs[0]["exit"] != 0:
+                raise RuntimeError(f"{label} failed: {runs[0]['output'][-2000:]}")
+            rows[label] = {
+                "cpu_s": min(r["cpu_s"] for r in runs),
+                "heavy": runs[0]["heavy"],
+                "may_load": list(DRAW_MAY_LOAD[args[0]]),
+                "exit": runs[0]["exit"],
+                "load_average": load,
+            }
+        rows["attnflow report RUN"]["bytes"] = (Path(run) / "report.html").stat().st_size
+    return rows

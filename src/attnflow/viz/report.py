@@ -7,6 +7,10 @@ button. Right: energy ``F(mu_t, t)``, slope ``|dF|`` and metric speed ``|mu'|`` 
 ``gf``, where they are equal), cluster count, order parameter, the energy-dissipation budget (when
 the run recorded it) and the weights' path ``||A_h(t)||_F``, each with the current time marked.
 Below: the run's config and provenance.
+
+The page holds plotly.js once and each array once (:func:`pack_figure`); the figure is plain data
+(:func:`report_spec`), so that writing it needs neither torch nor plotly's checks of every frame
+(issue 43: the preset run's report went from 7-12 s of CPU to about 2 s).
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ def _marker_trace(t: float, lo: float, hi: float, row_name: str) -> dict[str, An
 
 
 #: Most tokens drawn in the 3-D view by default: beyond, a browser struggles and the file grows by
-#: about 14 bytes per token and frame; clusters are still computed on every token.
+#: about 23 bytes per token and frame; clusters are still computed on every token.
 MAX_TOKENS = 10_000
 
 
@@ -482,7 +486,8 @@ DIV_ID = "attnflow-report"
 
 # plotly.js decodes typed arrays written as {"dtype", "bdata"} (base64): 4 bytes a float32 instead of
 # ~10 characters of decimal text, and no float formatting in Python.
-_BDATA = {"f8": "<f8", "f4": "<f4", "i4": "<i4"}
+_BDATA = {"f8": "<f8", "f4": "<f4", "u1": "u1", "i2": "<i2", "i4": "<i4"}
+_INT_RANGES = {"u1": (0, 2**8 - 1), "i2": (-(2**15), 2**15 - 1), "i4": (-(2**31), 2**31 - 1)}
 
 _DRAW = """<script>
 (function () {
@@ -503,12 +508,15 @@ _DRAW = """<script>
 
 
 def _array_json(a: np.ndarray) -> Any:
-    """A NumPy array as plotly.js's typed-array object (``float64``, ``float32``, ``int32``), else a list."""
+    """A NumPy array as plotly.js's typed-array object (``float64``, ``float32``, or the narrowest of
+    ``uint8``, ``int16``, ``int32`` for integers), else a list."""
     if a.ndim != 1 or a.dtype.kind not in "fiub":
         return _plain(a.tolist())
-    if a.dtype.kind in "iub":
-        a = a.astype(np.int32) if a.size == 0 or (a.min() >= -(2**31) and a.max() < 2**31) else a.astype(np.float64)
-    code = "f4" if a.dtype == np.float32 else "i4" if a.dtype == np.int32 else "f8"
+    if a.dtype.kind in "iub":  # the narrowest type that holds the values (cluster labels: one byte mostly)
+        lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+        code = next((c for c, (cl, ch) in _INT_RANGES.items() if cl <= lo and hi <= ch), "f8")
+    else:
+        code = "f4" if a.dtype == np.float32 else "f8"
     raw = np.ascontiguousarray(a, dtype=_BDATA[code]).tobytes()
     return {"dtype": code, "bdata": base64.b64encode(raw).decode("ascii")}
 
@@ -673,8 +681,8 @@ def write_report(
     ``force`` and only when it is an attnflow report (:func:`attnflow.io.store.check_file_out`);
     a link is never written through.
     ``max_frames`` bounds the number of saved times on the slider (evenly spread) and ``max_tokens``
-    the tokens drawn, which bound the file size: about ``max_frames * min(N, max_tokens) * 14``
-    bytes on top of plotly.js (~4.5 MB).
+    the tokens drawn, which bound the file size: about ``max_frames * min(N, max_tokens) * 23``
+    bytes on top of plotly.js (4.8 MB, written once).
     """
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1; got {max_tokens}")
