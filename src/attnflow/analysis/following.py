@@ -22,12 +22,7 @@ import torch
 
 from attnflow.analysis.diagnostics import count_clusters
 from attnflow.analysis.limits import stationarity
-from attnflow.analysis.relaxation import (
-    ANTIPODAL_TOL,
-    antipodal_pair,
-    cluster_modes,
-    rest_pair,
-)
+from attnflow.analysis.relaxation import ANTIPODAL_TOL, antipodal_pair, cluster_modes, rest_pair
 from attnflow.core.geometry import geodesic_distance
 from attnflow.dynamics.fields import metric_speed
 from attnflow.dynamics.fields import velocity as field_velocity

@@ -45,18 +45,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnflow.analysis.relaxation import (
-    Settling,
-    Window,
-)
+from attnflow.analysis.relaxation import Settling, Window
 from attnflow.core.errors import InputError, NumericalError
 from attnflow.verdicts.margins import MIN_MARGIN, margin_above, margin_below
 from attnflow.verdicts.stats import AUTO_WINDOW_C, MIN_TAUS, integrated_time
 
 #: A lock-in fit needs a window of at least this many periods ``2 pi / omega``.
 MIN_PERIODS = 2.0
-
-
 #: Columns of the fit: constant, linear drift, cosine, sine.
 _COLUMNS = 4
 
@@ -172,13 +167,9 @@ def lockin_fit(
 #: this row only) until the settling window does. Four periods keep the cosine and sine columns nearly
 #: orthogonal to the drift columns and give the residuals' error estimate several correlation times.
 LOCKIN_PERIODS = 4.0
-
-
 #: Row #5: the oscillating run's lock-in amplitude exceeds ``LOCKIN_Z`` noise scales, the OU run's does not
 #: (stated before any run was measured with it; under no forcing ``P(A > 3 se) <= exp(-9)``, lockin module).
 LOCKIN_Z = 3.0
-
-
 #: The sequential lock-in's longest window, in periods: a compute budget, not a threshold. When neither test of
 #: row #5 decides over :data:`LOCKIN_PERIODS` periods, both runs (the oscillating run and its OU control) are
 #: continued so the lock-in window holds 2x, then 4x :data:`LOCKIN_PERIODS` (never beyond the run-length cap),

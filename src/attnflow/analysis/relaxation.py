@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,8 +32,6 @@ from attnflow.weights.processes import OrnsteinUhlenbeck
 #: The late window starts this many relaxation times into the run (e^-3: 5% of the energy's
 #: initial distance to its late level is left), and never before half of the run.
 WINDOW_TAUS = 3.0
-
-
 #: A window shorter than this many relaxation times cannot tell a floor from a slow approach.
 MIN_WINDOW_TAUS = 1.0
 
@@ -51,7 +48,7 @@ def relaxation_time(t: np.ndarray, energy: np.ndarray, tail: float = 0.1) -> flo
     return float(t[inside[0]]) if len(inside) else math.inf
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Window:
     """The late window ``[start, end]`` in units of the relaxation time ``tau``; ``ok`` when long enough."""
 
@@ -78,8 +75,6 @@ def late_window(t: np.ndarray, tau: float) -> Window:
 #: The cloud has settled when, over the late window, it stays within this fraction of its whole displacement
 #: of its final state, plus :data:`WANDER_FACTOR` times the wander scale of the heads' finite-H noise.
 SETTLED_FRACTION = 0.1
-
-
 #: The settling bound's allowance for the finite-H wander: :data:`WANDER_FACTOR` times ``w_H``, the rms over
 #: :data:`WANDER_REPLICAS` replicas of ``W2`` between the run's final cloud and a replica run with independent
 #: heads' noise from the run's state one memory time before the settling window (:func:`wander_scale`). A

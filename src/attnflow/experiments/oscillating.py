@@ -21,12 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from attnflow.analysis.laws import (
-    bures_wasserstein,
-    law_path_length,
-    length_at,
-    sym_vec,
-)
+from attnflow.analysis.laws import bures_wasserstein, law_path_length, length_at, sym_vec
 from attnflow.analysis.lockin import (
     LOCKIN_MAX_PERIODS,
     LOCKIN_PERIODS,
@@ -43,22 +38,10 @@ from attnflow.analysis.lockin import (
     sequential_lockin,
 )
 from attnflow.analysis.lockin import design as lockin_design
-from attnflow.analysis.relaxation import (
-    Settling,
-    Window,
-)
+from attnflow.analysis.relaxation import Settling, Window
 from attnflow.core.errors import InputError
-from attnflow.experiments.common import (
-    ExperimentResult,
-    Prediction,
-    Progress,
-    fmt,
-)
-from attnflow.experiments.relax_figures import (
-    figure_lockin,
-    figure_osc,
-    figure_snapshots,
-)
+from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt
+from attnflow.experiments.relax_figures import figure_lockin, figure_osc, figure_snapshots
 from attnflow.experiments.relax_runs import (
     FLOOR_FACTOR,
     HYPOTHESES,
@@ -83,19 +66,13 @@ from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Integrable: the last doubling of t_end adds less than this fraction of the path length.
 CONVERGED_FRACTION = 0.1
-
-
 #: Linear growth: doubling t_end multiplies the path length by a factor within this interval.
 LINEAR_RANGE = (1.8, 2.2)
-
-
 #: Brownian roughness: quartering the step doubles a Brownian path's length (exponent -1/2 in the
 #: step); the local exponent of length against step must lie in this interval. The steps are
 #: fractions of the heads' own correlation time ``1/rate`` (:data:`ROUGH_STEPS`), where the OU path
 #: is Brownian.
 ROUGH_EXPONENT = (-0.6, -0.4)
-
-
 ROUGH_STEPS = (0.1, 0.025, 0.00625)
 
 

@@ -21,11 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.analysis.following import (
-    FollowingScale,
-    following_scale,
-    rest_distance,
-)
+from attnflow.analysis.following import FollowingScale, following_scale, rest_distance
 from attnflow.analysis.limits import stationarity
 from attnflow.analysis.model_gap import field_gap, trajectory_gap
 from attnflow.analysis.relaxation import (
@@ -37,16 +33,8 @@ from attnflow.analysis.relaxation import (
     window_indices,
 )
 from attnflow.dynamics.infinite import GaussianHeads
-from attnflow.experiments.common import (
-    ExperimentResult,
-    Prediction,
-    Progress,
-    fmt,
-)
-from attnflow.experiments.relax_figures import (
-    figure_ou,
-    figure_snapshots,
-)
+from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt
+from attnflow.experiments.relax_figures import figure_ou, figure_snapshots
 from attnflow.experiments.relax_runs import (
     FLOOR_DRAWS,
     FLOOR_FACTOR,
@@ -64,11 +52,7 @@ from attnflow.experiments.relax_runs import (
     settled_runs,
     slope_floor,
 )
-from attnflow.experiments.settle_row import (
-    SETTLE_CONTINUATIONS,
-    settle_row,
-    undecided_looks,
-)
+from attnflow.experiments.settle_row import SETTLE_CONTINUATIONS, settle_row, undecided_looks
 from attnflow.io.store import trajectory_to_dataset
 from attnflow.verdicts.margins import MIN_MARGIN, margin_above, margin_below
 

@@ -7,13 +7,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from attnflow.analysis.lockin import (
-    amplitude_over,
-    lockin_scales,
-)
-from attnflow.experiments.relax_runs import (
-    FLOOR_FACTOR,
-)
+from attnflow.analysis.lockin import amplitude_over, lockin_scales
+from attnflow.experiments.relax_runs import FLOOR_FACTOR
 from attnflow.viz.plotting import snapshot_indices
 
 

@@ -37,9 +37,7 @@ import yaml
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.distances import wasserstein_sphere
-from attnflow.analysis.following import (
-    floor_scale,
-)
+from attnflow.analysis.following import floor_scale
 from attnflow.analysis.relaxation import (
     MIN_WINDOW_TAUS,
     WINDOW_TAUS,
@@ -54,12 +52,7 @@ from attnflow.analysis.relaxation import (
 from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
-from attnflow.experiments.common import (
-    ExperimentParams,
-    OscillatingSection,
-    Section,
-    fmt,
-)
+from attnflow.experiments.common import ExperimentParams, OscillatingSection, Section, fmt
 from attnflow.solve.ensemble import simulate_ensemble
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
@@ -69,8 +62,6 @@ from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
 #: ``1/sqrt(2 n)`` relative. At ``n = 4`` (until 2026-12-02 11:05) that is 35%, and a settled cloud fails the bound
 #: whenever ``w_H`` comes out below about 0.55 of its value (chi^2_4 < 1.2: 12% of looks); at 16, 18% and 0.3%.
 WANDER_REPLICAS = 16
-
-
 #: Slope floor: the late-window rms slope ``|dF|(mu_t, Theta_t)`` is "at the finite-H floor" when it is at
 #: most this multiple of the floor scale ``s_H`` (:func:`floor_scale`). A cloud sitting at the limit's
 #: stationary point feels exactly ``s_H`` (in rms) from the heads' finite-H fluctuation; following the
@@ -82,8 +73,6 @@ WANDER_REPLICAS = 16
 #: ``FLOOR_FACTOR`` times that scale, and the slope of the same run before it relaxed is not (the row's control,
 #: :func:`transient_window`, on the same scale).
 FLOOR_FACTOR = 2.0
-
-
 #: Independent draws of the ``H`` heads from the stationary law behind ``s_H``.
 FLOOR_DRAWS = 64
 

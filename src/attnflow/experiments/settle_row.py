@@ -25,9 +25,7 @@ from attnflow.analysis.relaxation import (
     settling,
     settling_window,
 )
-from attnflow.experiments.common import (
-    fmt,
-)
+from attnflow.experiments.common import fmt
 from attnflow.experiments.relax_runs import (
     RunLength,
     continue_ou,
@@ -45,16 +43,12 @@ from attnflow.weights.processes import OrnsteinUhlenbeck, Rotated
 #: and its control, continue and are judged again at the new settling window, at most this many times (stated
 #: before the confirming runs; each look is on a later, disjoint window with fresh replicas).
 SETTLE_CONTINUATIONS = 2
-
-
 #: The continuation's run length is capped at this multiple of the run-length cap (``max_extension x t_end``): a
 #: compute budget paid only by undecided sets (it lets a slow mode with ``4/g`` up to four times the cap be chased,
 #: or a late merge whose energy relaxes over ``tau ~ 80`` at the ``--quick`` sizes). 2 until 2026-12-02 11:25: at
 #: ``--seed 8`` sets 9 and 11 (``tau = 37``, ``1/g = 63``) and ``--seed 7`` set 19 (a two-cluster state that
 #: merged at ``t ~ 100``) the run needed ``T ~ 255-370`` and was reported inconclusive.
 SETTLE_CAP_FACTOR = 4.0
-
-
 #: Row #2's control turns the OU law at this fraction of the slowest rate ``g`` (:func:`control_turn`).
 CONTROL_TURN_FRACTION = 0.25
 
