@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ from attnflow.experiments.relax_runs import (
     HYPOTHESES,
     RUNS_NOTE,
     SEE_FIGURES,
+    RunLength,
     continue_both,
     floor_keys,
     floor_note,
@@ -61,6 +63,7 @@ from attnflow.experiments.relax_runs import (
     slope_floor,
 )
 from attnflow.io.store import trajectory_to_dataset
+from attnflow.io.trajectory import Trajectory
 from attnflow.verdicts.margins import margin_above, margin_below, margin_inside
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
@@ -304,31 +307,31 @@ class _OscRun:
     lock-in, the laws' path lengths, the windows every row and note reads."""
 
     cfg: dict[str, Any]
-    trajs: Any
-    fl: Any
-    window: Any
-    length: Any
-    st: Any
-    swin: Any
-    lk: Any
-    pos_empty: Any
-    omega: Any
-    g: Any
-    t_ends: Any
-    laws: Any
-    L: Any
-    Lc: Any
-    frac: Any
-    growth: Any
-    Ts: Any
-    show: Any
-    rough: Any
-    s_ou: Any
-    s_osc: Any
-    lk_osc: Any
-    lk_ou: Any
-    lk_scale: Any
-    lk_scale_ou: Any
+    trajs: dict[str, Trajectory]
+    fl: dict[str, Any]
+    window: Window
+    length: RunLength
+    st: dict[str, Any]
+    swin: Window
+    lk: dict[str, Any]
+    pos_empty: bool
+    omega: float
+    g: float
+    t_ends: list[float]
+    laws: dict[str, dict[str, np.ndarray]]
+    L: dict[str, list[float]]
+    Lc: dict[str, list[float]]
+    frac: dict[str, float]
+    growth: dict[str, float]
+    Ts: str
+    show: Callable[[str, dict[str, list[float]]], str]
+    rough: dict[str, Any]
+    s_ou: Settling
+    s_osc: Settling
+    lk_osc: LockIn
+    lk_ou: LockIn
+    lk_scale: float
+    lk_scale_ou: float
 
 
 def _measure_oscillating(cfg: dict[str, Any], seed: int, progress: Progress | None) -> _OscRun:

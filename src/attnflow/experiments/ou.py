@@ -23,11 +23,13 @@ import numpy as np
 
 from attnflow.analysis.following import FollowingScale, following_scale, rest_distance
 from attnflow.analysis.limits import stationarity
-from attnflow.analysis.model_gap import field_gap, trajectory_gap
+from attnflow.analysis.model_gap import TrajectoryGap, field_gap, trajectory_gap
 from attnflow.analysis.relaxation import (
     SETTLED_FRACTION,
     WANDER_FACTOR,
     WINDOW_TAUS,
+    Settling,
+    Window,
     settling_distances,
     transient_window,
     window_indices,
@@ -42,6 +44,7 @@ from attnflow.experiments.relax_runs import (
     RUNS_NOTE,
     SEE_FIGURES,
     WANDER_REPLICAS,
+    RunLength,
     floor_keys,
     floor_note,
     length_note,
@@ -52,9 +55,11 @@ from attnflow.experiments.relax_runs import (
     settled_runs,
     slope_floor,
 )
-from attnflow.experiments.settle_row import SETTLE_CONTINUATIONS, settle_row, undecided_looks
+from attnflow.experiments.settle_row import SETTLE_CONTINUATIONS, SettleStage, settle_row, undecided_looks
 from attnflow.io.store import trajectory_to_dataset
+from attnflow.io.trajectory import Trajectory
 from attnflow.verdicts.margins import MIN_MARGIN, margin_above, margin_below
+from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: Row 1 by position takes its control, the cloud before it relaxed, over ``[0, tau)``: a token's distance to its
 #: rest point is largest at the start and falls as the cloud collapses, so the rms over ``[0, tau)`` is at least the
@@ -176,46 +181,46 @@ class _OuRun:
     scales and windows every row and note reads."""
 
     cfg: dict[str, Any]
-    gap: Any
-    field_gaps: Any
-    law_inf: Any
-    slope_inf: Any
-    slope_0: Any
-    fl: Any
-    window: Any
-    length: Any
-    sq: Any
-    fin: Any
-    swin: Any
-    idx: Any
-    s_osc: Any
-    turned: Any
-    d: Any
-    win: Any
-    s_H: Any
-    fs: Any
-    scale: Any
-    scale_name: Any
-    rms_inf: Any
-    st_inf: Any
-    st_0: Any
-    tidx: Any
-    rms_tr: Any
-    st_tr: Any
-    fs_pos: Any
-    pidx: Any
-    pos: Any
-    traj: Any
-    osc: Any
-    ou: Any
-    o2: Any
-    c2: Any
-    sidx: Any
-    sidx_c: Any
-    w2_ou: Any
-    w2_c: Any
-    s_ou: Any
-    s_ctrl: Any
+    gap: TrajectoryGap
+    field_gaps: list[float]
+    law_inf: GaussianHeads
+    slope_inf: np.ndarray
+    slope_0: np.ndarray
+    fl: dict[str, Any]
+    window: Window
+    length: RunLength
+    sq: dict[str, Any]
+    fin: SettleStage
+    swin: Window
+    idx: np.ndarray
+    s_osc: Settling
+    turned: float
+    d: dict[str, np.ndarray]
+    win: str
+    s_H: float
+    fs: FollowingScale
+    scale: float
+    scale_name: str
+    rms_inf: float
+    st_inf: float
+    st_0: float
+    tidx: np.ndarray
+    rms_tr: float
+    st_tr: float
+    fs_pos: FollowingScale
+    pidx: np.ndarray
+    pos: dict[str, Any] | None
+    traj: Trajectory
+    osc: Trajectory
+    ou: OrnsteinUhlenbeck
+    o2: Trajectory
+    c2: Trajectory
+    sidx: np.ndarray
+    sidx_c: np.ndarray
+    w2_ou: np.ndarray
+    w2_c: np.ndarray
+    s_ou: Settling
+    s_ctrl: Settling
 
 
 def _measure_ou(cfg: dict[str, Any], seed: int, progress: Progress | None) -> _OuRun:
