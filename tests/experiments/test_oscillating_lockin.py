@@ -96,8 +96,9 @@ def test_no_relaxation_row_is_either_test_with_its_own_control():
     while the lock-in sees nothing, fails."""
     from types import SimpleNamespace
 
+    from attnflow.analysis.relaxation import Settling
     from attnflow.experiments.floors import Window
-    from attnflow.experiments.relaxation import Settling, _no_relaxation_row
+    from attnflow.experiments.oscillating import _no_relaxation_row
 
     def fit(amplitude: float, se: float = 0.01):
         return SimpleNamespace(amplitude=amplitude, se=se, periods=4.0, text=lambda: f"A = {amplitude}")

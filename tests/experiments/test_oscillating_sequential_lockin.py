@@ -11,15 +11,10 @@ import numpy as np
 import pytest
 from scipy.signal import lfilter
 
-from attnflow.experiments.common import MIN_MARGIN, margin_above
-from attnflow.experiments.floors import Window
-from attnflow.experiments.lockin import lockin_fit
-from attnflow.experiments.relaxation import (
+from attnflow.analysis.lockin import (
     LOCKIN_MAX_PERIODS,
     LOCKIN_PERIODS,
     LOCKIN_Z,
-    Settling,
-    _no_relaxation_row,
     lockin_decides,
     lockin_margins,
     lockin_scales,
@@ -27,6 +22,11 @@ from attnflow.experiments.relaxation import (
     position_margins,
     sequential_lockin,
 )
+from attnflow.analysis.relaxation import Settling
+from attnflow.experiments.common import MIN_MARGIN, margin_above
+from attnflow.experiments.floors import Window
+from attnflow.experiments.lockin import lockin_fit
+from attnflow.experiments.oscillating import _no_relaxation_row
 
 DT, OMEGA, PHI, SIGMA, M = 0.1, 1.3, 0.8, 0.5, 3
 #: Samples of the longest look (16 periods) and one more.

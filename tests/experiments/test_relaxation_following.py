@@ -12,19 +12,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from attnflow.analysis.following import floor_scale, following_scale, rest_distance
 from attnflow.analysis.limits import stationarity
+from attnflow.analysis.relaxation import cluster_modes, pair_modes, slow_rate
 from attnflow.core.heads import goe_heads
 from attnflow.dynamics.infinite import GaussianHeads
-from attnflow.experiments import relaxation
+from attnflow.experiments import settle_row
 from attnflow.experiments.floors import correlated_means
-from attnflow.experiments.relaxation import (
-    cluster_modes,
-    floor_scale,
-    following_scale,
-    pair_modes,
-    rest_distance,
-    slow_rate,
-)
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
@@ -286,7 +280,7 @@ def test_a_pair_held_off_its_rest_point_by_noise_is_still_a_pair_a_saddle_is_not
     sad = following_scale(saddle, ou, 16, 7)
     assert not sad.applies and sad.scale == sad.s_H and "a saddle" in sad.describe()
     # Row 2 calls the same clouds the same (its window in units of the pair's slowest mode; a saddle is no pair).
-    end = lambda c: relaxation._end_state(SimpleNamespace(x=c[None], diagnostics={"clusters": [2]}), ou, 0.5)
+    end = lambda c: settle_row._end_state(SimpleNamespace(x=c[None], diagnostics={"clusters": [2]}), ou, 0.5)
     clusters, antipodal, slow = end(cloud)
     assert antipodal and slow == pytest.approx(1.0 / fs.rates.min())
     assert end(saddle) == (2, False, 0.5)

@@ -1,4 +1,4 @@
-"""Issue 28, ``ou`` row #2 (the cloud settles) is sequential (:func:`relaxation.settle_row`): its control is the
+"""Issue 28, ``ou`` row #2 (the cloud settles) is sequential (:func:`settle_row.settle_row`): its control is the
 OU law turned at ``g / 4`` (a stationary point that keeps moving at a pace the cluster can follow), and an undecided
 look (a control not yet above the bound among them) continues both runs and judges them again; a moving cloud stays
 a FAIL at every look."""
@@ -8,11 +8,13 @@ import math
 import numpy as np
 import pytest
 
+from attnflow.analysis import relaxation as arelax
+from attnflow.analysis.relaxation import Settling
 from attnflow.dynamics.fields import velocity
-from attnflow.experiments import experiment_config, relaxation
+from attnflow.experiments import experiment_config, relax_runs, settle_row
 from attnflow.experiments.common import MIN_MARGIN
 from attnflow.experiments.floors import Window
-from attnflow.experiments.relaxation import SettleStage, Settling, control_turn
+from attnflow.experiments.settle_row import SettleStage, control_turn
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import Constant, Rotated
 
@@ -34,9 +36,9 @@ SLOW = [
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    relaxation._settle_row_cached.cache_clear()
+    settle_row._settle_row_cached.cache_clear()
     yield
-    relaxation._settle_row_cached.cache_clear()
+    settle_row._settle_row_cached.cache_clear()
 
 
 def _stage(ratio_ou: float, ratio_c: float, *, ok: bool = True, clusters: int = 1, antipodal: bool = False):
@@ -49,17 +51,17 @@ def _stage(ratio_ou: float, ratio_c: float, *, ok: bool = True, clusters: int = 
 
 def test_an_undecided_look_is_named_and_a_decided_one_is_not():
     # Decided: a clear PASS (control rejected), a clear FAIL of one cluster, a clear FAIL of an antipodal pair.
-    assert relaxation._undecided(_stage(0.5, 2.0)) == ""
-    assert relaxation._undecided(_stage(1.5, 2.0)) == ""
-    assert relaxation._undecided(_stage(1.5, 2.0, clusters=2, antipodal=True)) == ""
+    assert settle_row._undecided(_stage(0.5, 2.0)) == ""
+    assert settle_row._undecided(_stage(1.5, 2.0)) == ""
+    assert settle_row._undecided(_stage(1.5, 2.0, clusters=2, antipodal=True)) == ""
     # Undecided: a short window, either ratio within MIN_MARGIN of the bound, a FAIL at a saddle (2 clusters).
-    assert "window" in relaxation._undecided(_stage(0.5, 2.0, ok=False))
+    assert "window" in settle_row._undecided(_stage(0.5, 2.0, ok=False))
     for r in (1.0 - 0.5 * MIN_MARGIN, 1.0 + 0.5 * MIN_MARGIN):
-        assert "minimum margin" in relaxation._undecided(_stage(r, 2.0))
-        assert "control" in relaxation._undecided(_stage(0.5, r))
-    assert "saddle" in relaxation._undecided(_stage(1.5, 2.0, clusters=2))
+        assert "minimum margin" in settle_row._undecided(_stage(r, 2.0))
+        assert "control" in settle_row._undecided(_stage(0.5, r))
+    assert "saddle" in settle_row._undecided(_stage(1.5, 2.0, clusters=2))
     # A control below the bound: the turned law moves further in a longer window, so the row looks again.
-    assert "longer window" in relaxation._undecided(_stage(0.5, 0.5))
+    assert "longer window" in settle_row._undecided(_stage(0.5, 0.5))
     assert control_turn(0.8) == pytest.approx(0.2)
 
 
@@ -68,13 +70,13 @@ def test_the_turned_control_has_the_power_the_drawn_oscillating_run_lacks():
     bound on look 0's window and wander; the OU law turned at ``g / 4`` (same cloud, its own noise) is rejected with
     the margin at every look whose window is long enough, and it moved by about ``Omega L`` (the cluster keeps up)."""
     slow = experiment_config("ou", quick=True, sets=SLOW)
-    sq = relaxation.settle_row(slow, 4)
-    g = 1.0 / relaxation._run_length(slow, 4).tau_slow
+    sq = settle_row.settle_row(slow, 4)
+    g = 1.0 / relax_runs.run_length(slow, 4).tau_slow
     assert sq["turn"] == pytest.approx(0.25 * g)
     u, v = sq["plane"]
     assert abs(u @ v) < 1e-12 and np.linalg.norm(u) == pytest.approx(1.0)
     look0, fin = sq["stages"][0], sq["final"]
-    drawn = relaxation.settling(relaxation._runs(slow, 4)[0]["oscillating"], look0.window.start, look0.wander)
+    drawn = arelax.settling(relax_runs.pair_runs(slow, 4)[0]["oscillating"], look0.window.start, look0.wander)
     assert drawn.ratio < 1.0 - MIN_MARGIN  # the old control: no power
     # Look 0's window holds less than the pair's slowest mode (undecided); every look with a full window rejects
     # the turned control with the margin.
@@ -98,7 +100,7 @@ def test_a_cluster_keeps_up_with_a_law_turned_at_g_over_4_and_slips_beyond_g_ove
     degrees), and turns by ``Omega T`` minus that. The control: turned at ``g``, beyond the largest pull, it slips and
     advances at Adler's rate ``Omega - sqrt(Omega^2 - (g/2)^2)`` (0.134 g), not at ``Omega``."""
     A = np.diag([2.0, 1.0, 0.3])[None]
-    g = relaxation.slow_rate(A)
+    g = arelax.slow_rate(A)
     assert g == pytest.approx(1.0, rel=1e-6)
     e = np.eye(3)
     th = np.linspace(0.0, math.pi / 2, 721)
@@ -123,19 +125,19 @@ def test_a_cluster_keeps_up_with_a_law_turned_at_g_over_4_and_slips_beyond_g_ove
 
 def test_the_row_continues_only_while_undecided_and_stops_at_a_decision(monkeypatch):
     cfg = experiment_config("ou", quick=True, sets=SMALL)
-    sq = relaxation.settle_row(cfg, 0)
-    assert len(sq["stages"]) == 1 and relaxation._undecided(sq["final"]) == ""  # decided at once: no continuation
+    sq = settle_row.settle_row(cfg, 0)
+    assert len(sq["stages"]) == 1 and settle_row._undecided(sq["final"]) == ""  # decided at once: no continuation
     first = sq["final"]
-    relaxation._settle_row_cached.cache_clear()
+    settle_row._settle_row_cached.cache_clear()
     calls = []
-    real = relaxation._undecided
+    real = settle_row._undecided
 
     def once(stage):  # the first look planted undecided, the rest judged by the rule
         calls.append(stage.T)
         return "planted" if len(calls) == 1 else real(stage)
 
-    monkeypatch.setattr(relaxation, "_undecided", once)
-    sq = relaxation.settle_row(cfg, 0)
+    monkeypatch.setattr(settle_row, "_undecided", once)
+    sq = settle_row.settle_row(cfg, 0)
     looks = sq["stages"]
     assert len(looks) == 2 and looks[0].undecided == "planted" and looks[1].undecided == ""
     assert looks[1].T == pytest.approx(2.0 * first.T, abs=0.11)  # doubled (to the save grid)
@@ -148,11 +150,11 @@ def test_the_row_continues_only_while_undecided_and_stops_at_a_decision(monkeypa
 def test_continuation_does_not_turn_a_moving_cloud_into_a_pass(monkeypatch):
     """Negative control: every look forced (undecided), the control (the OU law turned at g/4: a cloud that keeps
     moving) fails the same settling check at every look, with each look's own window and wander."""
-    monkeypatch.setattr(relaxation, "_undecided", lambda stage: "planted")
+    monkeypatch.setattr(settle_row, "_undecided", lambda stage: "planted")
     cfg = experiment_config("ou", quick=True, sets=[*SLOW, "tokens.n=24"])
-    sq = relaxation.settle_row(cfg, 4)
+    sq = settle_row.settle_row(cfg, 4)
     looks = sq["stages"]
-    assert len(looks) == relaxation.SETTLE_CONTINUATIONS + 1
+    assert len(looks) == settle_row.SETTLE_CONTINUATIONS + 1
     assert all(b.T > a.T and b.window.start > a.window.start for a, b in zip(looks, looks[1:]))
     judged = [look for look in looks if look.window.ok]  # look 0's window is shorter than the pair's slow mode
     assert len(judged) >= 2

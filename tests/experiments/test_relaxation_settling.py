@@ -8,10 +8,15 @@ import math
 import numpy as np
 import pytest
 
+from attnflow.analysis import following
+from attnflow.analysis import lockin as alockin
+from attnflow.analysis import relaxation as arelax
+from attnflow.analysis.relaxation import Settling, settling, slow_rate
 from attnflow.core.heads import goe_heads
-from attnflow.experiments import experiment_config, relaxation, run_experiment
+from attnflow.experiments import experiment_config, relax_runs, run_experiment, settle_row
+from attnflow.experiments import ou as ou_exp
 from attnflow.experiments.floors import MIN_WINDOW_TAUS, WINDOW_TAUS
-from attnflow.experiments.relaxation import Settling, build, settling, slow_rate
+from attnflow.experiments.relax_runs import build
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import Oscillating
 
@@ -54,7 +59,7 @@ def test_the_continued_oscillating_run_is_the_uninterrupted_run():
     it = {"dt": 0.05, "save_every": 2}
     first = simulate(x0, osc, model="gf", t_end=4.0, dt=0.05, save_every=2)
     nxt = Oscillating(osc.A_bar, osc.C, osc.omega, osc.phase + osc.omega * 4.0)
-    joined = relaxation._continued(first, nxt, 4.0, it, None)
+    joined = relax_runs.continued(first, nxt, 4.0, it, None)
     whole = simulate(x0, osc, model="gf", t_end=8.0, dt=0.05, save_every=2)
     assert np.allclose(joined.t, whole.t, atol=1e-12)
     assert np.abs(joined.x - whole.x).max() < 1e-9
@@ -64,14 +69,14 @@ def test_the_continued_oscillating_run_is_the_uninterrupted_run():
 
 def test_the_run_continues_until_its_window_holds_a_relaxation_time():
     cfg = experiment_config("ou", quick=True, sets=[*SMALL, "integration.t_end=3"])
-    trajs, _ = relaxation._runs(cfg, 0)
-    length = relaxation._run_length(cfg, 0)
+    trajs, _ = relax_runs.pair_runs(cfg, 0)
+    length = relax_runs.run_length(cfg, 0)
     T = float(trajs["ou"].t[-1])
     assert T == pytest.approx(length.T) and T > 3.0 and T <= length.cap
     assert T >= length.needed - 1e-9 >= (WINDOW_TAUS + MIN_WINDOW_TAUS) * max(length.tau, length.tau_slow) - 1e-9
     assert np.allclose(trajs["ou"].t, trajs["oscillating"].t)
     assert np.all(np.diff(trajs["ou"].t) > 0) and len(trajs["ou"].t) == len(trajs["ou"].x) == len(trajs["ou"].A)
-    assert relaxation.run_window(trajs["ou"]).ok
+    assert relax_runs.run_window(trajs["ou"]).ok
 
 
 def test_a_run_stopped_too_early_is_reported_as_not_settled():
@@ -84,10 +89,10 @@ def test_a_run_stopped_too_early_is_reported_as_not_settled():
 
 def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
     cfg = experiment_config("ou", quick=True, sets=SMALL)
-    trajs, _ = relaxation._runs(cfg, 0)
-    st = relaxation._settle(cfg, 0)
+    trajs, _ = relax_runs.pair_runs(cfg, 0)
+    st = relax_runs.settled_runs(cfg, 0)
     o, win = trajs["ou"], st["window"]
-    assert win.ok and st["wander"] > 0 and len(st["replicas"]) == relaxation.WANDER_REPLICAS
+    assert win.ok and st["wander"] > 0 and len(st["replicas"]) == relax_runs.WANDER_REPLICAS
     assert st["ou"].ratio < 1.0 <= st["oscillating"].ratio
     # A planted non-stationary run: the same clouds turned about an axis, the angle growing through the window
     # by twice the bound (in radians, the distance it moves a cluster on the great circle at most).
@@ -116,14 +121,14 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     assert stat.ok and res.predictions[1].ok, (stat.explanation, res.predictions[1].explanation)
     assert h["stationarity_statistic"] == "position" and "w_follow" in stat.measured
     tr, late = h["rest_distance_transient_rms_over_wander"], h["rest_distance_late_rms_over_wander"]
-    assert tr > relaxation.FLOOR_FACTOR * 1.1 and h["rest_distance_start_over_wander"] > tr
-    assert stat.control_margin == pytest.approx(tr / relaxation.FLOOR_FACTOR - 1.0, rel=1e-9)
-    assert stat.margin == pytest.approx(1.0 - late / relaxation.FLOOR_FACTOR, rel=1e-9)
+    assert tr > relax_runs.FLOOR_FACTOR * 1.1 and h["rest_distance_start_over_wander"] > tr
+    assert stat.control_margin == pytest.approx(tr / relax_runs.FLOOR_FACTOR - 1.0, rel=1e-9)
+    assert stat.margin == pytest.approx(1.0 - late / relax_runs.FLOOR_FACTOR, rel=1e-9)
     # The slope test, printed for reference, keeps its own scale.
     tr = h["slope_limit_law_transient_rms_over_scale"]
     # Prediction and control on one scale: s_follow for a single final cluster or an antipodal pair, s_H otherwise.
     inner = h["following_pair_inner"]
-    pair = h["clusters_end"] == 2 and inner is not None and inner < -1.0 + relaxation.ANTIPODAL_TOL
+    pair = h["clusters_end"] == 2 and inner is not None and inner < -1.0 + arelax.ANTIPODAL_TOL
     kind = "s_follow" if h["clusters_end"] == 1 else "s_follow (antipodal pair)" if pair else "s_H"
     assert h["stationarity_scale_kind"] == kind
     assert tr == pytest.approx(h["slope_limit_law_transient_rms_over_s_H"] / h["following_over_s_H"], rel=1e-9)
@@ -132,26 +137,26 @@ def test_the_ou_stationarity_control_is_the_run_before_it_relaxed_and_no_power_i
     # The position's control window is the first relaxation time, inside the slope test's [0, 3 tau).
     pw = h["position_control_window"]
     assert pw[0] == 0.0 and pw[1] < h["relaxation_time"] < h["transient_window"][1]
-    monkeypatch.setattr(relaxation, "transient_window", lambda t, tau, taus=3: np.arange(len(t) // 2, len(t)))
-    monkeypatch.setattr(relaxation, "control_turn", lambda g: 0.0)  # row 2's control: the OU law, not turned
+    monkeypatch.setattr(ou_exp, "transient_window", lambda t, tau, taus=3: np.arange(len(t) // 2, len(t)))
+    monkeypatch.setattr(settle_row, "control_turn", lambda g: 0.0)  # row 2's control: the OU law, not turned
     bad = run_experiment("ou", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     for p in bad.predictions[:2]:
         assert p.passed and not p.control_rejected and not p.ok
         assert "Control without power" in p.explanation, p.explanation
     # Row 2 looked again while its control stayed within the bound (a turn would gain power; this one cannot).
     assert bad.headline["settling_looks"][0]["undecided"] and len(bad.headline["settling_looks"]) > 1
-    assert bad.headline["rest_distance_transient_rms_over_wander"] <= relaxation.FLOOR_FACTOR
+    assert bad.headline["rest_distance_transient_rms_over_wander"] <= relax_runs.FLOOR_FACTOR
     osc = run_experiment("oscillating", quick=True, seed=0, sets=[*SMALL, "oscillating.amplitude=0"])
     row = osc.predictions[4]
     assert not row.passed and row.control_rejected and "No motion locked to omega" in row.explanation, row.explanation
-    assert osc.headline["lockin_over_scale"] < relaxation.LOCKIN_Z
+    assert osc.headline["lockin_over_scale"] < alockin.LOCKIN_Z
     # The lock-in window (continued past T for it) holds its periods, counted from its first saved time.
-    assert osc.headline["lockin_periods"] >= relaxation.LOCKIN_PERIODS * (1 - 1e-6)
+    assert osc.headline["lockin_periods"] >= alockin.LOCKIN_PERIODS * (1 - 1e-6)
     # Undecided (nothing at omega, the position test settled): the sequential lock-in looked again, with more
     # periods each time, never past the run-length cap (max_extension x t_end).
     looks = osc.headline["lockin_look_periods"]
     assert osc.headline["lockin_looks"] == len(looks) >= 2 and looks == sorted(looks), looks
-    assert looks[1] >= 2 * relaxation.LOCKIN_PERIODS * (1 - 1e-6) or osc.headline["lockin_window"][1] >= 64 - 0.1
+    assert looks[1] >= 2 * alockin.LOCKIN_PERIODS * (1 - 1e-6) or osc.headline["lockin_window"][1] >= 64 - 0.1
     assert osc.headline["lockin_window"][1] <= 8.0 * 8 + 1e-9
     assert f"{len(looks)} looks of at most" in row.explanation, row.explanation
 
@@ -164,31 +169,31 @@ def test_rest_distance_is_the_mass_weighted_rms_angle_to_each_tokens_rest_point(
     z = np.where(labels == 0, 1.0, -1.0)
     x = np.stack([np.sin(ang), np.zeros(4), z * np.cos(ang)], axis=1)
     a = np.array([1.0, 1.0, 1.0, 5.0])
-    fs = relaxation.FollowingScale(
+    fs = following.FollowingScale(
         1.0, 1.0, 2, 1.0, np.ones(4), np.ones(4), 0.0, 0.0, "antipodal pair", -1.0, np.ones(4), rest, labels
     )  # fmt: skip
-    assert relaxation.rest_distance(x, a, fs) == pytest.approx(math.sqrt(float(a @ ang**2) / a.sum()), rel=1e-12)
-    assert relaxation.rest_distance(x, None, fs) == pytest.approx(math.sqrt(float(np.mean(ang**2))), rel=1e-12)
+    assert following.rest_distance(x, a, fs) == pytest.approx(math.sqrt(float(a @ ang**2) / a.sum()), rel=1e-12)
+    assert following.rest_distance(x, None, fs) == pytest.approx(math.sqrt(float(np.mean(ang**2))), rel=1e-12)
     assert fs.wander_total == pytest.approx(math.sqrt(4 * 1.0 / (1.0 * (1.0 + 1.0))), rel=1e-12)  # 4 modes, g = r = 1
     # Control: the wrong assignment of tokens to rest points is far (each token near the other pole).
     wrong = dataclasses.replace(fs, labels=1 - labels)
-    assert relaxation.rest_distance(x, None, wrong) > 2.5
+    assert following.rest_distance(x, None, wrong) > 2.5
     with pytest.raises(ValueError, match="single cluster or an antipodal pair"):
-        relaxation.rest_distance(x, None, dataclasses.replace(fs, rest=None, labels=None, kind=""))
+        following.rest_distance(x, None, dataclasses.replace(fs, rest=None, labels=None, kind=""))
 
 
 def test_ou_row_1_by_position_rejects_a_cloud_held_off_its_rest_point():
     """The settled run passes by position; the same run with every state rotated by 3 ``w_follow`` away from its
     rest configuration (a cloud resting elsewhere) is rejected, at about ``sqrt(9 + late^2)`` ``w_follow``."""
     cfg = experiment_config("ou", quick=True, sets=SMALL)
-    ou = relaxation._runs(cfg, 0)[1]["ou"]
-    sq = relaxation.settle_row(cfg, 0)
+    ou = relax_runs.pair_runs(cfg, 0)[1]["ou"]
+    sq = settle_row.settle_row(cfg, 0)
     o, win = sq["ou_traj"], sq["final"].window
-    fs = relaxation.following_scale(o.x[-1], ou, relaxation.FLOOR_DRAWS, relaxation._seeds(0)[5] + 3)
+    fs = following.following_scale(o.x[-1], ou, relax_runs.FLOOR_DRAWS, relax_runs.run_seeds(0)[5] + 3)
     assert fs.applies and fs.wander_total > 0
-    sidx, tidx = relaxation._window(o, win), relaxation.transient_window(o.t, sq["final"].tau)
-    pos = relaxation._position_row(o, o, sidx, tidx, fs)
-    assert pos["late"] < relaxation.FLOOR_FACTOR
+    sidx, tidx = arelax.window_indices(o, win), arelax.transient_window(o.t, sq["final"].tau)
+    pos = ou_exp._position_row(o, o, sidx, tidx, fs)
+    assert pos["late"] < relax_runs.FLOOR_FACTOR
     theta = 3.0 * fs.wander_total
     e0 = fs.rest[0]
     u = np.linalg.svd(e0[None])[2][1]  # a unit vector orthogonal to the rest point
@@ -196,8 +201,8 @@ def test_ou_row_1_by_position_rejects_a_cloud_held_off_its_rest_point():
     R += (np.cos(theta) - 1.0) * (np.outer(e0, e0) + np.outer(u, u))
     assert np.allclose(R @ R.T, np.eye(len(e0)), atol=1e-12)
     planted = dataclasses.replace(o, x=np.einsum("ij,tnj->tni", R, o.x))
-    off = relaxation._position_row(o, planted, sidx, tidx, fs)
-    assert off["late"] > relaxation.FLOOR_FACTOR * 1.1
+    off = ou_exp._position_row(o, planted, sidx, tidx, fs)
+    assert off["late"] > relax_runs.FLOOR_FACTOR * 1.1
     assert off["late"] == pytest.approx(math.sqrt(9.0 + pos["late"] ** 2), abs=pos["late"] + 0.2)
 
 
@@ -208,17 +213,17 @@ def test_wander_replicas_run_as_one_batch_equal_the_single_runs():
     from attnflow.weights.processes import OrnsteinUhlenbeck
 
     cfg = experiment_config("ou", quick=True, sets=["tokens.n=16", "heads.count=4", "integration.t_end=4"])
-    trajs, procs = relaxation._runs(cfg, 0)
+    trajs, procs = relax_runs.pair_runs(cfg, 0)
     o, ou = trajs["ou"], procs["ou"]
     k, dt = len(o.t) // 2, float(cfg["integration"]["dt"])
-    batched = relaxation.wander_scale(o, ou, k, 3, dt, 7)
+    batched = relax_runs.wander_scale(o, ou, k, 3, dt, 7)
     n = max(1, int(round(float(o.t[-1] - o.t[k]) / dt)))
     single = []
     for r in range(3):
         proc = OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[k])
         rep = simulate(o.x[k], proc, model="gf", t_end=n * dt, dt=dt, method="rk4", save_every=n,
-                       seed=relaxation._segment_seed(7, 1000 + r))  # fmt: skip
+                       seed=relax_runs.segment_seed(7, 1000 + r))  # fmt: skip
         single.append(wasserstein_sphere(o.x[-1], rep.x[-1]).value)
     assert np.all(batched > 0) and np.allclose(batched, single, rtol=1e-9, atol=1e-12)
     # Control: another seed's replicas are another wander (the seed reaches every member).
-    assert not np.allclose(relaxation.wander_scale(o, ou, k, 3, dt, 8), single, rtol=1e-3)
+    assert not np.allclose(relax_runs.wander_scale(o, ou, k, 3, dt, 8), single, rtol=1e-3)

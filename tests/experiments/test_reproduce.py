@@ -10,9 +10,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from attnflow.analysis.following import floor_scale
+from attnflow.analysis.laws import bures_wasserstein, law_path_length
 from attnflow.cli.main import app
 from attnflow.dynamics.lipschitz import lipschitz_bound
-from attnflow.experiments import ExperimentConfigError, experiment_config, relaxation
+from attnflow.experiments import ExperimentConfigError, experiment_config, relax_runs
 from attnflow.experiments.edi import _order, _rms
 from attnflow.experiments.heads import (
     COMPETING,
@@ -24,7 +26,7 @@ from attnflow.experiments.heads import (
     adds_batch,
     batches_needed,
 )
-from attnflow.experiments.relaxation import FLOOR_FACTOR, bures_wasserstein, floor_scale, law_path_length
+from attnflow.experiments.relax_runs import FLOOR_FACTOR
 from attnflow.experiments.report import README_BEGIN, README_END
 from attnflow.weights.processes import OrnsteinUhlenbeck, Oscillating
 from helpers import random_sym, random_tokens
@@ -159,9 +161,9 @@ def test_floor_scale_is_the_heads_fluctuation():
 
 def test_slope_floor_separates_ou_from_oscillating():
     """The quick ou/oscillating runs: OU's late rms slope is at the floor, the oscillating one far above it."""
-    cfg = relaxation.default_config(True)
-    trajs, procs = relaxation._runs(cfg, 0)
-    fl = relaxation._slope_floor(trajs, procs["ou"], cfg, 0)
+    cfg = relax_runs.default_config(True)
+    trajs, procs = relax_runs.pair_runs(cfg, 0)
+    fl = relax_runs.slope_floor(trajs, procs["ou"], cfg, 0)
     assert fl["scale"] > 0
     assert fl["ou"]["ratio"] <= FLOOR_FACTOR < 10 * FLOOR_FACTOR < fl["oscillating"]["ratio"]
     # One window for both runs, in units of the OU run's own relaxation time: [max(3 tau, T/2), T].

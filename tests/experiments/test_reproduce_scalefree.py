@@ -45,8 +45,8 @@ from attnflow.experiments.heads import (
     family_z,
     seed_bound,
 )
+from attnflow.experiments.oscillating import finite_h_path_length
 from attnflow.experiments.random_sets import draw
-from attnflow.experiments.relaxation import finite_h_path_length
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import FromCallable, OrnsteinUhlenbeck, Oscillating
 

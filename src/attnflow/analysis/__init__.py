@@ -1,7 +1,9 @@
 """What is measured on states and trajectories: diagnostics and clusters (:mod:`.diagnostics`), the
 energy-dissipation budget (:mod:`.edi`), limits and stationarity (:mod:`.limits`), Wasserstein
-distances (:mod:`.distances`), stationary points classified (:mod:`.stationary`) and metastable
-plateaus (:mod:`.metastability`).
+distances (:mod:`.distances`), stationary points classified (:mod:`.stationary`), metastable
+plateaus (:mod:`.metastability`), relaxation modes, windows and settling (:mod:`.relaxation`), the floor and
+following slope scales (:mod:`.following`), a weight law's path length (:mod:`.laws`) and lock-in fits at a known
+frequency (:mod:`.lockin`).
 
 Loaded on first use (PEP 562), so that the torch-free parts (the budget of a saved run,
 :mod:`.budget`; the grid cluster labels, :mod:`.grid`) can be read without torch (issue 43:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.core.errors import Hint
-from attnflow.experiments import edi, heads, relaxation, stability
+from attnflow.experiments import edi, heads, relax_runs, stability
 from attnflow.experiments.common import (
     ExperimentConfigError,
     ExperimentParams,
@@ -27,8 +27,9 @@ from attnflow.experiments.common import (
 )
 from attnflow.experiments.edi import experiment_edi
 from attnflow.experiments.heads import experiment_heads
+from attnflow.experiments.oscillating import experiment_oscillating
+from attnflow.experiments.ou import experiment_ou
 from attnflow.experiments.random_sets import RandomSets, run_random_sets
-from attnflow.experiments.relaxation import experiment_oscillating, experiment_ou
 from attnflow.experiments.report import write_reproduce_report
 from attnflow.experiments.stability import experiment_stability_input, experiment_stability_weights
 from attnflow.io.store import mark_folder
@@ -43,16 +44,16 @@ EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {
 }
 #: Each experiment's parameter model and its defaults (``quick`` or full).
 PARAMS: dict[str, type[ExperimentParams]] = {
-    "ou": relaxation.RelaxationParams,
-    "oscillating": relaxation.RelaxationParams,
+    "ou": relax_runs.RelaxationParams,
+    "oscillating": relax_runs.RelaxationParams,
     "heads": heads.HeadsParams,
     "edi": edi.EdiParams,
     "stability-input": stability.StabilityParams,
     "stability-weights": stability.StabilityParams,
 }
 _DEFAULTS: dict[str, Callable[[bool], ExperimentParams]] = {
-    "ou": relaxation.default_params,
-    "oscillating": relaxation.default_params,
+    "ou": relax_runs.default_params,
+    "oscillating": relax_runs.default_params,
     "heads": heads.default_params,
     "edi": edi.default_params,
     "stability-input": stability.default_params,

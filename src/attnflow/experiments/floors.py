@@ -15,7 +15,7 @@ cluster, ``x^T S x ~ N(0, 1)`` independent of the tangent part ``P_x S x`` (``E 
 so the Gaussian moment generating function gives
 ``H floor -> c^2 (d - 1) / 2 exp(beta + 3 c^2 / 2)`` as ``H -> inf``.
 
-Time scales are the run's own: :func:`relaxation_time` is the ``1/e`` time of the energy's approach
+Time scales are the run's own (:mod:`attnflow.analysis.relaxation`, imported back here): :func:`relaxation_time` is the ``1/e`` time of the energy's approach
 to its late level, and the late window starts :data:`WINDOW_TAUS` of them in (never before half the
 run), so a window never depends on a parameter that can exceed the run.
 
@@ -29,11 +29,17 @@ fewer than :data:`MIN_TAUS` ``tau_int`` is not trusted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from attnflow.analysis.relaxation import (  # noqa: F401  (their home since issue 42)
+    MIN_WINDOW_TAUS,
+    WINDOW_TAUS,
+    Window,
+    late_window,
+    relaxation_time,
+)
 from attnflow.dynamics.fields import masses
 from attnflow.solve.ensemble import EnsembleField
 from attnflow.verdicts.stats import (  # noqa: F401  (their home; imported back for the experiments)
@@ -47,49 +53,8 @@ from attnflow.verdicts.stats import (  # noqa: F401  (their home; imported back 
 )
 from attnflow.weights.processes import Constant
 
-#: The late window starts this many relaxation times into the run (e^-3: 5% of the energy's
-#: initial distance to its late level is left), and never before half of the run.
-WINDOW_TAUS = 3.0
-#: A window shorter than this many relaxation times cannot tell a floor from a slow approach.
-MIN_WINDOW_TAUS = 1.0
 #: Heads per chunk of the Monte Carlo draws (bounds the memory of one batched kernel pass).
 DRAW_CHUNK = 32
-
-
-def relaxation_time(t: np.ndarray, energy: np.ndarray, tail: float = 0.1) -> float:
-    """``tau``: the first time ``|F(t) - F_late| <= |F(0) - F_late| / e``, ``F_late`` the mean energy over
-    the last ``tail`` of the run (``inf`` when the energy never gets there; 0 when it does not move)."""
-    t, F = np.asarray(t, float), np.asarray(energy, float)
-    late = F[t >= t[-1] - tail * (t[-1] - t[0])].mean()
-    gap = abs(F[0] - late)
-    if gap == 0.0:
-        return 0.0
-    inside = np.flatnonzero(np.abs(F - late) <= gap / math.e)
-    return float(t[inside[0]]) if len(inside) else math.inf
-
-
-@dataclass(frozen=True)
-class Window:
-    """The late window ``[start, end]`` in units of the relaxation time ``tau``; ``ok`` when long enough."""
-
-    start: float
-    end: float
-    tau: float
-
-    @property
-    def length_taus(self) -> float:
-        return (self.end - self.start) / self.tau if self.tau > 0 else math.inf
-
-    @property
-    def ok(self) -> bool:
-        return math.isfinite(self.tau) and self.length_taus >= MIN_WINDOW_TAUS
-
-
-def late_window(t: np.ndarray, tau: float) -> Window:
-    """The window ``[max(WINDOW_TAUS tau, T/2), T]`` of a run on the saved times ``t``."""
-    T0, T = float(t[0]), float(t[-1])
-    start = max(WINDOW_TAUS * tau, T0 + 0.5 * (T - T0)) if math.isfinite(tau) else T
-    return Window(min(start, T), T, tau)
 
 
 def slopes_sq(x: np.ndarray, A: np.ndarray) -> np.ndarray:
