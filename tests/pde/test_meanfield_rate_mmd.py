@@ -29,6 +29,20 @@ def test_mmd_matches_the_explicit_formula_and_is_a_metric():
         mmd_sphere(x, y[:, :2])
 
 
+def test_mmd_on_the_circle_sums_the_kernel_by_its_fourier_series():
+    """d = 2: the O((N + M) K) Fourier path of mmd_sphere against the explicit O(N M) sums, at two kappa."""
+    rng = np.random.default_rng(2)
+    th, ph = rng.uniform(-2.0, 2.0, 300), rng.uniform(-np.pi, np.pi, 120)
+    x, y = np.c_[np.cos(th), np.sin(th)], np.c_[np.cos(ph), np.sin(ph)]
+    b = rng.uniform(0.5, 1.5, 120)
+    b /= b.sum()
+    a = np.full(300, 1 / 300)
+    for kappa in (0.5, 4.0):
+        kxx, kxy, kyy = (np.exp(kappa * (u @ v.T - 1)) for u, v in ((x, x), (x, y), (y, y)))
+        sq = a @ kxx @ a - 2 * a @ kxy @ b + b @ kyy @ b
+        assert mmd_sphere(x, y, b=b, kappa=kappa) ** 2 == pytest.approx(sq, rel=1e-12, abs=1e-15)
+
+
 def test_mmd_of_uniform_samples_has_the_closed_form_mean():
     """E MMD^2(mu_N, sigma) = (1 - Z_0(kappa) e^{-kappa}) / N for i.i.d. uniform tokens on S^2."""
     from attnflow.pde.basis import make_basis

@@ -63,3 +63,47 @@ def test_asymptotic_start_finds_a_clean_law_and_rejects_a_drifting_one():
     local, boots = _series(-0.05, 0, p=0.115)
     assert np.allclose(local, [-0.23, -0.46, -0.69], atol=0.03)
     assert stats.asymptotic_start(local, boots) is None
+
+
+def test_batches_needed_projects_the_width_only():
+    """B (w / w*)^2: a half-width 0.3 after 2 batches, decisive at 0.1, needs 18 batches; no interval: nan."""
+    assert stats.batches_needed((-0.1, 0.5), 0.1, 2) == pytest.approx(18.0, rel=1e-14)
+    assert stats.batches_needed((0.2, 0.3), 0.1, 4) == pytest.approx(1.0, rel=1e-14)  # already decisive
+    assert np.isnan(stats.batches_needed((float("nan"), float("nan")), 0.1, 1))
+    assert np.isnan(stats.batches_needed((float("-inf"), float("inf")), 0.1, 1))
+    assert stats.batches_needed((0.0, 0.6), 0.0, 1) == float("inf")
+    # the design's step: open, budget left, decision within the budget
+    assert stats.more_batches(True, 2, 12, 9.0, 3)
+    assert not stats.more_batches(True, 2, 12, 18.0, 3)  # beyond the budget: stop undecided
+    assert not stats.more_batches(False, 2, 12, 9.0, 3)  # decided
+    assert not stats.more_batches(True, 12, 12, 11.0, 3)  # budget spent
+    assert stats.more_batches(True, 2, 12, float("nan"), 3) and not stats.more_batches(True, 3, 12, float("nan"), 3)
+
+
+def _sequential(sd: float, budget: int, seed: int) -> tuple[str, int, float]:
+    """A synthetic sequential design: batches of 8 draws of N(0, sd); the claim "the mean is 0" against the
+    competitor "the mean is 1" is decided once the 95% interval lies inside (-1/2, 1/2) (PASS) or outside it."""
+    rng = np.random.default_rng(seed)
+    draws: list[float] = []
+    batches, need = 0, float("nan")
+    while True:
+        draws.extend(rng.normal(0.0, sd, 8))
+        batches += 1
+        m, hw = float(np.mean(draws)), 1.96 * float(np.std(draws, ddof=1)) / np.sqrt(len(draws))
+        verdict = "PASS" if abs(m) + hw < 0.5 else ("FAIL" if abs(m) - hw > 0.5 else "UNDECIDED")
+        need = stats.batches_needed((m - hw, m + hw), 0.25, batches)  # decisive: half the distance to the boundary
+        if not stats.more_batches(verdict == "UNDECIDED", batches, budget, need, 1):
+            return verdict, batches, need
+
+
+def test_a_sequential_design_decides_within_its_budget_or_stops_undecided():
+    """sd 1: a batch's half-width ~0.7 projects ~8 batches to the decisive 0.25, within a budget of 12; at seed 0
+    the design decides (PASS, the true mean 0) after 3 batches (projection then 5.8). sd 4: the projection (43.5
+    batches) exceeds the budget, so it stops after the first batch, UNDECIDED, instead of spending the budget on
+    a decision out of reach."""
+    verdict, batches, need = _sequential(1.0, 12, 0)
+    print(f"sd 1: {verdict} after {batches} batches (projection {need:.1f})")
+    assert verdict == "PASS" and batches == 3 and need == pytest.approx(5.78, abs=0.01)
+    verdict, batches, need = _sequential(4.0, 12, 0)
+    print(f"sd 4: {verdict} after {batches} batches (projection {need:.1f})")
+    assert verdict == "UNDECIDED" and batches == 1 and need == pytest.approx(43.5, abs=0.1)

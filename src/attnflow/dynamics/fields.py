@@ -29,6 +29,7 @@ from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads, as_heads
 from attnflow.kernels import fastsum
 from attnflow.kernels.dispatch import KernelOptions, fast_plan_for, head_stats, resolve_options
+from attnflow.kernels.fastsum import circle
 
 Model = Literal["mha", "gf", "usa"]
 MODELS: tuple[str, ...] = ("mha", "gf", "usa")
@@ -243,6 +244,9 @@ def mixed_stats(
     fp, backend = fast_plan_for(x, heads, a, options=options)
     if fp is None:  # the dense kernel, named concretely: the choice is not made a second time
         return field_stats(x, heads, a, w, options=options, backend=backend)
+    if circle.applies(x, heads):  # the circle's Fourier series (head_stats takes the same path)
+        out, logZ = circle.circle_stats(x, heads, a)
+        return FieldStats(out=out, logZ=logZ, log_w=torch.log(w))
     if model == "gf":
         # Linear in the heads' rows: summed before the products (fastsum.fast_gf_field); one "head",
         # S = sum_h w_h Z_h, is all that the energy, mobility, speed and slope read.

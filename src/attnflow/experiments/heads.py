@@ -83,6 +83,7 @@ from attnflow.solve.ensemble import EnsembleField
 from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
 from attnflow.solve.saveat import SaveAt
 from attnflow.verdicts import Estimate, Exponent
+from attnflow.verdicts import stats as _vstats
 from attnflow.verdicts.stats import hierarchical_bootstrap
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
@@ -527,12 +528,7 @@ def batches_needed(ci: list[float], gap: float, batches: int) -> float:
     once it is below ``gap/2``, a weaker demand). The estimate's own location is not used: it is a draw,
     and a projection that took it for the truth would stop exactly the runs whose first batch landed near
     the midpoint. ``nan`` without a fit, ``inf`` without a positive gap."""
-    lo, hi = ci
-    if not all(math.isfinite(v) for v in (lo, hi, gap)):
-        return math.nan  # no fit: nothing to project (the caller's NO_FIT_BATCHES)
-    if gap <= 0:
-        return math.inf
-    return batches * (0.5 * (hi - lo) / (0.5 * gap * (1.0 - MIN_MARGIN))) ** 2
+    return _vstats.batches_needed(ci, 0.5 * gap * (1.0 - MIN_MARGIN), batches)
 
 
 def adds_batch(fit: dict[str, Any], batches: int, cap: int) -> bool:
@@ -545,11 +541,10 @@ def adds_batch(fit: dict[str, Any], batches: int, cap: int) -> bool:
     draws; more seeds bring its interval back over 0, while a wrong law's narrows away from 0 and leaves the
     window, so the FAIL stands either way with the budget. The verdict is the last fit's, as before."""
     need = fit["batches_needed"] = batches_needed(fit["ratio"]["ci"], fit["gap"], batches)
-    within = batches < NO_FIT_BATCHES if math.isnan(need) else need <= cap
     open_ = fit["decision"] == "undecided" or (
         fit["decision"] == "fail" and not _decisive(fit["ratio"]["ci"], fit["gap"])
     )
-    return open_ and batches < cap and within
+    return _vstats.more_batches(open_, batches, cap, need, NO_FIT_BATCHES)
 
 
 def _decisive(ci: list[float], gap: float) -> bool:

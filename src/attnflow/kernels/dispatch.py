@@ -2,7 +2,9 @@
 
 :func:`head_stats` is what the fields call. ``backend="auto"`` takes the fused dense kernel, and
 switches to :mod:`attnflow.kernels.fastsum` when the tokens are few-dimensional (``d <= 4``), many, and the
-expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs.
+expansion that meets the tolerance is predicted cheaper than the ``H N^2`` pairs. On the circle (``d = 2``)
+with conformal heads ``A_h = rho_h R(psi_h)`` (``beta I`` among them) that expansion is evaluated as its
+Fourier series (:mod:`attnflow.kernels.fastsum.circle`), exact to rounding.
 
 A run carries its choice in the open: one :class:`KernelOptions` (backend, tolerance and thread
 policy), built from ``simulate(..., backend=, fast_tol=)`` or the config's ``kernel:`` section, is
@@ -30,6 +32,7 @@ from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
 from attnflow.kernels import fastsum
 from attnflow.kernels.dense import attention_stats, resolve_backend
+from attnflow.kernels.fastsum import circle
 
 #: Every backend name accepted by :func:`head_stats` (and ``simulate(..., backend=...)``).
 BACKENDS: tuple[str, ...] = ("auto", "flash", "stream", "fast")
@@ -132,6 +135,9 @@ def head_stats(
     to ``out`` (shape ``(H, N, d + e)``) from the same pass (the EDI recorder's ``dA/dt``).
     """
     fp, backend = fast_plan_for(x, heads, a, options=options, backend=backend, tol=tol)
+    if fp is not None and circle.applies(x, heads):
+        # On the circle with conformal heads the expansion is a Fourier series: exact to rounding (below any tol)
+        return circle.circle_stats(x, heads, a, values=values, extra_values=extra_values)
     if fp is not None:
         V = heads.values if values else None
         if V is not None and extra_values is not None:

@@ -1,6 +1,6 @@
 """One home for the statistics that experiments share: window means, integrated autocorrelation times,
 bootstrap and hierarchical bootstrap intervals, power-law fits, local slopes and their asymptotic range,
-and the sequential design's batch projection.
+and the sequential design with a fixed budget (:func:`batches_needed`, :func:`more_batches`).
 
 Errors of time averages come from the series' own **integrated autocorrelation time**
 (:func:`integrated_time`, Sokal's automatic windowing, as emcee's ``integrated_time``;
@@ -231,3 +231,30 @@ def asymptotic_start(local: np.ndarray, boots: np.ndarray, *, level: float = 0.9
         if steady:
             return i
     return None
+
+
+def batches_needed(ci: Sequence[float], decisive_half_width: float, batches: int | float) -> float:
+    """The sequential design's projection: the number of batches at which the interval ``ci = (lo, hi)``, now
+    after ``batches`` batches, would be narrow enough to decide, ``B (w / w*)^2`` with ``w = (hi - lo) / 2`` and
+    ``w* = decisive_half_width`` (a mean over independent batches: ``w ~ 1 / sqrt(B)``).
+
+    Only the width is projected, never the estimate's location (a draw: a projection that took it for the
+    truth would stop exactly the runs whose first batch landed near a boundary). ``nan`` when an end of
+    ``ci`` or ``w*`` is not finite (no interval yet: nothing to project), ``inf`` when ``w* <= 0`` (no width
+    decides)."""
+    lo, hi = ci
+    if not all(math.isfinite(v) for v in (lo, hi, decisive_half_width)):
+        return math.nan
+    if decisive_half_width <= 0:
+        return math.inf
+    return batches * (0.5 * (hi - lo) / decisive_half_width) ** 2
+
+
+def more_batches(open_: bool, batches: int, budget: int, needed: float, without_projection: int) -> bool:
+    """Whether the sequential design runs another batch after ``batches``: the verdict is still ``open_``, the
+    fixed ``budget`` (a compute cap, in batches) is not spent, and a decision is within it, i.e. the
+    projection ``needed`` (:func:`batches_needed`) is at most ``budget``; without a projection (``needed``
+    ``nan``: no interval yet) batches are added up to ``without_projection``. An open verdict whose
+    projection exceeds the budget stops at once, undecided: more batches could not decide it."""
+    within = batches < without_projection if math.isnan(needed) else needed <= budget
+    return open_ and batches < budget and within

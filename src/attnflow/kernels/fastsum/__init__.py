@@ -52,7 +52,10 @@ The package, one part a module:
 * :mod:`~attnflow.kernels.fastsum.parallel`: the loops on several cores, the pools on one thread meanwhile;
 * :mod:`~attnflow.kernels.fastsum.evaluator`: :class:`FastSumEvaluator`, a run's caches and thread
   policy (:class:`~attnflow.core.threads.ThreadPolicy`), and the evaluations;
-* :mod:`~attnflow.kernels.fastsum.profiling`: :func:`profile`, where the time goes.
+* :mod:`~attnflow.kernels.fastsum.profiling`: :func:`profile`, where the time goes;
+* :mod:`~attnflow.kernels.fastsum.circle`: on the circle (``d = 2``) with conformal heads the same series read
+  as a Fourier series (``T_k(cos u) = cos(k u)``), ``O(N K)`` and exact to rounding; the dispatcher
+  (:func:`attnflow.kernels.head_stats`) and the fields take it wherever fast summation is chosen there.
 """
 
 from __future__ import annotations
