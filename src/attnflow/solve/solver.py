@@ -557,34 +557,50 @@ def _compiled_attempt(
         y_np, err, ks, ok = small_step.attempt(x_np, h, k1)
         # The stages the call made (a saved state's fresh pass serves as the first, as in _adaptive_attempt).
         run.evaluations += pair.stages - (1 if first is not None and not first.fresh else 0)
-        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0].copy()))
+        # ks is this trial's own fresh array, never written again: its stages are shared, not copied.
+        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0]))
+        out = _DenseOutput(small_step, t, h, x_np, y_np, ks, run) if dense else None
         return Trial(
             torch.from_numpy(y_np), err if ok else float("inf"), start=start,
-            end=Evaluation(t + h, torch.from_numpy(ks[-1].copy())) if pair.fsal else None,
-            dense=_dense_output(small_step, t, h, x_np, y_np, ks, run) if dense else None,
+            end=Evaluation(t + h, torch.from_numpy(ks[-1])) if pair.fsal else None,
+            dense=None if out is None else out.at, dense_many=None if out is None else out.many,
         )  # fmt: skip
 
     return attempt
 
 
-def _dense_output(
-    small_step: _small.SmallStep, t: float, h: float, x: np.ndarray, y: np.ndarray, ks: np.ndarray, run: _Run
-) -> Callable[[float], torch.Tensor]:
-    """``s -> retract(interpolant(s))`` on ``[t, t + h]``; the coefficients are made at the first call."""
-    coef: list[np.ndarray] = []
+@dataclass
+class _DenseOutput:
+    """``s -> retract(interpolant(s))`` on ``[t, t + h]`` of one compiled step (:meth:`at`; :meth:`many`
+    for several times in one compiled call, the same bits); the coefficients are made at the first call."""
 
-    def at(s: float) -> torch.Tensor:
-        if not coef:
-            F, ok = small_step.dense(x, y, ks, h)
-            run.evaluations += 3
+    small_step: _small.SmallStep
+    t: float
+    h: float
+    x: np.ndarray
+    y: np.ndarray
+    ks: np.ndarray
+    run: _Run
+    coef: np.ndarray | None = None
+
+    def _coefficients(self) -> np.ndarray:
+        if self.coef is None:
+            F, ok = self.small_step.dense(self.x, self.y, self.ks, self.h)
+            self.run.evaluations += 3
             if not ok:
                 raise FloatRangeError(
                     "the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'."
                 )
-            coef.append(F)
-        return torch.from_numpy(_small.dense_point(x, coef[0], (s - t) / h))
+            self.coef = F
+        return self.coef
 
-    return at
+    def at(self, s: float) -> torch.Tensor:
+        return torch.from_numpy(_small.dense_point(self.x, self._coefficients(), (s - self.t) / self.h))
+
+    def many(self, ss: list[float]) -> np.ndarray:
+        """``(m, N, d)``: the states at the times ``ss``."""
+        F = self._coefficients()
+        return _small.dense_points(self.x, F, np.array([(s - self.t) / self.h for s in ss]))
 
 
 def _plain_constant_heads(process: Any, x: torch.Tensor) -> list[Heads] | None:
