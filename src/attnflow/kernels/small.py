@@ -938,6 +938,29 @@ def bulk_stats(X: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np
 if AVAILABLE:
 
     @njit(cache=True, nogil=True)
+    def _union(parent: np.ndarray, i: int, j: int) -> int:  # pragma: no cover - compiled
+        """Union-find: join the sets of ``i`` and ``j`` (the smaller root becomes the root, both paths
+        compressed onto it); 1 when they were apart (one component fewer), else 0."""
+        ri = i
+        while parent[ri] != ri:
+            ri = parent[ri]
+        rj = j
+        while parent[rj] != rj:
+            rj = parent[rj]
+        root = min(ri, rj)
+        merged = 0
+        if ri != rj:
+            parent[max(ri, rj)] = root
+            merged = 1
+        for k0 in (i, j):
+            k = k0
+            while parent[k] != k:
+                nxt = parent[k]
+                parent[k] = root
+                k = nxt
+        return merged
+
+    @njit(cache=True, nogil=True)
     def component_counts(adj: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
         """Connected components of each symmetric graph ``adj[s]`` ``(N, N)``: union-find over the upper triangles, ``O(S N^2)``, compiled
         (a clustered cloud's cliques would give scipy ``N^2`` edges to sort)."""
@@ -951,26 +974,7 @@ if AVAILABLE:
             for i in range(N):
                 for j in range(i + 1, N):
                     if adj[s, i, j]:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        # path compression towards the root found
-                        k = i
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
-                        k = j
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
+                        count -= _union(parent, i, j)
             out[s] = count
         return out
 
@@ -996,22 +1000,7 @@ if AVAILABLE:
                         g += x[i, c] * x[j, c]
                     best = min(best, g)
                     if g > thr:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        root = min(ri, rj)
-                        for k0 in (i, j):
-                            k = k0
-                            while parent[k] != k:
-                                nxt = parent[k]
-                                parent[k] = root
-                                k = nxt
+                        count -= _union(parent, i, j)
             mn[s] = best
             out[s] = count
         return mn, out
