@@ -34,6 +34,7 @@ from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels import small as _small
+from attnflow.kernels.announce import announce
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, DOP853Pair, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
@@ -246,6 +247,8 @@ def _solve(
     )  # fmt: skip
     if not adaptive and compiled is None:
         compiled = _compiled_fixed(method, p, x, a, w, recording)
+    if compiled is not None or saver.deferred is not None:  # the first use may compile: say so (if asked)
+        announce("the small-cloud steps", (_small._attempt, _small._bulk_stats, _small.gram_batch))
     monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
     precision = (
         None
