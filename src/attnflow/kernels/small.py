@@ -763,23 +763,43 @@ if AVAILABLE:
         (:func:`_head_rows` with identity values)."""
         S, N, d = X.shape
         H = AT.shape[1]
-        E = np.empty((N, N))
-        kk = np.empty(N * N, dtype=np.int64)
-        xT = np.empty((d, N))
-        q = np.empty(d)
-        num = np.empty(d)
+        E, kk, xT, q, num, eye = _means_scratch(N, d, H)
+        for s in range(S):
+            _means_into(X[s], AT[s], a, eye, E, kk, xT, q, num, logZ[s], M[s])
+
+    @njit(cache=True, nogil=True)
+    def _means_scratch(
+        N: int, d: int, H: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+        """The scratch of :func:`_means_into` (made once for many states) and the identity values."""
         eye = np.zeros((H, d, d))
         for h in range(H):
             for c in range(d):
                 eye[h, c, c] = 1.0
-        for s in range(S):
-            x = X[s]
-            for j in range(N):
-                for c in range(d):
-                    xT[c, j] = x[j, c]
-            free = _shift_free(x, a_norm_compiled(AT[s]))
-            for h in range(H):
-                _head_rows(h, x, xT, AT[s], eye, a, E, kk, q, num, logZ[s, h], M[s, h], free)
+        return np.empty((N, N)), np.empty(N * N, dtype=np.int64), np.empty((d, N)), np.empty(d), np.empty(d), eye
+
+    @njit(cache=True, nogil=True)
+    def _means_into(
+        x: np.ndarray,
+        AT: np.ndarray,
+        a: np.ndarray,
+        eye: np.ndarray,
+        E: np.ndarray,
+        kk: np.ndarray,
+        xT: np.ndarray,
+        q: np.ndarray,
+        num: np.ndarray,
+        logZ: np.ndarray,
+        M: np.ndarray,
+    ) -> None:  # pragma: no cover - compiled
+        """One state ``x`` of :func:`_means_batch`: ``M[h, i]``, ``logZ[h, i]`` for its heads ``AT``."""
+        N, d = x.shape
+        for j in range(N):
+            for c in range(d):
+                xT[c, j] = x[j, c]
+        free = _shift_free(x, a_norm_compiled(AT))
+        for h in range(AT.shape[0]):
+            _head_rows(h, x, xT, AT, eye, a, E, kk, q, num, logZ[h], M[h], free)
 
     @njit(cache=True, nogil=True)
     def a_norm_compiled(AT: np.ndarray) -> float:  # pragma: no cover - compiled
@@ -860,6 +880,7 @@ if AVAILABLE:
         H = AT.shape[1]
         M = np.empty((1, H, N, d))
         logZ = np.empty((1, H, N))
+        E, kk, xT, q, num, eye = _means_scratch(N, d, H)  # once for every state
         log_a = np.log(a)
         tmp_h = np.empty(H)
         log_S = np.empty(N)
@@ -867,8 +888,7 @@ if AVAILABLE:
         u = np.empty(d)
         g = np.empty(d)
         for s in range(S):
-            x = X[s : s + 1]
-            _means_batch(x, AT[s : s + 1], a, M, logZ)
+            _means_into(X[s], AT[s], a, eye, E, kk, xT, q, num, logZ[0], M[0])
             for i in range(N):
                 for h in range(H):
                     tmp_h[h] = logZ[0, h, i] + log_w[h]
