@@ -548,6 +548,21 @@ class SmallStep:
         )  # fmt: skip
         return F, bool(ok)
 
+    def dense_points(
+        self, x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float, thetas: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """:meth:`dense` and :func:`dense_points` in one compiled call: ``(F, X, ok)``, ``X`` ``(M, N, d)``
+        the retracted interpolant at each ``thetas[m]`` (the same bits as the two calls)."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        out = np.empty((thetas.shape[0], *x.shape))
+        ok = _dense_and_points(
+            np.ascontiguousarray(x, dtype=np.float64), y, ks, float(dt), self.AT, self.V, self.log_w, self.a,
+            self.model, cx, Ax, D, F, self.a_nrm, np.ascontiguousarray(thetas, dtype=np.float64), out,
+        )  # fmt: skip
+        return F, out, bool(ok)
+
 
 def dense_value(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
     """The interpolant at ``t + theta dt`` in ``R^d`` (SciPy's nesting; not retracted)."""
@@ -828,6 +843,35 @@ def dense_point(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
     out = np.empty_like(x)
     _dense_point(x, F, float(theta), out)
     return out
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense_and_points(
+        x: np.ndarray,
+        y: np.ndarray,
+        ks: np.ndarray,
+        dt: float,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        cx: np.ndarray,
+        Ax: np.ndarray,
+        D: np.ndarray,
+        F: np.ndarray,
+        a_nrm: float,
+        thetas: np.ndarray,
+        out: np.ndarray,
+    ) -> bool:  # pragma: no cover - compiled
+        """:func:`_dense` then :func:`_dense_points` (one call: a step's dense saves); False on overflow
+        (``out`` is then not written)."""
+        ok = _dense(x, y, ks, dt, AT, V, log_w, a, model, cx, Ax, D, F, a_nrm)
+        if ok:
+            _dense_points(x, F, thetas, out)
+        return ok
 
 
 def dense_points(x: np.ndarray, F: np.ndarray, thetas: np.ndarray) -> np.ndarray:

@@ -601,9 +601,17 @@ class _DenseOutput:
         return torch.from_numpy(_small.dense_point(self.x, self._coefficients(), (s - self.t) / self.h))
 
     def many(self, ss: list[float]) -> np.ndarray:
-        """``(m, N, d)``: the states at the times ``ss``."""
-        F = self._coefficients()
-        return _small.dense_points(self.x, F, np.array([(s - self.t) / self.h for s in ss]))
+        """``(m, N, d)``: the states at the times ``ss`` (with the coefficients in the same compiled call
+        when they are not made yet)."""
+        thetas = (np.array(ss) - self.t) / self.h  # elementwise IEEE, as (s - t) / h one by one
+        if self.coef is not None:
+            return _small.dense_points(self.x, self.coef, thetas)
+        F, X, ok = self.small_step.dense_points(self.x, self.y, self.ks, self.h, thetas)
+        self.run.evaluations += 3
+        if not ok:
+            raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
+        self.coef = F
+        return X
 
 
 def _plain_constant_heads(process: Any, x: torch.Tensor) -> list[Heads] | None:
