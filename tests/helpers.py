@@ -127,3 +127,52 @@ def with_entry_changed(pair, table: str, row: int, col: int, delta: float):
     rows = [list(r) for r in getattr(pair, table)]
     rows[row][col] += delta
     return replace(pair, name="broken", **{table: tuple(tuple(r) for r in rows)})
+
+
+# --- shared by the hostile-input and fault tests (tests/io) ---------------------------------------------
+
+#: ``src/`` of this checkout: what a child process puts on its ``PYTHONPATH``.
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+#: The small run config the folder tests write and break (model gf, 16 tokens, 2 heads, 3 saves).
+SMALL_RUN = {
+    "model": "gf",
+    "tokens": {"n": 16, "d": 3},
+    "heads": {"count": 2, "preset": "identity", "beta": 3.0},
+    "weights": {"process": "constant"},
+    "integration": {"t_end": 0.4, "dt": 0.05, "save_every": 4},
+}
+
+
+def child_env(**extra: str) -> dict:
+    """The environment of a child ``python -m attnflow``: this checkout's ``src`` first on the path."""
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
+
+
+def snapshot(folder) -> dict:
+    """Every file under ``folder`` by relative path -> its bytes (to see that nothing changed)."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def tiny_checkpoint(x, *, step: int, n_steps: int, fingerprint: str = ""):
+    """A :class:`~attnflow.io.checkpoint.Checkpoint` of the state ``x`` ``(N, 3)`` at ``step`` of
+    ``n_steps``, one saved state, no diagnostics (what the checkpoint-refusal tests start from)."""
+    from attnflow.io.checkpoint import Checkpoint
+
+    return Checkpoint(
+        step=step,
+        n_steps=n_steps,
+        x=x,
+        sampler_state={},
+        saved_t=np.zeros(1),
+        saved_x=x[None],
+        saved_A=np.zeros((1, 1, 3, 3)),
+        saved_V=np.zeros((1, 1, 3, 3)),
+        any_V=False,
+        diagnostics={},
+        wall_time_s=0.0,
+        fingerprint=fingerprint,
+    )

@@ -11,7 +11,6 @@ renames of a replacement leaves the old run aside, which the next writer puts ba
 from __future__ import annotations
 
 import json
-import os
 import random
 import resource
 import shutil
@@ -28,24 +27,17 @@ import yaml
 
 from attnflow.config import parse_config
 from attnflow.core.errors import UnsafeInputError
-from attnflow.io.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from attnflow.io.checkpoint import load_checkpoint, save_checkpoint
 from attnflow.io.store import clean_leftovers, folder_kind
 from attnflow.io.trajectory import load
 from attnflow.runs.runner import run_to_folder
-from helpers import skip_without_sweep_extra
+from helpers import SMALL_RUN, child_env, skip_without_sweep_extra, snapshot, tiny_checkpoint
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-SMALL = {
-    "model": "gf",
-    "tokens": {"n": 16, "d": 3},
-    "heads": {"count": 2, "preset": "identity", "beta": 3.0},
-    "weights": {"process": "constant"},
-    "integration": {"t_end": 0.4, "dt": 0.05, "save_every": 4},
-}
+SMALL = SMALL_RUN
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    return child_env(OMP_NUM_THREADS="1")
 
 
 def _popen(*args: object) -> subprocess.Popen:
@@ -58,8 +50,7 @@ def _popen(*args: object) -> subprocess.Popen:
     )
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+_snapshot = snapshot
 
 
 def _one_error(text: str) -> str:
@@ -218,24 +209,7 @@ def test_two_sweeps_into_one_folder_one_wins_the_other_refuses(tmp_path):
 
 
 def _checkpoint(path: Path) -> None:
-    x = np.ones((4, 3))
-    save_checkpoint(
-        path,
-        Checkpoint(
-            step=1,
-            n_steps=2,
-            x=x,
-            sampler_state={},
-            saved_t=np.zeros(1),
-            saved_x=x[None],
-            saved_A=np.zeros((1, 1, 3, 3)),
-            saved_V=np.zeros((1, 1, 3, 3)),
-            any_V=False,
-            diagnostics={},
-            wall_time_s=0.0,
-            fingerprint="f",
-        ),
-    )
+    save_checkpoint(path, tiny_checkpoint(np.ones((4, 3)), step=1, n_steps=2, fingerprint="f"))
 
 
 def _lie(path: Path, member: str, shape: tuple[int, ...]) -> None:

@@ -48,21 +48,14 @@ from attnflow.solve.guards import (
     trajectory_problem,
 )
 from attnflow.solve.preflight import estimate, sweep_estimate
-from helpers import skip_without_sweep_extra
+from helpers import SMALL_RUN, child_env, skip_without_sweep_extra, snapshot, tiny_checkpoint
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-SMALL = {
-    "model": "gf",
-    "tokens": {"n": 16, "d": 3},
-    "heads": {"count": 2, "preset": "identity", "beta": 3.0},
-    "weights": {"process": "constant"},
-    "integration": {"t_end": 0.4, "dt": 0.05, "save_every": 4},
-}
+SMALL = SMALL_RUN
 runner = CliRunner()
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return child_env()
 
 
 def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
@@ -97,8 +90,7 @@ def _refused(args, cwd=None) -> str:
     return _one_paragraph(r.output)
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+_snapshot = snapshot
 
 
 @pytest.fixture
@@ -710,22 +702,7 @@ def test_truncated_run_config_is_not_called_a_different_run(tmp_path, cfg_file):
 
 def test_checkpoint_step_beyond_the_run_is_refused(tmp_path):
     x = np.ones((2, 3)) / math.sqrt(3)
-    from attnflow.io.checkpoint import Checkpoint
-
-    ck = Checkpoint(
-        step=99,
-        n_steps=10,
-        x=x,
-        sampler_state={},
-        saved_t=np.zeros(1),
-        saved_x=x[None],
-        saved_A=np.zeros((1, 1, 3, 3)),
-        saved_V=np.zeros((1, 1, 3, 3)),
-        any_V=False,
-        diagnostics={},
-        wall_time_s=0.0,
-        fingerprint="",
-    )
+    ck = tiny_checkpoint(x, step=99, n_steps=10)
     p = save_checkpoint(tmp_path / "c.npz", ck)
     with pytest.raises(ValueError, match="outside"):
         load_checkpoint(p)

@@ -263,6 +263,11 @@ def _safe_exp(v: float) -> float:
     return math.exp(v) if v < 709.0 else math.inf
 
 
+def _safe_exps(vs: list[float]) -> list[float]:
+    """:func:`_safe_exp` of each value (one comprehension: the bulk diagnostics' columns)."""
+    return [math.exp(v) if v < 709.0 else math.inf for v in vs]
+
+
 def state_diagnostics(
     x: torch.Tensor,
     heads: Heads,
@@ -336,22 +341,50 @@ def bulk_state_diagnostics(
     :data:`GRAM_BLOCK_TOKENS` tokens or fewer, with ``N >= 2``, in chunks of
     :data:`BULK_CHUNK_VALUES` kernel values.
     """
+    columns = _bulk_columns(X, A, V, a, w, model, cluster_eps)
+    return [dict(zip(_BULK_KEYS, vals)) for vals in zip(*columns)]
+
+
+def bulk_state_table(
+    X: torch.Tensor,
+    A: torch.Tensor,
+    V: torch.Tensor | None,
+    a: torch.Tensor,
+    w: torch.Tensor,
+    model: str,
+    *,
+    cluster_eps: float = 1e-3,
+) -> dict[str, np.ndarray]:
+    """:func:`bulk_state_diagnostics` as columns, ``{name: (S,) float64}`` (the same numbers; no row
+    dictionaries: what a trajectory keeps)."""
+    columns = _bulk_columns(X, A, V, a, w, model, cluster_eps)
+    table = {k: np.array(c, dtype=np.float64) for k, c in zip(_BULK_KEYS, columns)}
+    return {k: table[k] for k in DIAGNOSTICS}
+
+
+def _bulk_columns(
+    X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str, eps: float
+) -> list[list[float]]:
+    """The columns of :data:`_BULK_KEYS` for every state, chunk by chunk."""
     S, N, d = X.shape
     H = A.shape[1]
     if N < 2 or N > GRAM_BLOCK_TOKENS:
         raise ValueError(f"bulk diagnostics take 2 to {GRAM_BLOCK_TOKENS} tokens; got N={N}")
     step = max(1, BULK_CHUNK_VALUES // (H * N * N))
-    rows: list[dict[str, float]] = []
+    columns: list[list[float]] = [[] for _ in _BULK_KEYS]
     for s0 in range(0, S, step):
-        rows += _bulk_chunk(
-            X[s0 : s0 + step], A[s0 : s0 + step], None if V is None else V[s0 : s0 + step], a, w, model, cluster_eps
+        chunk = _bulk_chunk(
+            X[s0 : s0 + step], A[s0 : s0 + step], None if V is None else V[s0 : s0 + step], a, w, model, eps
         )
-    return rows
+        for col, part in zip(columns, chunk):
+            col += part
+    return columns
 
 
 def _bulk_chunk(
     X: torch.Tensor, A: torch.Tensor, V: torch.Tensor | None, a: torch.Tensor, w: torch.Tensor, model: str, eps: float
-) -> list[dict[str, float]]:
+) -> tuple[list[float], ...]:
+    """The columns of :data:`_BULK_KEYS` for the states ``X``."""
     from attnflow.kernels import small as _small  # numba: loaded when a run saves, not with the module
 
     S, N, d = X.shape
@@ -370,21 +403,19 @@ def _bulk_chunk(
         mn_l, clusters = mn_np.tolist(), [float(c) for c in counts_np]
     else:
         mn_l, clusters = _gram_torch(X, eps)
-    return [
-        {
-            "energy": -_safe_exp(log_abs_F[s]),
-            "log_abs_energy": log_abs_F[s],
-            "slope": _safe_exp(slope[s]),
-            "metric_speed": math.sqrt(speed2[s]) if math.isfinite(speed2[s]) else math.inf,
-            "mobility_min": _safe_exp(b_min[s]),
-            "mobility_max": _safe_exp(b_max[s]),
-            "order_parameter": order[s],
-            "clusters": clusters[s],
-            "min_inner": mn_l[s],
-            "mean_inner": mean[s],
-        }
-        for s in range(S)
-    ]
+    # Column by column (one comprehension each, no call per value).
+    return (
+        [-v for v in _safe_exps(log_abs_F)], log_abs_F, _safe_exps(slope),
+        [math.sqrt(v) if math.isfinite(v) else math.inf for v in speed2], _safe_exps(b_min), _safe_exps(b_max),
+        order, clusters, mn_l, mean,
+    )  # fmt: skip
+
+
+#: The order of :func:`_bulk_chunk`'s columns.
+_BULK_KEYS = (
+    "energy", "log_abs_energy", "slope", "metric_speed", "mobility_min", "mobility_max", "order_parameter",
+    "clusters", "min_inner", "mean_inner",
+)  # fmt: skip
 
 
 def _gram_torch(X: torch.Tensor, eps: float) -> tuple[list[float], list[float]]:

@@ -8,25 +8,12 @@ tiny computation through each path, so that a user's first run starts at once.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from attnflow.kernels.announce import numba_cache_location
 
-def numba_cache_location() -> str:
-    """Where numba keeps attnflow's compiled kernels: ``NUMBA_CACHE_DIR`` when set, else a
-    ``__pycache__`` folder beside each kernel module (``attnflow/kernels/.../__pycache__``), or, when the
-    package folder is not writable, numba's user-wide cache (``~/.cache/numba`` on Linux)."""
-    where = os.environ.get("NUMBA_CACHE_DIR")
-    if where:
-        return where
-    import attnflow.kernels as kernels
-
-    pkg = Path(kernels.__file__).parent
-    if os.access(pkg, os.W_OK):
-        return f"{pkg}/__pycache__ and {pkg}/fastsum/__pycache__"
-    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numba")
+__all__ = ["numba_cache_location", "warmup"]
 
 
 def _tasks() -> list[tuple[str, Callable[[], object]]]:

@@ -89,9 +89,10 @@ def run(
             raise UserError(
                 "--resume DIR continues the run saved in DIR with its own config; drop CONFIG, --preset, --out, --set and --seed."
             )
+        from attnflow.kernels.announce import compile_notices
         from attnflow.runs.runner import resume_folder
 
-        with interruptions(resume, replacing=False), progress_bar(f"resume {resume}") as bar:
+        with interruptions(resume, replacing=False), progress_bar(f"resume {resume}") as bar, compile_notices(say):
             task = bar.add_task(escape(str(resume)), total=None)
             traj = resume_folder(
                 resume, figures=figures, progress=lambda k, n: bar.update(task, completed=k, total=n), **every
@@ -113,7 +114,9 @@ def run(
     from attnflow.runs.runner import run_estimate, run_to_folder
 
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
-    with interruptions(out, replacing=out.exists()), progress_bar(cfg.name) as bar:
+    from attnflow.kernels.announce import compile_notices
+
+    with interruptions(out, replacing=out.exists()), progress_bar(cfg.name) as bar, compile_notices(say):
         task = bar.add_task(escape(cfg.name), total=None)
         traj = run_to_folder(
             cfg,

@@ -7,9 +7,9 @@ numpy, no torch), so the command line can name attnflow's errors without paying 
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from attnflow.core.lazy import lazy_exports as _lazy_exports
 
 #: Public name -> the module of this package that defines it.
 _EXPORTS = {
@@ -37,19 +37,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _Any:
-    if name in _SUBMODULES:
-        value: _Any = _importlib.import_module(f"attnflow.core.{name}")
-    elif name in _EXPORTS:
-        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module 'attnflow.core' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__, _SUBMODULES)
 
 
 if _TYPE_CHECKING:

@@ -57,6 +57,7 @@ __all__ = [
     "SmallStep",
     "dense_value",
     "dense_point",
+    "dense_points",
     "bulk_stats",
     "gram_batch",
     "component_counts",
@@ -547,6 +548,21 @@ class SmallStep:
         )  # fmt: skip
         return F, bool(ok)
 
+    def dense_points(
+        self, x: np.ndarray, y: np.ndarray, ks: np.ndarray, dt: float, thetas: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """:meth:`dense` and :func:`dense_points` in one compiled call: ``(F, X, ok)``, ``X`` ``(M, N, d)``
+        the retracted interpolant at each ``thetas[m]`` (the same bits as the two calls)."""
+        assert self.dense_tab is not None
+        cx, Ax, D = self.dense_tab
+        F = np.empty((7, *x.shape))
+        out = np.empty((thetas.shape[0], *x.shape))
+        ok = _dense_and_points(
+            np.ascontiguousarray(x, dtype=np.float64), y, ks, float(dt), self.AT, self.V, self.log_w, self.a,
+            self.model, cx, Ax, D, F, self.a_nrm, np.ascontiguousarray(thetas, dtype=np.float64), out,
+        )  # fmt: skip
+        return F, out, bool(ok)
+
 
 def dense_value(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
     """The interpolant at ``t + theta dt`` in ``R^d`` (SciPy's nesting; not retracted)."""
@@ -762,23 +778,43 @@ if AVAILABLE:
         (:func:`_head_rows` with identity values)."""
         S, N, d = X.shape
         H = AT.shape[1]
-        E = np.empty((N, N))
-        kk = np.empty(N * N, dtype=np.int64)
-        xT = np.empty((d, N))
-        q = np.empty(d)
-        num = np.empty(d)
+        E, kk, xT, q, num, eye = _means_scratch(N, d, H)
+        for s in range(S):
+            _means_into(X[s], AT[s], a, eye, E, kk, xT, q, num, logZ[s], M[s])
+
+    @njit(cache=True, nogil=True)
+    def _means_scratch(
+        N: int, d: int, H: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+        """The scratch of :func:`_means_into` (made once for many states) and the identity values."""
         eye = np.zeros((H, d, d))
         for h in range(H):
             for c in range(d):
                 eye[h, c, c] = 1.0
-        for s in range(S):
-            x = X[s]
-            for j in range(N):
-                for c in range(d):
-                    xT[c, j] = x[j, c]
-            free = _shift_free(x, a_norm_compiled(AT[s]))
-            for h in range(H):
-                _head_rows(h, x, xT, AT[s], eye, a, E, kk, q, num, logZ[s, h], M[s, h], free)
+        return np.empty((N, N)), np.empty(N * N, dtype=np.int64), np.empty((d, N)), np.empty(d), np.empty(d), eye
+
+    @njit(cache=True, nogil=True)
+    def _means_into(
+        x: np.ndarray,
+        AT: np.ndarray,
+        a: np.ndarray,
+        eye: np.ndarray,
+        E: np.ndarray,
+        kk: np.ndarray,
+        xT: np.ndarray,
+        q: np.ndarray,
+        num: np.ndarray,
+        logZ: np.ndarray,
+        M: np.ndarray,
+    ) -> None:  # pragma: no cover - compiled
+        """One state ``x`` of :func:`_means_batch`: ``M[h, i]``, ``logZ[h, i]`` for its heads ``AT``."""
+        N, d = x.shape
+        for j in range(N):
+            for c in range(d):
+                xT[c, j] = x[j, c]
+        free = _shift_free(x, a_norm_compiled(AT))
+        for h in range(AT.shape[0]):
+            _head_rows(h, x, xT, AT, eye, a, E, kk, q, num, logZ[h], M[h], free)
 
     @njit(cache=True, nogil=True)
     def a_norm_compiled(AT: np.ndarray) -> float:  # pragma: no cover - compiled
@@ -793,10 +829,57 @@ if AVAILABLE:
         return best
 
 
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense_points(x: np.ndarray, F: np.ndarray, thetas: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+        """``out[m]`` <- :func:`_dense_point` at ``thetas[m]`` (the same operations, so the same bits)."""
+        for m in range(thetas.shape[0]):
+            _dense_point(x, F, thetas[m], out[m])
+
+
 def dense_point(x: np.ndarray, F: np.ndarray, theta: float) -> np.ndarray:
     """:func:`dense_value` retracted onto the sphere, compiled (a saved state of a dense-output run)."""
     out = np.empty_like(x)
     _dense_point(x, F, float(theta), out)
+    return out
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _dense_and_points(
+        x: np.ndarray,
+        y: np.ndarray,
+        ks: np.ndarray,
+        dt: float,
+        AT: np.ndarray,
+        V: np.ndarray,
+        log_w: np.ndarray,
+        a: np.ndarray,
+        model: int,
+        cx: np.ndarray,
+        Ax: np.ndarray,
+        D: np.ndarray,
+        F: np.ndarray,
+        a_nrm: float,
+        thetas: np.ndarray,
+        out: np.ndarray,
+    ) -> bool:  # pragma: no cover - compiled
+        """:func:`_dense` then :func:`_dense_points` (one call: a step's dense saves); False on overflow
+        (``out`` is then not written)."""
+        ok = _dense(x, y, ks, dt, AT, V, log_w, a, model, cx, Ax, D, F, a_nrm)
+        if ok:
+            _dense_points(x, F, thetas, out)
+        return ok
+
+
+def dense_points(x: np.ndarray, F: np.ndarray, thetas: np.ndarray) -> np.ndarray:
+    """:func:`dense_point` at every ``thetas[m]`` in one compiled call: ``(M, N, d)`` (every save time
+    inside one accepted step at once; bit-identical to ``M`` calls of :func:`dense_point`)."""
+    thetas = np.ascontiguousarray(thetas, dtype=np.float64)
+    out = np.empty((thetas.shape[0], *x.shape))
+    _dense_points(x, F, thetas, out)
     return out
 
 
@@ -841,6 +924,7 @@ if AVAILABLE:
         H = AT.shape[1]
         M = np.empty((1, H, N, d))
         logZ = np.empty((1, H, N))
+        E, kk, xT, q, num, eye = _means_scratch(N, d, H)  # once for every state
         log_a = np.log(a)
         tmp_h = np.empty(H)
         log_S = np.empty(N)
@@ -848,8 +932,7 @@ if AVAILABLE:
         u = np.empty(d)
         g = np.empty(d)
         for s in range(S):
-            x = X[s : s + 1]
-            _means_batch(x, AT[s : s + 1], a, M, logZ)
+            _means_into(X[s], AT[s], a, eye, E, kk, xT, q, num, logZ[0], M[0])
             for i in range(N):
                 for h in range(H):
                     tmp_h[h] = logZ[0, h, i] + log_w[h]
@@ -919,6 +1002,29 @@ def bulk_stats(X: np.ndarray, A: np.ndarray, V: np.ndarray, w: np.ndarray, a: np
 if AVAILABLE:
 
     @njit(cache=True, nogil=True)
+    def _union(parent: np.ndarray, i: int, j: int) -> int:  # pragma: no cover - compiled
+        """Union-find: join the sets of ``i`` and ``j`` (the smaller root becomes the root, both paths
+        compressed onto it); 1 when they were apart (one component fewer), else 0."""
+        ri = i
+        while parent[ri] != ri:
+            ri = parent[ri]
+        rj = j
+        while parent[rj] != rj:
+            rj = parent[rj]
+        root = min(ri, rj)
+        merged = 0
+        if ri != rj:
+            parent[max(ri, rj)] = root
+            merged = 1
+        for k0 in (i, j):
+            k = k0
+            while parent[k] != k:
+                nxt = parent[k]
+                parent[k] = root
+                k = nxt
+        return merged
+
+    @njit(cache=True, nogil=True)
     def component_counts(adj: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
         """Connected components of each symmetric graph ``adj[s]`` ``(N, N)``: union-find over the upper triangles, ``O(S N^2)``, compiled
         (a clustered cloud's cliques would give scipy ``N^2`` edges to sort)."""
@@ -932,26 +1038,7 @@ if AVAILABLE:
             for i in range(N):
                 for j in range(i + 1, N):
                     if adj[s, i, j]:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        # path compression towards the root found
-                        k = i
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
-                        k = j
-                        while parent[k] != k:
-                            nxt = parent[k]
-                            parent[k] = min(ri, rj)
-                            k = nxt
+                        count -= _union(parent, i, j)
             out[s] = count
         return out
 
@@ -977,22 +1064,7 @@ if AVAILABLE:
                         g += x[i, c] * x[j, c]
                     best = min(best, g)
                     if g > thr:
-                        ri = i
-                        while parent[ri] != ri:
-                            ri = parent[ri]
-                        rj = j
-                        while parent[rj] != rj:
-                            rj = parent[rj]
-                        if ri != rj:
-                            parent[max(ri, rj)] = min(ri, rj)
-                            count -= 1
-                        root = min(ri, rj)
-                        for k0 in (i, j):
-                            k = k0
-                            while parent[k] != k:
-                                nxt = parent[k]
-                                parent[k] = root
-                                k = nxt
+                        count -= _union(parent, i, j)
             mn[s] = best
             out[s] = count
         return mn, out

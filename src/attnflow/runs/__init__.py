@@ -4,9 +4,9 @@ Figures are drawn here, as their own step after the data. Loaded on first use (P
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from attnflow.core.lazy import lazy_exports as _lazy_exports
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["ResumeError", "resume_folder", "run_config", "run_to_folder"], "attnflow.runs.runner"),
@@ -16,16 +16,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["ResumeError", "folder_status", "resume_folder", "run_config", "run_to_folder"]
 
 
-def __getattr__(name: str) -> _Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'attnflow.runs' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if _TYPE_CHECKING:

@@ -58,6 +58,8 @@ class Trial:
 
     ``dense``: the step's dense output, ``s -> x(s)`` for ``s`` inside the step (on the sphere), when
     the stepper has one and the run saves through it (:func:`integrate`'s ``dense_saves``).
+    ``dense_many``: the same at several times at once, ``[s_1, ..., s_m] -> (m, N, d)`` float64 array
+    (a fresh one: the recorders may keep its rows), when the stepper makes them in one call.
     """
 
     y: torch.Tensor
@@ -65,6 +67,7 @@ class Trial:
     start: Evaluation | None = None
     end: Evaluation | None = None
     dense: Callable[[float], torch.Tensor] | None = None
+    dense_many: Callable[[list[float]], Any] | None = None
 
 
 #: ``attempt(t, x, h, first) -> Trial``: one trial step from ``x`` at ``t``; ``first`` is the known
@@ -97,6 +100,18 @@ class Observer(Protocol):
     name: str
 
     def on_step(self, state: StepState) -> None: ...
+
+
+class BulkRecorder(Protocol):
+    """A recorder that also takes several saved states at once: those at the save times ``ts`` inside
+    one accepted step (step ``k`` of ``n_steps``, of size ``dt``), ``X`` ``(m, N, d)`` from the step's
+    dense output. It must record them as ``m`` calls of ``on_step`` with save states would."""
+
+    name: str
+
+    def on_step(self, state: StepState) -> None: ...
+
+    def on_saves(self, k: int, n_steps: int, ts: list[float], X: Any, dt: float) -> None: ...
 
 
 class StateRejected(Exception):
@@ -168,7 +183,10 @@ class Saves(Protocol):
         """The next save time after ``t`` that steps must hit exactly (``inf``: none)."""
 
     def due(self, k: int, t: float) -> bool:
-        """Whether the state after ``k`` steps at ``t`` is saved (consumes a save time that it hits)."""
+        """Whether the state after ``k`` steps at ``t`` is saved (consumes a save time that it hits).
+
+        A ``take_before(t) -> list`` method, where there is one, consumes every save time before ``t``
+        at once (what dense saves ask; otherwise they are taken one by one through ``next_stop``)."""
 
 
 #: ``guard(x) -> sentence | None``: what is wrong with a new state (the state guard by default).
@@ -249,10 +267,21 @@ def integrate(
         if dense_saves:
             assert trial.dense is not None, "dense_saves needs trials with dense output"
             try:
-                while (s := saves.next_stop(t)) < t_new:
-                    saves.due(k, s)  # consumes s
-                    inner = StepState(k=k, n_steps=control.n_steps(k, last), t=s, x=trial.dense(s), save=True, dt=h)
-                    _notify(recorders, inner, costs)
+                take = getattr(saves, "take_before", None)
+                if take is not None:
+                    ts: list[float] = take(t_new)
+                else:
+                    ts = []
+                    while (s := saves.next_stop(t)) < t_new:
+                        saves.due(k, s)  # consumes s
+                        ts.append(s)
+                if ts and trial.dense_many is not None and all(hasattr(r, "on_saves") for r in recorders):
+                    # Every save time of the step in one call (no Python per saved state).
+                    _notify_saves(recorders, k, control.n_steps(k, last), ts, trial.dense_many(ts), h, costs)
+                else:
+                    for s in ts:
+                        inner = StepState(k=k, n_steps=control.n_steps(k, last), t=s, x=trial.dense(s), save=True, dt=h)
+                        _notify(recorders, inner, costs)
             except (OverflowError, StateRejected) as e:
                 if undo is not None:
                     undo()
@@ -292,3 +321,12 @@ def _notify(observers: Sequence[Observer], state: StepState, costs: Costs) -> No
         start = time.perf_counter()
         obs.on_step(state)
         costs.add(obs.name, time.perf_counter() - start)
+
+
+def _notify_saves(
+    recorders: Sequence[Any], k: int, n_steps: int, ts: list[float], X: Any, dt: float, costs: Costs
+) -> None:
+    for rec in recorders:
+        start = time.perf_counter()
+        rec.on_saves(k, n_steps, ts, X, dt)
+        costs.add(rec.name, time.perf_counter() - start)

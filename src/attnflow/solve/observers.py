@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.analysis.diagnostics import as_numpy_table, bulk_state_diagnostics, gram_buffer, state_diagnostics
+from attnflow.analysis.diagnostics import (
+    as_numpy_table,
+    bulk_state_diagnostics,
+    bulk_state_table,
+    gram_buffer,
+    state_diagnostics,
+)
 from attnflow.core.arrays import to_numpy
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats
@@ -73,6 +79,9 @@ class Saver:
     pending: list[int] = field(default_factory=list)
     _checked: Heads | None = None
     _arrays: tuple[Heads, np.ndarray, np.ndarray] | None = None
+    #: Deferred mode: the diagnostics of the first ``len(_columns[k])`` saved states as columns, made
+    #: when every saved state was pending (their ``rows`` are filled only if something reads them).
+    _columns: dict[str, np.ndarray] | None = None
 
     def record(self, t: float, y: torch.Tensor, known: Evaluation | None = None) -> Evaluation | None:
         """Save the state ``y`` at time ``t`` with its diagnostics; ``known``: the step's evaluation there.
@@ -103,10 +112,15 @@ class Saver:
         return used
 
     def _append(self, t: float, y: torch.Tensor, heads: Heads) -> None:
+        self._append_array(
+            t, y.numpy().copy() if y.dtype == torch.float64 and y.device.type == "cpu" else to_numpy(y).astype(np.float64),
+            heads,
+        )  # fmt: skip
+
+    def _append_array(self, t: float, xn: np.ndarray, heads: Heads) -> None:
+        """Keep ``xn`` (float64, owned by the saver from now on) as the state saved at ``t``."""
         self.ts.append(t)
-        self.xs.append(
-            y.numpy().copy() if y.dtype == torch.float64 and y.device.type == "cpu" else to_numpy(y).astype(np.float64)
-        )
+        self.xs.append(xn)
         if self._arrays is None or self._arrays[0] is not heads:  # constant weights: converted once
             self._arrays = (heads, to_numpy(heads.A).astype(np.float64), to_numpy(heads.values).astype(np.float64))
         self.As.append(self._arrays[1])  # shared, never written: np.stack copies them
@@ -126,6 +140,7 @@ class Saver:
         ``x``, ``A``, ``V`` already stacked (what :meth:`arrays` returns), so they are not stacked twice."""
         if not self.pending:
             return
+        self._fill_rows()
         idx = self.pending
         if stacked is not None:
             every = len(idx) == len(self.xs)  # the usual case: the stacks as they are
@@ -137,10 +152,67 @@ class Saver:
             V = torch.from_numpy(np.stack([self.Vs[i] for i in idx])) if self.any_V else None
         a, w = self.a.to(torch.float64), self.w.to(torch.float64)
         assert self.deferred is not None
-        rows = bulk_state_diagnostics(X, A, V, a, w, self.deferred, cluster_eps=self.cluster_eps)
-        for i, row in zip(idx, rows):
-            self.rows[i] = row
+        if len(idx) == len(self.rows):  # every saved state: the columns as they come, no row dictionaries
+            self._columns = bulk_state_table(X, A, V, a, w, self.deferred, cluster_eps=self.cluster_eps)
+        else:
+            rows = bulk_state_diagnostics(X, A, V, a, w, self.deferred, cluster_eps=self.cluster_eps)
+            for i, row in zip(idx, rows):
+                self.rows[i] = row
         self.pending = []
+
+    def _fill_rows(self) -> None:
+        """Write the rows that :attr:`_columns` holds into :attr:`rows`."""
+        if self._columns is not None:
+            cols = self._columns
+            for i in range(len(next(iter(cols.values())))):
+                self.rows[i] = {k: float(c[i]) for k, c in cols.items()}
+            self._columns = None
+
+    def table(self) -> dict[str, np.ndarray]:
+        """The diagnostics of every saved state as columns (pending ones made first)."""
+        self.flush()
+        if self._columns is not None and len(next(iter(self._columns.values()))) == len(self.rows):
+            return self._columns
+        self._fill_rows()
+        return as_numpy_table(self.rows)
+
+    def on_saves(self, k: int, n_steps: int, ts: list[float], X: np.ndarray, dt: float) -> None:
+        """The states ``X`` ``(m, N, d)`` (a fresh float64 array, kept as it is) saved at the times ``ts``
+        inside step ``k``: as ``m`` calls of :meth:`on_step`, with one sphere check for the block and
+        no copy, when the diagnostics are deferred and every row passes at once; state by state else."""
+        if (
+            self.deferred is None or not _small.AVAILABLE or X.dtype != np.float64 or not X.flags.c_contiguous
+            or not _small.rows_within(X.reshape(-1, X.shape[-1]), _LO2, _HI2)
+        ):  # fmt: skip
+            for t, x in zip(ts, X):
+                self.on_step(StepState(k=k, n_steps=n_steps, t=t, x=torch.from_numpy(x), save=True, dt=dt))
+            return
+        heads = self.heads_at(ts[0])
+        if heads is not self.heads_at(ts[-1]):  # weights that change inside the step: time by time
+            for t, x in zip(ts, X):
+                self._defer(t, x, self.heads_at(t))
+            return
+        # Deferred diagnostics serve constant and layer weights only (the solver decides): the same heads
+        # at both ends of the interval are the heads throughout.
+        self._defer(ts[0], X[0], heads)
+        m = len(ts)
+        if m > 1:
+            self.pending.extend(range(len(self.rows), len(self.rows) + m - 1))
+            self.rows.extend({} for _ in range(m - 1))
+            self.ts.extend(ts[1:])
+            self.xs.extend(X[1:])
+            assert self._arrays is not None
+            self.As.extend([self._arrays[1]] * (m - 1))
+            self.Vs.extend([self._arrays[2]] * (m - 1))
+
+    def _defer(self, t: float, xn: np.ndarray, heads: Heads) -> None:
+        """Save ``xn`` at ``t`` with its diagnostics pending (deferred mode)."""
+        if self.check_gf and heads is not self._checked:
+            heads.check_gradient_flow()
+            self._checked = heads
+        self.pending.append(len(self.rows))
+        self.rows.append({})
+        self._append_array(t, xn, heads)
 
     def on_step(self, state: StepState) -> None:
         if state.save:
@@ -167,22 +239,28 @@ class Saver:
 
     def checkpoint_fields(self) -> dict[str, Any]:
         """What a :class:`~attnflow.io.checkpoint.Checkpoint` keeps of the saved trajectory so far."""
-        self.flush()
         return {
             "saved_t": np.array(self.ts),
             "saved_x": np.stack(self.xs),
-            "saved_A": np.stack(self.As),
-            "saved_V": np.stack(self.Vs),
+            "saved_A": _stack_shared(self.As),
+            "saved_V": _stack_shared(self.Vs),
             "any_V": self.any_V,
-            "diagnostics": as_numpy_table(self.rows),
+            "diagnostics": self.table(),
         }
 
     def arrays(self) -> dict[str, Any]:
         """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
-        x, A = np.stack(self.xs), np.stack(self.As)
-        V = np.stack(self.Vs) if self.any_V else None
+        x, A = np.stack(self.xs), _stack_shared(self.As)
+        V = _stack_shared(self.Vs) if self.any_V else None
         self.flush((x, A, V))
-        return {"t": np.array(self.ts), "x": x, "A": A, "V": V, "diagnostics": as_numpy_table(self.rows)}
+        return {"t": np.array(self.ts), "x": x, "A": A, "V": V, "diagnostics": self.table()}
+
+
+def _stack_shared(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(arrays)``; one copy repeated when every entry is the same array (constant weights)."""
+    if arrays and all(a is arrays[0] for a in arrays):
+        return np.repeat(arrays[0][None], len(arrays), axis=0)
+    return np.stack(arrays)
 
 
 #: Steps between two float32 checks. An Euler check costs two float64 passes of ``m`` query tokens

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from dataclasses import dataclass
@@ -77,6 +78,12 @@ class SaveRun:
 
     def next_stop(self, t: float) -> float:
         return self.pending[0] if self.pending else math.inf
+
+    def take_before(self, t: float) -> list[float]:
+        """Consume and return the pending save times strictly before ``t`` (the dense saves of one step)."""
+        n = bisect.bisect_left(self.pending, t)
+        taken, self.pending[:n] = self.pending[:n], []
+        return taken
 
     def due(self, k: int, t: float) -> bool:
         if self.every is not None:

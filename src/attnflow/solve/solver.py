@@ -34,6 +34,7 @@ from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.io.trajectory import Trajectory
 from attnflow.kernels import small as _small
+from attnflow.kernels.announce import announce
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, DOP853Pair, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
@@ -246,6 +247,8 @@ def _solve(
     )  # fmt: skip
     if not adaptive and compiled is None:
         compiled = _compiled_fixed(method, p, x, a, w, recording)
+    if compiled is not None or saver.deferred is not None:  # the first use may compile: say so (if asked)
+        announce("the small-cloud steps", (_small._attempt, _small._bulk_stats, _small.gram_batch))
     monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
     precision = (
         None
@@ -557,34 +560,58 @@ def _compiled_attempt(
         y_np, err, ks, ok = small_step.attempt(x_np, h, k1)
         # The stages the call made (a saved state's fresh pass serves as the first, as in _adaptive_attempt).
         run.evaluations += pair.stages - (1 if first is not None and not first.fresh else 0)
-        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0].copy()))
+        # ks is this trial's own fresh array, never written again: its stages are shared, not copied.
+        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0]))
+        out = _DenseOutput(small_step, t, h, x_np, y_np, ks, run) if dense else None
         return Trial(
             torch.from_numpy(y_np), err if ok else float("inf"), start=start,
-            end=Evaluation(t + h, torch.from_numpy(ks[-1].copy())) if pair.fsal else None,
-            dense=_dense_output(small_step, t, h, x_np, y_np, ks, run) if dense else None,
+            end=Evaluation(t + h, torch.from_numpy(ks[-1])) if pair.fsal else None,
+            dense=None if out is None else out.at, dense_many=None if out is None else out.many,
         )  # fmt: skip
 
     return attempt
 
 
-def _dense_output(
-    small_step: _small.SmallStep, t: float, h: float, x: np.ndarray, y: np.ndarray, ks: np.ndarray, run: _Run
-) -> Callable[[float], torch.Tensor]:
-    """``s -> retract(interpolant(s))`` on ``[t, t + h]``; the coefficients are made at the first call."""
-    coef: list[np.ndarray] = []
+@dataclass
+class _DenseOutput:
+    """``s -> retract(interpolant(s))`` on ``[t, t + h]`` of one compiled step (:meth:`at`; :meth:`many`
+    for several times in one compiled call, the same bits); the coefficients are made at the first call."""
 
-    def at(s: float) -> torch.Tensor:
-        if not coef:
-            F, ok = small_step.dense(x, y, ks, h)
-            run.evaluations += 3
+    small_step: _small.SmallStep
+    t: float
+    h: float
+    x: np.ndarray
+    y: np.ndarray
+    ks: np.ndarray
+    run: _Run
+    coef: np.ndarray | None = None
+
+    def _coefficients(self) -> np.ndarray:
+        if self.coef is None:
+            F, ok = self.small_step.dense(self.x, self.y, self.ks, self.h)
+            self.run.evaluations += 3
             if not ok:
                 raise FloatRangeError(
                     "the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'."
                 )
-            coef.append(F)
-        return torch.from_numpy(_small.dense_point(x, coef[0], (s - t) / h))
+            self.coef = F
+        return self.coef
 
-    return at
+    def at(self, s: float) -> torch.Tensor:
+        return torch.from_numpy(_small.dense_point(self.x, self._coefficients(), (s - self.t) / self.h))
+
+    def many(self, ss: list[float]) -> np.ndarray:
+        """``(m, N, d)``: the states at the times ``ss`` (with the coefficients in the same compiled call
+        when they are not made yet)."""
+        thetas = (np.array(ss) - self.t) / self.h  # elementwise IEEE, as (s - t) / h one by one
+        if self.coef is not None:
+            return _small.dense_points(self.x, self.coef, thetas)
+        F, X, ok = self.small_step.dense_points(self.x, self.y, self.ks, self.h, thetas)
+        self.run.evaluations += 3
+        if not ok:
+            raise FloatRangeError("the unnormalised ('usa') field overflows: lower beta or use model 'gf' or 'mha'.")
+        self.coef = F
+        return X
 
 
 def _plain_constant_heads(process: Any, x: torch.Tensor) -> list[Heads] | None:

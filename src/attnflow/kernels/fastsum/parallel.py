@@ -29,8 +29,13 @@ def loops() -> ModuleType:
     """The compiled CPU loops (:mod:`attnflow.kernels.fastsum.cpu`), imported at first use: numba's
     import costs about 0.3 s, which runs that never use fast summation should not pay. Looked up at
     each call, so a test can swap the module's functions or its ``AVAILABLE`` flag."""
+    from attnflow.kernels.announce import announce
     from attnflow.kernels.fastsum import cpu
 
+    if cpu.AVAILABLE:  # the first use may compile: say so (if a command asked, see kernels.announce)
+        announce(
+            "fast summation's CPU loops", (cpu.evaluate_blocks, cpu.weighted_moments, cpu.kernel_coefficients_heads)
+        )
     return cpu
 
 

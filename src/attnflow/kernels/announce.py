@@ -1,0 +1,87 @@
+"""Saying so before a compiled path compiles (issue 43: a first run no longer pauses in silence).
+
+numba compiles attnflow's kernels on their first call and keeps them in its disk cache
+(:func:`numba_cache_location`). A command that wants to tell its user installs a reporter with
+:func:`compile_notices` (``attnflow run`` does, on stderr); where a compiled path is about to be used
+for the first time in the process, :func:`announce` checks whether its functions will compile (not
+compiled in this process, and no cache index for this version of their source) and, if so, reports
+one line: what compiles, about how long it takes, where it is cached and how to do it ahead of time
+(``attnflow warmup``). Without a reporter it does nothing and costs one list check.
+
+Light on purpose: no numba or torch import here (the functions passed in are numba's dispatchers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["announce", "compile_notices", "needs_compile", "numba_cache_location", "COMPILE_CPU_S"]
+
+#: About how many seconds of CPU each compiled path takes to compile, measured with an empty
+#: ``NUMBA_CACHE_DIR`` on 2026-12-03 (9.5 s and 11.3 s; 24 s and 47 s of wall time at load 10;
+#: ``docs/performance.md``, "Compiled kernels"); the wall time on a busy machine is longer.
+COMPILE_CPU_S = {"fast summation's CPU loops": 10.0, "the small-cloud steps": 11.0}
+
+_reporters: list[Callable[[str], None]] = []
+_said: set[str] = set()
+
+
+def numba_cache_location() -> str:
+    """Where numba keeps attnflow's compiled kernels: ``NUMBA_CACHE_DIR`` when set, else a
+    ``__pycache__`` folder beside each kernel module (``attnflow/kernels/.../__pycache__``), or, when the
+    package folder is not writable, numba's user-wide cache (``~/.cache/numba`` on Linux)."""
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    if where:
+        return where
+    pkg = Path(__file__).parent
+    if os.access(pkg, os.W_OK):
+        return f"{pkg}/__pycache__ and {pkg}/fastsum/__pycache__"
+    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numba")
+
+
+@contextmanager
+def compile_notices(report: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, :func:`announce` reports through ``report`` (one line per compiled path)."""
+    _reporters.append(report)
+    try:
+        yield
+    finally:
+        _reporters.remove(report)
+
+
+def needs_compile(functions: Iterable[Any]) -> bool:
+    """Whether calling the numba ``functions`` compiles one of them: it has no compiled signature in
+    this process and numba's cache holds no index for this version of its source (an index counts
+    whatever CPU wrote it: then numba may still compile, silently). Not a numba dispatcher: ``False``."""
+    for fn in functions:
+        if getattr(fn, "signatures", None):
+            continue  # compiled (or loaded) in this process already
+        cache = getattr(fn, "_cache", None)
+        load = getattr(getattr(cache, "_cache_file", None), "_load_index", None)
+        if load is None:
+            continue  # not a cached numba function (numba missing, or a test's stand-in)
+        try:
+            if not load():  # {} when absent or stale (the source changed since)
+                return True
+        except Exception:  # numba's private cache layout changed: say nothing rather than fail a run
+            return False
+    return False
+
+
+def announce(what: str, functions: Iterable[Any]) -> bool:
+    """Report that ``what`` (a key of :data:`COMPILE_CPU_S`) is compiling, once per process, when a
+    reporter is installed and :func:`needs_compile`; returns whether it reported."""
+    if not _reporters or what in _said or not needs_compile(functions):
+        return False
+    _said.add(what)
+    cpu = COMPILE_CPU_S.get(what)
+    took = f"about {cpu:.0f} s of CPU, more wall time on a busy machine" if cpu else "seconds of CPU"
+    _reporters[-1](
+        f"compiling {what} with numba (first use only: {took}); cached in {numba_cache_location()} for later "
+        "runs ('attnflow warmup' compiles every path ahead of time) ..."
+    )
+    return True
