@@ -27,11 +27,10 @@ the flat paths of an unreleased earlier layout (``attnflow.fields``) do not exis
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 from attnflow._version import __version__
+from attnflow.core.lazy import lazy_exports as _lazy_exports
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _EXPORTS: dict[str, str] = {
@@ -162,20 +161,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _Any:
-    if name in _SUBMODULES:
-        value: _Any = _importlib.import_module(_SUBMODULES[name])
-    elif name in _EXPORTS:
-        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module 'attnflow' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names (what ``__all__`` lists), not the loader's helpers (``_importlib``, ``annotations``)."""
-    return sorted(__all__)
+# dir() lists the public names (what ``__all__`` lists), not the loader's helpers.
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__, _SUBMODULES)
 
 
 if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly

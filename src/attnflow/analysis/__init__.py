@@ -12,9 +12,9 @@ Loaded on first use (PEP 562), so that the torch-free parts (the budget of a sav
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from attnflow.core.lazy import lazy_exports as _lazy_exports
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["DIAGNOSTICS", "count_clusters", "state_diagnostics"], "attnflow.analysis.diagnostics"),
@@ -43,16 +43,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> _Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'attnflow.analysis' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if _TYPE_CHECKING:
