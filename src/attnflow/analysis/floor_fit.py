@@ -89,6 +89,12 @@ class SeedFloor:
         return math.sqrt(sum(v * v for v in rel))
 
 
+def row_tau(row: list[SeedFloor]) -> float:
+    """The ``tau_int`` most of a row's seeds carry (the largest group of seeds resting in as many clusters)."""
+    vals = [r.tau_int for r in row]
+    return max(vals, key=vals.count)
+
+
 def seed_medians(vals: np.ndarray, settled: np.ndarray, stat: Any = np.median) -> np.ndarray:
     """Per-``H`` ``stat`` (median) over the settled seeds (``nan`` where fewer than two settled)."""
     return np.array([float(stat(v[m])) if m.sum() >= 2 else math.nan for v, m in zip(vals, settled)], dtype=float)

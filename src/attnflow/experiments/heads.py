@@ -46,7 +46,6 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import xarray as xr
@@ -75,20 +74,17 @@ from attnflow.analysis.floor_fit import decide as _decide  # noqa: F401
 from attnflow.analysis.floor_fit import decisive as _decisive  # noqa: F401
 from attnflow.analysis.floor_fit import exponent_fit as _exponent_fit
 from attnflow.analysis.floor_fit import floor_arrays as _arrays
-from attnflow.analysis.floor_fit import ratio_margin as _ratio_margin
 from attnflow.analysis.seed_state import window_state
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
 from attnflow.dynamics.fields import FieldStats, masses
 from attnflow.experiments.common import (
-    MIN_MARGIN,
     ExperimentParams,
     ExperimentResult,
     Prediction,
     Progress,
     Section,
-    fmt,
 )
 from attnflow.experiments.floors import (
     MIN_TAUS,
@@ -99,6 +95,7 @@ from attnflow.experiments.floors import (
     single_cluster_constant,
     time_average,
 )
+from attnflow.experiments.heads_report import figure, headline, notes, set_predictions
 from attnflow.io.metadata import describe
 from attnflow.schemes.integrators import Field as _Field
 from attnflow.schemes.integrators import get_integrator
@@ -414,22 +411,91 @@ def _seed_floors(
     return out
 
 
-def _row_tau(row: list[SeedFloor]) -> float:
-    """The ``tau_int`` most of a row's seeds carry (their largest cluster-count group's: :func:`_seed_floors`)."""
-    vals = [r.tau_int for r in row]
-    return max(vals, key=vals.count)
-
-
-def _seed_states(per_H: list[list[SeedFloor]]) -> list[list[dict[str, Any]]]:
-    """Per ``H``, per seed: what its late window rests at (``results.json``: cluster counts, settled or in
-    transition, minimiser / saddle / not near a stationary point, index, reason) and whether it entered."""
-    return [
-        [
-            {"seed": r.seed, **(r.state.summary() if r.state else {}), "entered": bool(r.settled), "why": r.why}
+def _run_set(
+    name: str, sc: dict[str, Any], seeds: list[int], seed: int, progress: Progress | None, count: list[int]
+) -> dict[str, Any]:
+    """One parameter set: the runs of every ``H``, the sequential design's further batches at the tail's ``H``,
+    the per-seed floors, the exponent fit and the constant checks. ``count``: ``[done, total]`` of the progress bar."""
+    unsettled: list[dict[str, Any]] = []
+    Hs = np.array(sorted({int(h) for h in sc["heads"]["counts"]}), dtype=float)
+    if len(Hs) < 2:
+        raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
+    per_H: list[list[SeedFloor]] = []
+    mems: dict[int, Members] = {}
+    known: dict[int, dict[int, tuple[float, float]]] = {}
+    row_seeds: dict[int, list[int]] = {}
+    for H in Hs:
+        h = int(H)
+        if progress:
+            progress(count[0], count[1], f"set {name}: H = {h} ({len(seeds)} seeds)")
+        mems[h], known[h], row_seeds[h] = _run_members(sc, h, seeds), {}, list(seeds)
+        per_H.append(_seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h]))
+        count[0] += 1
+    # The sequential design: while the ratio's CI straddles the midpoint between the prediction and the
+    # competing law, add a batch of as many seeds at the tail's H, as long as the interval's width says a
+    # decision lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is
+    # trusted on.
+    S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
+    while True:
+        floors, ab, pred, settled = _arrays(per_H, S * batches)
+        fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
+        if not adds_batch(fit, batches, cap_b):
+            break
+        new = [seed + batches * S + s for s in range(S)]
+        count[1] += len(tail_H)
+        for i, H in enumerate(Hs):
+            h = int(H)
+            if h not in tail_H:
+                continue
+            if progress:
+                progress(
+                    count[0], count[1], f"set {name}: H = {h}, seeds batch {batches + 1} of at most {cap_b} (undecided)"
+                )
+            mems[h] = mems[h].joined(_run_members(sc, h, new))
+            row_seeds[h] += new
+            per_H[i] = _seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h])
+            count[0] += 1
+        batches += 1
+    for H, row in zip(Hs, per_H):
+        unsettled += [
+            {
+                "set": name,
+                "H": int(H),
+                "seed": r.seed,
+                "why": r.why,
+                "floor": r.floor,
+                "predicted": r.predicted,
+                "clusters": list(r.clusters),
+                "state": r.state.kind if r.state else None,
+            }  # fmt: skip
             for r in row
+            if not r.settled
         ]
-        for row in per_H
-    ]
+    main, ctrl = fit["main"], fit["control"]
+    tail_rows = [r for H, row in zip(Hs, per_H) if H in main["tail_H"] for r in row if r.settled]
+    const = _constant_check(tail_rows)
+    const_ctrl = _constant_check(tail_rows, CONTROL_FACTOR)
+    r = {
+        "config": sc,
+        "H": Hs.astype(int).tolist(),
+        "floor": floors,
+        "abs_slope": ab,
+        "predicted": pred,
+        "settled": settled,
+        "per_H": per_H,
+        "main": main,
+        "control": ctrl,
+        "fit": fit,
+        "batches": batches,
+        "seeds_per_batch": S,
+        "constant": const,
+        "constant_control": const_ctrl,
+    }
+    it = sc["integration"]
+    T_run = _config_run_length(sc)
+    r["run_length"] = {"t_end": float(it["t_end"]), "T": T_run}
+    r["unsettled"] = unsettled
+    return r
 
 
 def experiment_heads(
@@ -445,187 +511,15 @@ def experiment_heads(
     sets = _set_configs(cfg, user_sets or [])
     seeds = [seed + s for s in range(int(cfg["seeds"]))]
     total = sum(len(c["heads"]["counts"]) for c in sets.values())
-    done = 0
     results: dict[str, dict[str, Any]] = {}
     preds: list[Prediction] = []
     unsettled: list[dict[str, Any]] = []
+    count = [0, total]
     for name, sc in sets.items():
-        Hs = np.array(sorted({int(h) for h in sc["heads"]["counts"]}), dtype=float)
-        if len(Hs) < 2:
-            raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
-        per_H: list[list[SeedFloor]] = []
-        mems: dict[int, Members] = {}
-        known: dict[int, dict[int, tuple[float, float]]] = {}
-        row_seeds: dict[int, list[int]] = {}
-        for H in Hs:
-            h = int(H)
-            if progress:
-                progress(done, total, f"set {name}: H = {h} ({len(seeds)} seeds)")
-            mems[h], known[h], row_seeds[h] = _run_members(sc, h, seeds), {}, list(seeds)
-            per_H.append(_seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h]))
-            done += 1
-        # The sequential design: while the ratio's CI straddles the midpoint between the prediction and the
-        # competing law, add a batch of as many seeds at the tail's H, as long as the interval's width says a
-        # decision lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is
-        # trusted on.
-        S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
-        while True:
-            floors, ab, pred, settled = _arrays(per_H, S * batches)
-            fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
-            if not adds_batch(fit, batches, cap_b):
-                break
-            new = [seed + batches * S + s for s in range(S)]
-            total += len(tail_H)
-            for i, H in enumerate(Hs):
-                h = int(H)
-                if h not in tail_H:
-                    continue
-                if progress:
-                    progress(
-                        done, total, f"set {name}: H = {h}, seeds batch {batches + 1} of at most {cap_b} (undecided)"
-                    )
-                mems[h] = mems[h].joined(_run_members(sc, h, new))
-                row_seeds[h] += new
-                per_H[i] = _seed_floors(mems[h], sc, h, row_seeds[h], seed + 104729 * h, known[h])
-                done += 1
-            batches += 1
-        for H, row in zip(Hs, per_H):
-            unsettled += [
-                {
-                    "set": name,
-                    "H": int(H),
-                    "seed": r.seed,
-                    "why": r.why,
-                    "floor": r.floor,
-                    "predicted": r.predicted,
-                    "clusters": list(r.clusters),
-                    "state": r.state.kind if r.state else None,
-                }  # fmt: skip
-                for r in row
-                if not r.settled
-            ]
-        main, ctrl = fit["main"], fit["control"]
-        tail_rows = [r for H, row in zip(Hs, per_H) if H in main["tail_H"] for r in row if r.settled]
-        const = _constant_check(tail_rows)
-        const_ctrl = _constant_check(tail_rows, CONTROL_FACTOR)
-        results[name] = {
-            "config": sc,
-            "H": Hs.astype(int).tolist(),
-            "floor": floors,
-            "abs_slope": ab,
-            "predicted": pred,
-            "settled": settled,
-            "per_H": per_H,
-            "main": main,
-            "control": ctrl,
-            "fit": fit,
-            "batches": batches,
-            "seeds_per_batch": S,
-            "constant": const,
-            "constant_control": const_ctrl,
-        }
-        it = sc["integration"]
-        T_run = _config_run_length(sc)
-        results[name]["run_length"] = {"t_end": float(it["t_end"]), "T": T_run}
-        label = (
-            f"{name}: d {sc['tokens']['d']}, beta {sc['heads']['beta']:g}, rate {sc['weights']['rate']:g}, sigma "
-            f"{sc['weights']['sigma']:g}, {sc['tokens']['init']} cloud"
-        )
-        runs_to = f"runs to T = {T_run:g}" + (
-            f" (t_end {float(it['t_end']):g} x {T_run / float(it['t_end']):g}: {int(sc['tokens']['d']) - 1} tangent "
-            f"dimension{'s' if int(sc['tokens']['d']) > 2 else ''}, each seed's window as precise as at d = 3)"
-            if T_run != float(it["t_end"])
-            else ""
-        )
-        n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in main["tail_H"])
-        tail_txt = ", ".join(str(int(h)) for h in main["tail_H"]) or "none"
-        worst = const["worst"]
-        tail_len = [
-            sum(r.window[1] - r.window[0] for r in row if r.settled) / _row_tau(row)
-            for H, row in zip(Hs, per_H)
-            if H in main["tail_H"] and _row_tau(row) > 0
-        ]
-        preds.append(
-            Prediction(
-                "heads",
-                f"OU weights ({label}): each settled seed's late floor <|dF|^2> is the central-limit constant of "
-                "H heads drawn from the stationary law at its final cloud",
-                f"measured / predicted over {const['n']} of {n_tail} seeds at H = {tail_txt} (settled ones): "
-                + (
-                    f"geometric mean {fmt(math.exp(const['pooled']))} (se of its log {fmt(const['pooled_se'])}), "
-                    f"range {fmt(float(np.min(const['ratios'])))}..{fmt(float(np.max(const['ratios'])))}; "
-                    f"worst seed {worst[0]}: {fmt(worst[1])} against its bound {fmt(math.exp(worst[2]))}; "
-                    f"errors from tau_int of |dF|^2 = {', '.join(fmt(_row_tau(row)) for H, row in zip(Hs, per_H) if H in main['tail_H'])} "
-                    f"(pooled windows {', '.join(fmt(float(tail_len[i])) for i in range(len(tail_len)))} tau_int long)"
-                    if const["n"]
-                    else "no settled seed"
-                ),
-                f"pooled |log ratio| <= log(1 + {RATIO_TOL:g}) and each seed's <= that + |log q|, q its Gamma(1/se^2) "
-                f"quantile on its side at Sidak's level over the n = {const['n']} seeds (z_n = "
-                f"{fmt(const['z']) if const['n'] else '?'} of its standard errors in the Gaussian limit; a false FAIL "
-                f"for the whole set at {100 * FAMILY_LEVEL:.2g}%, one seed's 3 standard errors)",
-                const["margin"] >= 0,
-                f"the same criterion with the prediction x{CONTROL_FACTOR:g} (a planted wrong constant)",
-                f"geometric mean {fmt(math.exp(const_ctrl['pooled']))}" if const_ctrl["n"] else "no settled seed",
-                const_ctrl["margin"] < 0,
-                margin=const["margin"],
-                control_margin=-const_ctrl["margin"],
-                model="gf",
-                model_reason="the constant is a property of the gradient flow's slope |dF| (docs/model.md)",
-            )
-        )
-        asym = main["asymptotic_from_H"]
-        rf, rc, gap = fit["ratio"], fit["ratio_control"], fit["gap"]
-        n_settled = int(settled[[i for i, H in enumerate(Hs) if H in rf["tail_H"]]].sum())
-        n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in rf["tail_H"])
-        preds.append(
-            Prediction(
-                "heads",
-                f"OU weights ({label}): the late slope floor scales like 1/H, as its per-seed predicted constants "
-                "do (measured / predicted flat in H)",
-                f"measured / predicted (geometric mean over settled seeds): exponent {fmt(rf['exponent'])}, 95% CI "
-                f"[{fmt(rf['ci'][0])}, {fmt(rf['ci'][1])}] over H = "
-                f"{', '.join(str(int(h)) for h in rf['fit_H']) or 'none'}"
-                + (
-                    " (pre-asymptotic: the local slopes drift over the whole tail)"
-                    if rf["pre_asymptotic"]
-                    else ("" if rf["fit_H"] == rf["tail_H"] else " (the tail's asymptotic range)")
-                )
-                + f" ({n_settled} of {n_tail} seeds settled; "
-                f"{batches} batch{'es' if batches > 1 else ''} of {S} seeds, at most {cap_b}; {runs_to}); "
-                + (
-                    ("the CI contains 0" if rf["ci"][0] <= 0.0 <= rf["ci"][1] else "the CI excludes 0")
-                    if math.isfinite(rf["ci"][0])
-                    else "no fit"
-                )
-                + f"; the predicted constants' own exponent {fmt(fit['predicted_exponent'])}; for information the "
-                f"floor's exponent {fmt(main['exponent'])}, CI [{fmt(main['ci'][0])}, {fmt(main['ci'][1])}] (median), "
-                f"local exponents {', '.join(f'{v:.2f}' for v in main['local_exponents'])}, "
-                + (f"within {LOCAL_BAND} of -1 from H = {asym}" if asym else f"not within {LOCAL_BAND} of -1"),
-                f"against the competing law H^(-1/2) (ratio exponent -1/2 - {fmt(fit['predicted_exponent'])} = "
-                f"{fmt(gap)}), two-sided (attnflow.verdicts.Exponent): the ratio's CI (bootstrap over settled seeds, "
-                f"on 3 or more H) lies inside (-{fmt(0.5 * gap)}, {fmt(0.5 * gap)}) by {MIN_MARGIN:g} "
-                f"of {fmt(0.5 * gap)}; a CI reaching out of it and excluding 0, on either side, fails; until it decides, {S} more seeds at the tail's H while the "
-                f"interval says a decision is within {cap_b} batches "
-                "(undecided when it stops: FAIL, not enough seeds)",
-                fit["decision"] == "pass",
-                "the same on the late mean of |dF| (not squared; ~ H^(-1/2)) over the predicted floors",
-                f"exponent {fmt(rc['exponent'])}, CI [{fmt(rc['ci'][0])}, {fmt(rc['ci'][1])}] "
-                f"(|dF| itself: {fmt(ctrl['exponent'])})",
-                fit["control_decision"] != "pass",
-                margin=_ratio_margin(rf["ci"], gap),
-                control_margin=-_ratio_margin(rc["ci"], gap),
-                model="gf",
-                model_reason="the floor is of the gradient flow's slope |dF| (docs/model.md)",
-            )
-        )
-    for p, r in zip(preds[1::2], results.values()):
-        if not p.ok:
-            p.explanation = _exponent_note(p, r) + " " + p.explanation
-    for p, r in zip(preds[0::2], results.values()):
-        if not p.ok:
-            p.explanation = _constant_note(p, r) + " " + p.explanation
-    fig = _figure(results, seeds)
+        results[name] = _run_set(name, sc, seeds, seed, progress, count)
+        unsettled += results[name]["unsettled"]
+        preds += set_predictions(name, results[name])
+    fig = figure(results, seeds)
     # Sets that needed more seed batches have more columns: pad every set to the most seeds used.
     n_all = max(r["floor"].shape[1] for r in results.values())
     seeds = [seed + s for s in range(n_all)]
@@ -643,234 +537,17 @@ def experiment_heads(
         attrs={"exponent": float(e)} if math.isfinite(e := results["base"]["main"]["exponent"]) else {},
     )
     describe(ds, variables(list(results)))
-    base = results["base"]
-    bm = base["main"]
-    headline = {
-        "exponent": bm["exponent"],
-        "ci": bm["ci"],
-        "H": base["H"],
-        "floor_median": bm["median"],
-        "local_exponents": bm["local_exponents"],
-        "tail": {"H": bm["tail_H"], "exponent": bm["exponent"], "ci": bm["ci"]},
-        "asymptotic_from_H": bm["asymptotic_from_H"],
-        "control_exponent": base["control"]["exponent"],
-        "control_ci": base["control"]["ci"],
-        "ratio_geometric_mean": math.exp(base["constant"]["pooled"]) if base["constant"]["n"] else None,
-        "seeds": seeds,
-        "unsettled": unsettled,
-        "sets": {
-            n: {
-                "H": r["H"],
-                "floor_median": r["main"]["median"],
-                "ratio_per_seed": r["floor"] / r["predicted"],
-                "h_times_predicted_median": np.nanmedian(r["predicted"], axis=1) * np.array(r["H"], float),
-                "single_cluster_constant": single_cluster_constant(
-                    float(r["config"]["heads"]["beta"]),
-                    float(r["config"]["weights"]["sigma"]) / math.sqrt(2.0 * float(r["config"]["weights"]["rate"])),
-                    int(r["config"]["tokens"]["d"]),
-                ),
-                "settled": r["settled"],
-                "seed_states": _seed_states(r["per_H"]),
-                "tau_int": [_row_tau(row) for row in r["per_H"]],
-                "se_iat": [[x.se for x in row] for row in r["per_H"]],
-                "se_batch_means": [[x.se_batch for x in row] for row in r["per_H"]],
-                "local_exponents": r["main"]["local_exponents"],
-                "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
-                "asymptotic_from_H": r["main"]["asymptotic_from_H"],
-                "predicted_exponent": r["main"]["predicted_exponent"],
-                "control": {"exponent": r["control"]["exponent"], "ci": r["control"]["ci"]},
-                "ratio": {
-                    "exponent": r["fit"]["ratio"]["exponent"],
-                    "ci": r["fit"]["ratio"]["ci"],
-                    "fit_H": r["fit"]["ratio"]["fit_H"],
-                    "pre_asymptotic": r["fit"]["ratio"]["pre_asymptotic"],
-                    "geometric_mean": r["fit"]["ratio"]["median"],
-                    "gap": r["fit"]["gap"],
-                    "decision": r["fit"]["decision"],
-                    "control": {
-                        "exponent": r["fit"]["ratio_control"]["exponent"],
-                        "ci": r["fit"]["ratio_control"]["ci"],
-                    },
-                },
-                "run_length": r["run_length"],
-                "seed_batches": {
-                    "used": r["batches"],
-                    "needed": r["fit"].get("batches_needed", math.nan),
-                    "cap": int(r["config"]["seed_batches"]),
-                    "size": r["seeds_per_batch"],
-                },
-                "parameters": r["config"],
-            }
-            for n, r in results.items()
-        },
-    }
-    notes = [
-        "Finite H: the empirical measure of H OU heads has a Brownian path of infinite length, so it does not meet "
-        "the integrability hypothesis (only the H = infinity law does); that is why a floor exists at all.",
-    ]
-    if unsettled:
-        notes.append(
-            "Seeds that had not settled (reported, not averaged in): "
-            + "; ".join(
-                f"set {u['set']}, H = {u['H']}, seed {u['seed']}: {u['why']} (floor {fmt(u['floor'])}, predicted "
-                f"{fmt(u['predicted'])})"
-                for u in unsettled
-            )
-        )
     res = ExperimentResult(
         "heads",
-        headline,
+        headline(results, seeds, unsettled),
         preds,
         figures={"heads": fig},
         configs=[],
         dataset=ds,
         parameters=cfg,
-        notes=notes,
+        notes=notes(unsettled),
     )
     if progress:
-        progress(total, total, "done")
+        progress(count[1], count[1], "done")
     res.seconds = time.perf_counter() - start
     return res
-
-
-def _constant_note(p: Prediction, r: dict[str, Any]) -> str:
-    c = r["constant"]
-    if not p.control_rejected:
-        return (
-            f"the doubled constant is not rejected (geometric mean {math.exp(r['constant_control']['pooled']):.3g}): "
-            "the seeds' standard errors are too large to tell a factor 2."
-        )
-    if c["n"] == 0:
-        return "no seed settled at the tail's H: nothing to compare (see the unsettled seeds in the notes)."
-    g = math.exp(c["pooled"])
-    side = (
-        "above: the cloud has not reached a stationary point of the limiting energy, or a seed's window is an outlier"
-        if g > 1
-        else "below: a settled cluster's climb of its heads' noise lowers the floor, but by no measurable amount at the "
-        "drawn ranges (docs/reproduce.md), so few seeds' scatter is the likelier reading"
-    )
-    spread = (
-        f" over {c['n']} settled seeds, {abs(c['pooled']) / c['pooled_se']:.2g} of its standard errors "
-        f"({c['pooled_se']:.2g} in log) from 1"
-        if math.isfinite(c["pooled_se"]) and c["pooled_se"] > 0
-        else ""
-    )
-    return (
-        f"measured / predicted is {g:.3g} on average{spread}, {side}; worst seed {c['worst'][0]} at "
-        f"{c['worst'][1]:.3g}."
-    )
-
-
-def _dropped(r: dict[str, Any]) -> str:
-    """Which ``H`` lost their settled seeds, and why (counted by reason), for a failing row's note."""
-    out = []
-    for H, row in zip(r["H"], r["per_H"]):
-        bad = [x for x in row if not x.settled]
-        if len(row) - len(bad) >= 2:
-            continue
-        why = {
-            "too short for their correlation time (pooled window under "
-            f"{MIN_TAUS:g} tau_int; tau_int = {_row_tau(row):.3g})": sum("correlation time" in x.why for x in bad),
-            "in transition (clusters merging inside the window)": sum("in transition" in x.why for x in bad),
-            "a window shorter than one relaxation time": sum("relaxation time" in x.why for x in bad),
-        }
-        out.append(f"H = {H}: " + ", ".join(f"{n} {k}" for k, n in why.items() if n))
-    return (" Left out of the fit: " + "; ".join(out) + " (a longer run would bring them in).") if out else ""
-
-
-def _exponent_note(p: Prediction, r: dict[str, Any]) -> str:
-    f = r["fit"]
-    rf, gap = f["ratio"], f["gap"]
-    lo, hi = rf["ci"]
-    seeds = f"{r['batches']} batch{'es' if r['batches'] > 1 else ''} of {r['seeds_per_batch']} seeds"
-    if not p.control_rejected:
-        return "the control's CI meets the criterion too: the run cannot tell the two laws apart."
-    if not math.isfinite(lo):
-        return f"fewer than two H had two settled seeds after {seeds}: no fit." + _dropped(r)
-    if not (math.isfinite(gap) and gap > 0):
-        return f"the predicted constants' own exponent {f['predicted_exponent']:.2f} leaves no gap to H^(-1/2)."
-    short = ""
-    if len(rf["tail_H"]) < min(len(r["H"]), int(r["config"]["tail"])):
-        short = f" The fit is over H = {', '.join(str(int(h)) for h in rf['tail_H'])} only." + _dropped(r)
-    gm = ", ".join(f"{v:.3g}" for v in rf["median"] if math.isfinite(v))
-    n_ok = int(sum(np.sum(r["settled"][i]) for i, H in enumerate(r["H"]) if H in rf["tail_H"]))
-    n_all = sum(len(row) for H, row in zip(r["H"], r["per_H"]) if H in rf["tail_H"])
-    if f["decision"] == "undecided" and rf["pre_asymptotic"]:
-        return (
-            f"pre-asymptotic: after {seeds} the local exponents of measured / predicted "
-            f"({', '.join(f'{v:.2f}' for v in rf['local_exponents'])}) still drift over H = "
-            f"{', '.join(str(int(h)) for h in rf['tail_H'])} (attnflow.verdicts.stats.asymptotic_start): no exponent "
-            "to test, a FAIL by the stated design, not evidence against the law." + short
-        )
-    if f["decision"] == "undecided":
-        need = f.get("batches_needed", math.inf)
-        cap = int(r["config"]["seed_batches"])
-        stop = (
-            f"even if the prediction held, a decision would need about {math.ceil(need)} batches at this scatter, "
-            f"beyond the budget of {cap}"
-            if need > cap
-            else f"the budget of {cap} batches was spent"
-        )
-        return (
-            f"inconclusive ({stop}): after {seeds} ({n_ok} of {n_all} seeds settled at H = "
-            f"{', '.join(str(int(h)) for h in rf['tail_H'])}) the ratio's CI [{lo:.2f}, {hi:.2f}] does not lie inside "
-            f"(-{0.5 * gap:.2f}, {0.5 * gap:.2f}) by the minimum margin {MIN_MARGIN:g} of {0.5 * gap:.2f}"
-            + (f", and a fit on {len(rf['tail_H'])} H values decides nothing" if len(rf["tail_H"]) < 3 else "")
-            + f" (geometric means of measured / "
-            f"predicted per H: {gm}): not enough seeds, a FAIL by the stated design, not evidence against the law."
-            + short
-        )
-    if hi < 0:
-        return (
-            f"the ratio's CI [{lo:.2f}, {hi:.2f}] lies below 0: the floor falls faster than its predicted constants "
-            f"(geometric means of measured / predicted per H: {gm}), beyond the prediction on the side away from "
-            "H^(-1/2); the two-sided criterion rejects it." + short
-        )
-    return (
-        f"the ratio's CI [{lo:.2f}, {hi:.2f}] excludes 0 on the side of H^(-1/2) (midpoint {0.5 * gap:.2f}): the floor falls more slowly "
-        f"than its predicted constants (geometric means of measured / predicted per H: {gm}); at small H a cluster "
-        "that follows the heads' noise sits below its frozen-cloud constant, or seeds have not reached their "
-        "stationary point." + short
-    )
-
-
-def _figure(results: dict[str, dict[str, Any]], seeds: list[int]):
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
-    for j, (name, r) in enumerate(results.items()):
-        Hs, m = np.array(r["H"], float), r["main"]
-        col = f"C{j}"
-        for i, H in enumerate(Hs):
-            ok = r["settled"][i]
-            ax[0].loglog(np.full(ok.sum(), H), r["floor"][i][ok], ".", color=col, ms=3, alpha=0.4)
-            ax[0].loglog(np.full((~ok).sum(), H), r["floor"][i][~ok], "x", color="C3", ms=5)
-            ax[1].semilogx(np.full(ok.sum(), H), (r["floor"] / r["predicted"])[i][ok], ".", color=col, ms=4)
-            ax[1].semilogx(np.full((~ok).sum(), H), (r["floor"] / r["predicted"])[i][~ok], "x", color="C3", ms=5)
-        ax[0].loglog(
-            Hs,
-            m["median"],
-            "o-",
-            color=col,
-            label=f"{name}: tail {m['exponent']:.2f} [{m['ci'][0]:.2f}, {m['ci'][1]:.2f}]",
-        )
-        ax[1].plot([], [], ".", color=col, label=name)
-    ref = results["base"]
-    Hr, med = np.array(ref["H"], float), ref["main"]["median"]
-    k = np.flatnonzero(np.isfinite(med))
-    if len(k):
-        ax[0].loglog(Hr, med[k[-1]] * (Hr / Hr[k[-1]]) ** -1.0, "k:", label="slope -1")
-    ax[0].plot([], [], "x", color="C3", label="not settled (not in the fit)")
-    ax[0].set_xlabel("number of heads H")
-    ax[0].set_ylabel(r"floor $\langle |\partial F|^2 \rangle_{late}$")
-    ax[0].set_title("slope floor per seed; median of settled seeds")
-    ax[1].axhspan(1 / (1 + RATIO_TOL), 1 + RATIO_TOL, color="0.9", label=f"1 +- {RATIO_TOL:g} (log scale)")
-    ax[1].axhline(1.0, color="k", lw=0.8)
-    ax[1].axhline(1 / CONTROL_FACTOR, color="C3", lw=0.8, ls="--", label=f"control: prediction x{CONTROL_FACTOR:g}")
-    ax[1].set_yscale("log")
-    ax[1].set_xlabel("number of heads H")
-    ax[1].set_ylabel("measured / predicted floor")
-    ax[1].set_title("per-seed floor against its central-limit constant")
-    for a in ax:
-        a.legend(fontsize=7)
-        a.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
