@@ -125,3 +125,43 @@ def test_exponent_fit_reports_the_range_and_decides_nothing_when_pre_asymptotic(
     b = exponent_fit(Hs, bad, ab, pred, ok, 4, 0)
     assert g["decision"] == "pass" and g["control_decision"] != "pass"
     assert b["ratio"]["pre_asymptotic"] and b["decision"] == "undecided"
+
+
+def test_heads_seed_floors_enter_a_two_cluster_seed_with_its_own_constant():
+    """Through ``heads._seed_floors`` on a synthetic ensemble (no run): two seeds resting as an antipodal pair and
+    two as one cluster all settle; the pair carries its own predicted constant (Monte Carlo at its own cloud, no
+    closed form) and its index 2, and its ``tau_int`` is pooled with the other pair only. Control: a seed whose
+    clusters merge inside the window is in transition and left out, with its reason."""
+    from attnflow.experiments.heads import Members, _seed_floors
+
+    rng = np.random.default_rng(3)
+    t = np.arange(0.0, 24.0 + 1e-9, 0.1)
+    S, H = len(t), 4
+    x = np.zeros((S, 5, 16, 3))
+    for k in range(S):
+        for b in (0, 1):
+            x[k, b] = _pair(_turn(E, 0.01 * rng.standard_normal()), _turn(-E, 0.01 * rng.standard_normal()))
+        for b in (2, 3):
+            x[k, b] = _pair(E, E)
+        x[k, 4] = _pair(E, _turn(E, 0.5 * math.pi * max(0.0, 1.0 - k / (S - 1))))  # merges at the end
+    slope = np.empty((S, 5))
+    for b in range(5):  # |dF| an OU-like positive series about 0.3 (pairs) or 0.2 (single clusters)
+        z = np.zeros(S)
+        for k in range(1, S):
+            z[k] = 0.5 * z[k - 1] + 0.05 * rng.standard_normal()
+        slope[:, b] = (0.3 if b < 2 else 0.2) + z
+    energy = np.tile((-1.0 + np.exp(-t))[:, None], (1, 5))  # tau = 1: the window is [12, 24]
+    mem = Members(t, slope, energy, x, identity_heads(H, 3, 2.0), 0.35)
+    cfg = {"heads": {"beta": 2.0}, "tokens": {"d": 3}, "draws": 16}
+    rows = _seed_floors(mem, cfg, H, list(range(5)), 0)
+    pair, single, merging = rows[:2], rows[2:4], rows[4]
+    for r in pair:
+        assert r.settled and r.clusters == (2, 2) and r.closed_form is None
+        assert r.state is not None and (r.state.kind, r.state.index) == ("saddle", 2)
+        assert math.isfinite(r.predicted) and r.predicted > 0 and math.isfinite(r.se)
+    for r in single:
+        assert r.settled and r.clusters == (1, 1) and r.closed_form is not None
+        assert r.state is not None and (r.state.kind, r.state.index) == ("minimiser", 0)
+    assert pair[0].tau_int == pair[1].tau_int and single[0].tau_int == single[1].tau_int
+    assert pair[0].tau_int != single[0].tau_int  # one pool per cluster count
+    assert not merging.settled and merging.clusters == (2, 1) and "in transition" in merging.why
