@@ -107,6 +107,7 @@ def tail_fit(
     rng: np.random.Generator,
     settled: np.ndarray | None = None,
     stat: Any = np.median,
+    drift_tol: float = 0.0,
 ) -> dict[str, Any]:
     """Tail fit: local exponents, the least-squares slope of ``stat`` (median; over settled seeds) of
     ``per_seed`` against ``H`` over the asymptotic range of the ``tail`` largest usable ``H``, and its
@@ -115,7 +116,8 @@ def tail_fit(
     The asymptotic range is where the tail's local slopes stop drifting, judged by their own bootstrap
     (:func:`attnflow.verdicts.stats.asymptotic_start`, on 3 or more ``H``): ``fit_H`` are the ``H`` fitted
     (the tail, or its end where the slopes settle); ``pre_asymptotic`` when the slopes drift across the whole
-    tail (then the fit over the tail is reported, and decides nothing). ``tail_H``: the tail itself."""
+    tail (then the fit over the tail is reported, and decides nothing). ``tail_H``: the tail itself.
+    ``drift_tol``: drifts within it are not counted (``asymptotic_start``'s ``tol``: the criterion's resolution)."""
     settled = np.ones(per_seed.shape, bool) if settled is None else settled
     med = seed_medians(per_seed, settled, stat)
     use = np.flatnonzero(np.isfinite(med))
@@ -133,7 +135,7 @@ def tail_fit(
     # One resampling gives both the tail's points (for the fit) and its local slopes (for the range).
     pts = hierarchical_bootstrap(rows, lambda g: np.array([stat(r) for r in g]), n_boot=BOOTSTRAP, rng=rng)
     local_b = np.log(pts[:, 1:] / pts[:, :-1]) / np.log(Ht[1:] / Ht[:-1])  # local_slopes of each replicate
-    s0 = asymptotic_start(local_slopes(Ht, mu[-k:]), local_b) if k >= 3 else 0
+    s0 = asymptotic_start(local_slopes(Ht, mu[-k:]), local_b, tol=drift_tol) if k >= 3 else 0
     j = 0 if s0 is None else s0
     p, c = loglog_fit(Ht[j:], mu[-k:][j:])
     boots = np.array([loglog_fit(Ht[j:], b[j:])[0] for b in pts])
@@ -263,15 +265,19 @@ def exponent_fit(
     predicted constants' own exponent ``p`` and the gap ``-1/2 - p`` to the competing law, the verdict
     (:func:`decide`), and for information the floor's and ``<|dF|>``'s own exponents (median fits)."""
     rng = np.random.default_rng(seed)
-    main = tail_fit(Hs, floors, tail, rng, settled)
-    ctrl = tail_fit(Hs, ab, tail, rng, settled)
-    ratio = tail_fit(Hs, floors / pred, tail, rng, settled, geomean)
-    ratio_ctrl = tail_fit(Hs, ab / pred, tail, rng, settled, geomean)
+    # The predicted constants' own exponent over the tail sets the gap, and half the gap the resolution at
+    # which a drift of the local slopes counts (a smaller drift cannot move the verdict between the two laws).
     pg = seed_medians(pred, settled, geomean)
-    ti = [i for i, H in enumerate(Hs) if H in ratio["fit_H"] and math.isfinite(pg[i])]
+    use = [i for i in range(len(Hs)) if math.isfinite(pg[i]) and int(np.sum(settled[i])) >= 2]
+    ti = [i for i in use[-tail:] if math.isfinite(pg[i])]
     pe = loglog_fit(Hs[ti], pg[ti])[0] if len(ti) >= 2 else math.nan
-    main["predicted_exponent"] = pe
     gap = ratio_gap(pe)
+    tol = 0.5 * gap if math.isfinite(gap) and gap > 0 else 0.0
+    main = tail_fit(Hs, floors, tail, rng, settled, drift_tol=tol)
+    ctrl = tail_fit(Hs, ab, tail, rng, settled, drift_tol=tol)
+    ratio = tail_fit(Hs, floors / pred, tail, rng, settled, geomean, drift_tol=tol)
+    ratio_ctrl = tail_fit(Hs, ab / pred, tail, rng, settled, geomean, drift_tol=tol)
+    main["predicted_exponent"] = pe
     return {
         "main": main,
         "control": ctrl,

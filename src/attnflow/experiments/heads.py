@@ -74,6 +74,7 @@ from attnflow.analysis.floor_fit import decide as _decide  # noqa: F401
 from attnflow.analysis.floor_fit import decisive as _decisive  # noqa: F401
 from attnflow.analysis.floor_fit import exponent_fit as _exponent_fit
 from attnflow.analysis.floor_fit import floor_arrays as _arrays
+from attnflow.analysis.floor_fit import ratio_margin as _ratio_margin  # noqa: F401
 from attnflow.analysis.seed_state import window_state
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
