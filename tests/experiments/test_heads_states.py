@@ -165,3 +165,21 @@ def test_heads_seed_floors_enter_a_two_cluster_seed_with_its_own_constant():
     assert pair[0].tau_int == pair[1].tau_int and single[0].tau_int == single[1].tau_int
     assert pair[0].tau_int != single[0].tau_int  # one pool per cluster count
     assert not merging.settled and merging.clusters == (2, 1) and "in transition" in merging.why
+
+
+@pytest.mark.slow
+def test_a_wide_cap_at_beta_4_rests_in_two_clusters_and_they_enter_the_predictions():
+    """The quick run on a cap of angle 3.0 at ``beta = 4`` (seed 0, one batch): most seeds rest in two clusters.
+    Before 2026-12-03 every two-cluster seed was left out and both predictions failed with no fit; now 12 of
+    them (saddles of index 1 and 2) enter with their own constants and both predictions pass, their controls
+    rejected (measured: 13 of 24 tail seeds, geometric mean 0.967, ratio exponent -0.02 [-0.19, 0.15])."""
+    from attnflow.experiments import run_experiment
+
+    res = run_experiment("heads", quick=True, seed=0, sets=["tokens.angle=3.0", "heads.beta=4", "seed_batches=1"])
+    assert [p.passed for p in res.predictions] == [True, True]
+    assert all(p.control_rejected for p in res.predictions)
+    states = [s for row in res.headline["sets"]["base"]["seed_states"] for s in row]
+    two = [s for s in states if s["clusters"] == [2, 2] and s["entered"]]
+    assert len(two) == 12 and {s["state"] for s in two} == {"saddle"} and {s["index"] for s in two} == {1, 2}
+    assert sum(s["entered"] for s in states) == 13
+    assert res.headline["ratio_geometric_mean"] == pytest.approx(0.967, abs=0.001)
