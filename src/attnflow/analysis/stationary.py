@@ -257,6 +257,7 @@ def classify_stationary(
     zero_rtol: float = 1e-6,
     stationary_tol: float = 1e-3,
     seed: int | None = None,
+    orbit_rtol: float = 1e-8,
 ) -> StationaryPoint:
     """Classify the state ``x`` ``(N, d)`` as a critical point of ``F(., Theta_t)`` on ``(S^{d-1})^N``.
 
@@ -266,6 +267,12 @@ def classify_stationary(
     ``mha`` only where it is ``gf`` (one head, ``V = A`` symmetric) - otherwise an :class:`InputError`.
     Eigenvalues below ``zero_rtol`` times the largest in magnitude count as zero; the state is called
     stationary when the Newton step to the critical point is shorter than ``stationary_tol`` radians.
+    ``orbit_rtol``: a rotation of the symmetry group counts as a symmetry direction when it moves the
+    configuration by more than this fraction of the largest such motion (mass metric). Near a configuration
+    with a larger stabiliser (an antipodal pair: rotations about its axis fix it) a state a small angle
+    ``delta`` off it has one more orbit direction, of size about ``delta``, which would take a descent
+    direction out of the count; a caller that knows the state only to within ``delta`` (its noise) passes
+    that resolution here, so that the index is the nearby stationary point's.
     Returns a :class:`StationaryPoint` (``index``, ``kind``, ``escape`` and the pieces behind them).
     """
     heads = _heads_for(weights, t, seed, model)
@@ -277,8 +284,8 @@ def classify_stationary(
     dev = float((torch.linalg.vector_norm(xt, dim=-1) - 1.0).abs().max())
     if dev > 1e-6:
         raise InputError(f"x must hold unit vectors (tokens on the sphere); the largest | |x_i| - 1 | is {dev:.3g}")
-    if not cluster_eps >= 0.0 or not zero_rtol > 0.0 or not stationary_tol > 0.0:
-        raise InputError("cluster_eps must be >= 0, zero_rtol and stationary_tol > 0")
+    if not cluster_eps >= 0.0 or not zero_rtol > 0.0 or not stationary_tol > 0.0 or not 0.0 < orbit_rtol < 1.0:
+        raise InputError("cluster_eps must be >= 0, zero_rtol and stationary_tol > 0, orbit_rtol in (0, 1)")
     xt = xt / torch.linalg.vector_norm(xt, dim=-1, keepdim=True)
     n, d = xt.shape
     try:
@@ -326,7 +333,7 @@ def classify_stationary(
         orbit = torch.einsum("sij,kj->ski", Wt, c)  # (S, K, d)
         coords = torch.einsum("kdq,skd->skq", B, orbit).reshape(len(gens), K * q) * sm[None, :]
         U, s, _ = torch.linalg.svd(coords.T, full_matrices=True)
-        r = int((s > 1e-8 * max(1.0, float(s.max()) if len(s) else 1.0)).sum())
+        r = int((s > orbit_rtol * max(1.0, float(s.max()) if len(s) else 1.0)).sum())
     else:
         U = torch.eye(K * q, dtype=torch.float64)
         r = 0

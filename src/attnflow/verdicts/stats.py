@@ -206,14 +206,19 @@ def hierarchical_bootstrap(
     return np.asarray([fn([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(n_boot)], float)
 
 
-def asymptotic_start(local: np.ndarray, boots: np.ndarray, *, level: float = 0.95, min_points: int = 3) -> int | None:
+def asymptotic_start(
+    local: np.ndarray, boots: np.ndarray, *, level: float = 0.95, min_points: int = 3, tol: float = 0.0
+) -> int | None:
     """Where a power law's asymptotic range starts: the first index ``i`` from which the local slopes
     ``local[i:]`` (:func:`local_slopes`) no longer drift, i.e. for every pair ``j < k`` in the range the
     bootstrap interval of ``slope_k - slope_j`` (replicates ``boots`` ``(B, len(local))``) holds 0, each at
     Bonferroni's level ``1 - (1 - level) / pairs`` so that ``level`` holds for the range as a whole. The range
     must span at least ``min_points`` points (``min_points - 1`` slopes); ``None`` when no such range
     exists: the data are pre-asymptotic. The scale of a drift is the slopes' own bootstrap error, not a
-    band chosen in advance."""
+    band chosen in advance. ``tol``: a drift counts only when its interval also excludes ``[-tol, tol]``, the
+    resolution of the claim the slopes are read for (a caller deciding between two laws passes half their gap:
+    a drift smaller than that cannot move the verdict, and at ``tol = 0`` a correct law's slopes are called
+    drifting in ``1 - level`` of draws)."""
     m = len(local)
     b = np.asarray(boots, float).reshape(-1, m) if m else np.zeros((0, 0))
     for i in range(0, m - (min_points - 1) + 1):
@@ -223,7 +228,7 @@ def asymptotic_start(local: np.ndarray, boots: np.ndarray, *, level: float = 0.9
         for j in range(i, m):
             for k in range(j + 1, m):
                 lo, hi = percentile_ci(b[:, k] - b[:, j], each)
-                if not (lo <= 0.0 <= hi):
+                if not (lo <= tol and -tol <= hi):
                     steady = False
                     break
             if not steady:
