@@ -7,13 +7,14 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 from attnflow.analysis import following
 from attnflow.analysis import lockin as alockin
 from attnflow.analysis import relaxation as arelax
 from attnflow.analysis.relaxation import Settling, settling, slow_rate
 from attnflow.core.heads import goe_heads
-from attnflow.experiments import experiment_config, relax_runs, run_experiment, settle_row
+from attnflow.experiments import ExperimentConfigError, experiment_config, relax_runs, run_experiment, settle_row
 from attnflow.experiments import ou as ou_exp
 from attnflow.experiments.floors import MIN_WINDOW_TAUS, WINDOW_TAUS
 from attnflow.experiments.relax_runs import build
@@ -65,6 +66,22 @@ def test_the_continued_oscillating_run_is_the_uninterrupted_run():
     assert np.abs(joined.x - whole.x).max() < 1e-9
     assert np.allclose(joined.diagnostics["energy"], whole.diagnostics["energy"], atol=1e-9)
     assert np.allclose(joined.steps["step_time"], whole.steps["step_time"], atol=1e-12)
+
+
+def test_the_typed_parameters_and_their_dict_run_the_same_cached_runs():
+    """The runs read ``RelaxationParams`` attributes; its dict (configs.yaml's form) is validated into it at the entry
+    and keys the cache with the same text as before the typed path, so ``ou`` and ``oscillating`` share one pair."""
+    cfg = experiment_config("ou", quick=True, sets=SMALL)
+    params = relax_runs.RelaxationParams.parse(cfg)
+    assert relax_runs.params_key(params) == yaml.safe_dump(cfg, sort_keys=True)
+    assert relax_runs.pair_runs(params, 0)[0] is relax_runs.pair_runs(cfg, 0)[0]
+    assert relax_runs.run_length(params, 0) == relax_runs.run_length(cfg, 0)
+    # Control: one parameter changed is another key.
+    assert relax_runs.params_key(params.with_sets(["ou.sigma=0.31"])) != relax_runs.params_key(params)
+    # A partial dict gets the documented defaults (a missing max_extension meant a cap of 1 x t_end inside the runs).
+    assert relax_runs.relaxation_params({"ou": {"sigma": 0.5}}).integration.max_extension == 8.0
+    with pytest.raises(ExperimentConfigError, match="sigmaa"):
+        relax_runs.relaxation_params({"ou": {"sigmaa": 0.5}})
 
 
 def test_the_run_continues_until_its_window_holds_a_relaxation_time():

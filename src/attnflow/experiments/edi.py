@@ -35,6 +35,7 @@ rough path).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
@@ -161,25 +162,34 @@ def default_config(quick: bool) -> dict[str, Any]:
     return default_params(quick).to_dict()
 
 
-def run_config(cfg: dict[str, Any], process: str, dt: float, seed: int) -> dict[str, Any]:
+def edi_params(cfg: EdiParams | Mapping[str, Any]) -> EdiParams:
+    """``cfg`` as :class:`EdiParams`: the model itself, or its dict (``configs.yaml``'s form) validated."""
+    return cfg if isinstance(cfg, EdiParams) else EdiParams.parse(cfg)
+
+
+def run_config(cfg: EdiParams | Mapping[str, Any], process: str, dt: float, seed: int) -> dict[str, Any]:
+    """The core run config (the dict ``configs.yaml`` lists) of one ``edi`` run: ``process`` weights at step ``dt``."""
+    p = edi_params(cfg)
     weights = {
         "constant": {"process": "constant"},
-        "oscillating": {"process": "oscillating", "phase": "random", "shape": "goe", **cfg["oscillating"]},
-        "ou": {"process": "ou", **{k: v for k, v in cfg["ou"].items() if k != "seeds"}},
-    }[process]
+        "oscillating": {
+            "process": "oscillating", "phase": "random", "shape": "goe", **p.oscillating.model_dump(mode="json")
+        },
+        "ou": {"process": "ou", **p.ou.model_dump(mode="json", exclude={"seeds"})},
+    }[process]  # fmt: skip
     return {
         "name": f"edi-{process}-dt{dt:g}-s{seed}",
         "model": "gf",
         "seed": seed,
-        "tokens": {"n": int(cfg["tokens"]["n"]), "d": int(cfg["tokens"]["d"])},
+        "tokens": {"n": p.tokens.n, "d": p.tokens.d},
         "heads": {
-            "count": int(cfg["heads"]["count"]),
+            "count": p.heads.count,
             "preset": "goe" if process == "constant" else "identity",
-            "beta": float(cfg["heads"]["beta"]),
+            "beta": float(p.heads.beta),
         },
         "weights": weights,
         "integration": {
-            "t_end": float(cfg["t_end"]),
+            "t_end": float(p.t_end),
             "dt": dt,
             "method": "rk4",
             "save_every": 1 if process == "ou" else 10,
@@ -248,13 +258,16 @@ def _needs_refinement(dts: list[float], rel: np.ndarray, proc: str) -> bool:
     return bool(abs(order - EXPECTED_ORDER[proc]) > (1.0 - MIN_MARGIN) * tol and float(np.asarray(rel)[-1]) > ROUNDOFF)
 
 
-def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
+def experiment_edi(
+    cfg: EdiParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
+) -> ExperimentResult:
     start = time.perf_counter()
-    dts = sorted((float(v) for v in cfg["dts"]), reverse=True)
+    params = edi_params(cfg)
+    dts = sorted((float(v) for v in params.dts), reverse=True)
     if len(dts) < 2:
-        raise InputError(f"dts needs at least two steps; got {cfg['dts']}")
+        raise InputError(f"dts needs at least two steps; got {params.dts}")
     mid = 1 if len(dts) > 2 else 0
-    seeds = [seed + s for s in range(int(cfg["ou"]["seeds"]))]
+    seeds = [seed + s for s in range(params.ou.seeds)]
     total = 3 * len(dts) + len(seeds) * len(dts)
     done = 0
     cfgs: list[dict[str, Any]] = []
@@ -268,7 +281,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
             # A callable weight path (the oscillating weights as a Python function): without derivative= the EDI
             # integrates dF/dt with rk4's stages, dA/dt by finite difference (order 4); the control asks for the
             # exact-increment rule (first order).
-            x0, osc, kw = build(parse_config(run_config(cfg, "oscillating", dt, seed), "edi"))
+            x0, osc, kw = build(parse_config(run_config(params, "oscillating", dt, seed), "edi"))
             if not isinstance(osc, Oscillating):  # run_config(..., "oscillating", ...) builds one
                 raise TypeError(f"the oscillating run config built a {type(osc).__name__}, not an Oscillating")
             plain = FromCallable(osc.A_at)
@@ -277,7 +290,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
             if j == mid:
                 budgets[proc] = b
             return b.relative_residual, edi_budget(simulate(x0, increment, **kw)).relative_residual
-        rc_dict = run_config(cfg, proc, dt, seed)
+        rc_dict = run_config(params, proc, dt, seed)
         cfgs.append(rc_dict)
         x0, process, kw = build(parse_config(rc_dict, "edi"))
         b = edi_budget(simulate(x0, process, **kw))
@@ -308,10 +321,10 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
     # OU: one fine path per seed, sampled on every grid.
     rel_ou, ctrl_ou = np.zeros((len(seeds), len(dts))), np.zeros((len(seeds), len(dts)))
     fine = min(dts) / 2.0
-    n_fine = int(round(float(cfg["t_end"]) / fine))
+    n_fine = int(round(float(params.t_end) / fine))
     times = np.arange(n_fine + 1) * fine
     for i, s in enumerate(seeds):
-        base = run_config(cfg, "ou", dts[0], s)
+        base = run_config(params, "ou", dts[0], s)
         x0, ou, kw = build(parse_config(base, "edi"))
         if not isinstance(ou, OrnsteinUhlenbeck):  # run_config(..., "ou", ...) builds one
             raise TypeError(f"the ou run config built a {type(ou).__name__}, not an OrnsteinUhlenbeck")
@@ -319,7 +332,7 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
         for j, dt in enumerate(dts):
             if progress:
                 progress(done, total, f"ou seed {s}, dt = {dt:g} (one path)")
-            rc_dict = run_config(cfg, "ou", dt, s)
+            rc_dict = run_config(params, "ou", dt, s)
             cfgs.append(rc_dict)
             kw = {**kw, "dt": dt, "save_every": 1}
             traj = simulate(x0, path, **kw)
@@ -508,7 +521,9 @@ def experiment_edi(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | N
         coords={"process": procs, "dt": all_dt, "ou_seed": seeds},
     )
     describe(ds, VARIABLES)
-    res = ExperimentResult("edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds, parameters=cfg)
+    res = ExperimentResult(
+        "edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds, parameters=params.to_dict()
+    )
     if progress:
         progress(total, total, "done")
     res.seconds = time.perf_counter() - start

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import yaml
 
 from attnflow.analysis.laws import bures_wasserstein, law_path_length, length_at, sym_vec
 from attnflow.analysis.lockin import (
@@ -48,6 +47,8 @@ from attnflow.experiments.relax_runs import (
     HYPOTHESES,
     RUNS_NOTE,
     SEE_FIGURES,
+    ParamsLike,
+    RelaxationParams,
     RunLength,
     continue_both,
     floor_keys,
@@ -55,6 +56,8 @@ from attnflow.experiments.relax_runs import (
     length_note,
     pair_runs,
     pair_start,
+    params_key,
+    relaxation_params,
     run_length,
     run_seeds,
     run_window,
@@ -149,11 +152,11 @@ def _lockin_of(tr, start: float, omega: float) -> LockIn:
 
 @functools.lru_cache(maxsize=2)
 def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
-    cfg, trajs, procs, length, st, it = pair_start(cfg_yaml, seed)
-    omega = float(cfg["oscillating"]["omega"])
+    params, trajs, procs, length, st, it = pair_start(cfg_yaml, seed)
+    omega = float(params.oscillating.omega)
     runs = {"ou": trajs["ou"], "oscillating": trajs["oscillating"]}
     T0, start = float(runs["ou"].t[-1]), float(st["window"].start)
-    spacing = float(it["dt"]) * int(it["save_every"])
+    spacing = it.dt * it.save_every
     # From the first saved time in the window (the window's start need not be on the save grid).
     o = runs["ou"]
     first = float(o.t[np.flatnonzero(o.t >= start - 1e-12)[0]]) if start <= T0 + 1e-12 else start
@@ -196,14 +199,14 @@ def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     return {"window": (start, T), "extended_by": T - T0, "series": series, "looks": looks, **fits}
 
 
-def lockin_pair(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+def lockin_pair(cfg: ParamsLike, seed: int) -> dict[str, Any]:
     """The lock-in fits (:func:`attnflow.experiments.lockin.lockin_fit`) of the OU and the oscillating run at the
     oscillating weights' ``omega`` over ``[settling window start, T']``, ``T' >= T`` long enough to hold
     :data:`LOCKIN_PERIODS` periods, or up to :data:`LOCKIN_MAX_PERIODS` while row #5 is undecided
     (:func:`sequential_lockin`; both runs continued for it): ``{"window", "extended_by", "ou", "oscillating",
     "looks", "series"}`` (``ou``, ``oscillating``: the last look's fits; ``looks``: every look's ``(oscillating,
     OU)`` fits; ``series``: each run's most swinging coordinate and its fit, for the figure)."""
-    return _lockin_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
+    return _lockin_cached(params_key(relaxation_params(cfg)), seed)
 
 
 def _looks_text(lk: dict[str, Any]) -> str:
@@ -306,7 +309,7 @@ class _OscRun:
     """What ``oscillating`` measures, in the order it measures it (:func:`_measure_oscillating`): the runs, the
     lock-in, the laws' path lengths, the windows every row and note reads."""
 
-    cfg: dict[str, Any]
+    params: RelaxationParams
     trajs: dict[str, Trajectory]
     fl: dict[str, Any]
     window: Window
@@ -334,7 +337,7 @@ class _OscRun:
     lk_scale_ou: float
 
 
-def _measure_oscillating(cfg: dict[str, Any], seed: int, progress: Progress | None) -> _OscRun:
+def _measure_oscillating(cfg: RelaxationParams, seed: int, progress: Progress | None) -> _OscRun:
     """Run (or read from the cache) everything ``oscillating``'s rows need."""
     if progress:
         progress(0, 3, "simulating the OU and oscillating runs")
@@ -350,17 +353,16 @@ def _measure_oscillating(cfg: dict[str, Any], seed: int, progress: Progress | No
     lk_osc, lk_ou = lk["oscillating"], lk["ou"]
     lk_scale, lk_scale_ou = lockin_scales(lk_osc, lk_ou)
     pos_empty = position_margins(s_osc, s_ou, swin) is None
-    omega = float(cfg["oscillating"]["omega"])
+    omega = float(cfg.oscillating.omega)
     g = 1.0 / length.tau_slow
     if progress:
-        progress(1, 3, f"law path length from {cfg['law']['paths']} sampled paths")
-    lw = cfg["law"]
-    t_ends = sorted(float(v) for v in lw["t_ends"])
+        progress(1, 3, f"law path length from {cfg.law.paths} sampled paths")
+    lw = cfg.law
+    t_ends = sorted(float(v) for v in lw.t_ends)
     if len(t_ends) < 2:
-        raise InputError(f"law.t_ends needs at least two times; got {lw['t_ends']}")
+        raise InputError(f"law.t_ends needs at least two times; got {lw.t_ends}")
     laws = {
-        k: law_path_length(p, int(lw["paths"]), float(lw["step"]), t_ends[-1], run_seeds(seed)[5] + 1)
-        for k, p in procs.items()
+        k: law_path_length(p, lw.paths, float(lw.step), t_ends[-1], run_seeds(seed)[5] + 1) for k, p in procs.items()
     }
     if progress:
         progress(2, 3, "checks")
@@ -373,7 +375,7 @@ def _measure_oscillating(cfg: dict[str, Any], seed: int, progress: Progress | No
     show = lambda k, src: ", ".join(fmt(v) for v in src[k])
     rough = finite_h_path_length(procs["ou"], t_ends, run_seeds(seed)[5] + 2)
     return _OscRun(
-        cfg=cfg, trajs=trajs, fl=fl, window=window, length=length, st=st, swin=swin, lk=lk, pos_empty=pos_empty,
+        params=cfg, trajs=trajs, fl=fl, window=window, length=length, st=st, swin=swin, lk=lk, pos_empty=pos_empty,
         omega=omega, g=g, t_ends=t_ends, laws=laws, L=L, Lc=Lc, frac=frac, growth=growth, Ts=Ts, show=show, rough=rough,
         s_ou=s_ou, s_osc=s_osc, lk_osc=lk_osc, lk_ou=lk_ou, lk_scale=lk_scale, lk_scale_ou=lk_scale_ou
     )  # fmt: skip
@@ -527,7 +529,7 @@ def _oscillating_result(r: _OscRun, headline: dict[str, Any], preds: list[Predic
         },
         configs=[],
         dataset=trajectory_to_dataset(r.trajs["oscillating"]),
-        parameters=r.cfg,
+        parameters=r.params.to_dict(),
         notes=[
             HYPOTHESES["oscillating"],
             HYPOTHESES["ou"],
@@ -552,10 +554,11 @@ def _oscillating_result(r: _OscRun, headline: dict[str, Any], preds: list[Predic
     )
 
 
-def experiment_oscillating(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
-    """Oscillating weights: no relaxation and a law path length that grows linearly; OU as the contrast."""
+def experiment_oscillating(cfg: ParamsLike, *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
+    """Oscillating weights: no relaxation and a law path length that grows linearly; OU as the contrast
+    (``cfg``: :class:`~attnflow.experiments.relax_runs.RelaxationParams` or its dict)."""
     start = time.perf_counter()
-    r = _measure_oscillating(cfg, seed, progress)
+    r = _measure_oscillating(relaxation_params(cfg), seed, progress)
     headline = _oscillating_headline(r)
     preds = _oscillating_predictions(r)
     _oscillating_explain(r, preds)

@@ -44,11 +44,14 @@ from attnflow.experiments.relax_runs import (
     RUNS_NOTE,
     SEE_FIGURES,
     WANDER_REPLICAS,
+    ParamsLike,
+    RelaxationParams,
     RunLength,
     floor_keys,
     floor_note,
     length_note,
     pair_runs,
+    relaxation_params,
     run_length,
     run_seeds,
     run_window,
@@ -84,7 +87,7 @@ def _wander_note(fs: FollowingScale) -> str:
     )
 
 
-def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) -> str:
+def _settle_note(params: RelaxationParams, sq: dict[str, Any], floor_ratio: float) -> str:
     """Why ``ou``'s settling row (or its control) failed, from the last look's numbers (:func:`settle_row`), the final
     cluster count and the slow mode."""
     fin, length = sq["final"], sq["length"]
@@ -123,7 +126,7 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
     if SETTLED_FRACTION * ctrl.displacement < ctrl.late <= WANDER_FACTOR * ctrl.wander:
         why = (
             f"the heads' finite-H wander alone ({WANDER_FACTOR:g} w_H = {fmt(WANDER_FACTOR * ctrl.wander)}, at H = "
-            f"{cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}) exceeds the control's whole late motion "
+            f"{params.heads.count} and sigma = {params.ou.sigma}) exceeds the control's whole late motion "
             f"({fmt(ctrl.late)}): at this H and noise a cloud kept moving cannot be told from a settled one that "
             "wanders, by position."
         )
@@ -131,7 +134,7 @@ def _settle_note(cfg: dict[str, Any], sq: dict[str, Any], floor_ratio: float) ->
         why = (
             f"over the window the cap allows, its turn moved it {fmt(ctrl.late)}, against a bound of {fmt(ctrl.bound)} "
             f"({fmt(WANDER_FACTOR * ctrl.wander / ctrl.bound)} of it the finite-H wander, w_H = {fmt(ctrl.wander)} rad "
-            f"at H = {cfg['heads']['count']} and sigma = {cfg['ou']['sigma']}): a turning cloud cannot be told from a "
+            f"at H = {params.heads.count} and sigma = {params.ou.sigma}): a turning cloud cannot be told from a "
             "settled one that wanders here."
         )
     return f"Control without power at this set: the control{which} stays within {fmt(ctrl.ratio)} of the settling " + (
@@ -180,7 +183,7 @@ class _OuRun:
     """What ``ou`` measures, in the order it measures it (:func:`_measure_ou`): the runs, the settling row, the
     scales and windows every row and note reads."""
 
-    cfg: dict[str, Any]
+    params: RelaxationParams
     gap: TrajectoryGap
     field_gaps: list[float]
     law_inf: GaussianHeads
@@ -223,7 +226,7 @@ class _OuRun:
     s_ctrl: Settling
 
 
-def _measure_ou(cfg: dict[str, Any], seed: int, progress: Progress | None) -> _OuRun:
+def _measure_ou(cfg: RelaxationParams, seed: int, progress: Progress | None) -> _OuRun:
     """Run (or read from the cache) everything ``ou``'s rows need."""
     if progress:
         progress(0, 2, "simulating the OU and oscillating runs")
@@ -280,7 +283,7 @@ def _measure_ou(cfg: dict[str, Any], seed: int, progress: Progress | None) -> _O
     pidx = transient_window(traj.t, window.tau, POSITION_CONTROL_TAUS)
     pos = _position_row(traj, o2, sidx, pidx, fs_pos) if fs_pos.applies else None
     return _OuRun(
-        cfg=cfg, gap=gap, field_gaps=field_gaps, law_inf=law_inf, slope_inf=slope_inf, slope_0=slope_0, fl=fl,
+        params=cfg, gap=gap, field_gaps=field_gaps, law_inf=law_inf, slope_inf=slope_inf, slope_0=slope_0, fl=fl,
         window=window, length=length, sq=sq, fin=fin, swin=swin, idx=idx, s_osc=s_osc, turned=turned, d=d, win=win,
         s_H=s_H, fs=fs, scale=scale, scale_name=scale_name, rms_inf=rms_inf, st_inf=st_inf, st_0=st_0, tidx=tidx,
         rms_tr=rms_tr, st_tr=st_tr, fs_pos=fs_pos, pidx=pidx, pos=pos, traj=traj, osc=osc, ou=ou, o2=o2, c2=c2,
@@ -336,7 +339,7 @@ def _ou_headline(r: _OuRun) -> dict[str, Any]:
         "window_relaxation_times": r.window.length_taus,
         "clusters_end": int(r.d["clusters"][-1]),
         "window": [float(r.traj.t[r.idx[0]]), float(r.traj.t[-1])],
-        "spectrum": r.cfg["heads"]["spectrum"],
+        "spectrum": list(r.params.heads.spectrum),
         "hypotheses": HYPOTHESES,
         "gf_mha_gap": {
             "relative_field_difference_start_end": r.field_gaps,
@@ -498,10 +501,10 @@ def _ou_explain(r: _OuRun, preds: list[Prediction]) -> None:
     if r.st_0 <= FLOOR_FACTOR * (1 + MIN_MARGIN):
         stat_note += (
             f" (The t = 0 law cannot be told from the limit law either: its mean is only {fmt(shift)} of the "
-            f"limit's mean away from it, the heads start {r.cfg['ou']['init_spread']} x GOE from their means and "
+            f"limit's mean away from it, the heads start {r.params.ou.init_spread} x GOE from their means and "
             f"their average moves by about that over sqrt({r.ou.H}): {fmt(r.st_0)} {r.scale_name} on the late states.)"
         )
-    settle_note = _settle_note(r.cfg, r.sq, r.fl["ou"]["ratio"])
+    settle_note = _settle_note(r.params, r.sq, r.fl["ou"]["ratio"])
     notes = [
         (_position_note(r.pos, r.fs_pos) if r.swin.ok else length_note(r.sq["length"], r.swin)) if r.pos else stat_note,
         settle_note,
@@ -539,10 +542,10 @@ def _ou_result(r: _OuRun, headline: dict[str, Any], preds: list[Prediction]) -> 
         },
         configs=[],
         dataset=trajectory_to_dataset(r.traj),
-        parameters=r.cfg,
+        parameters=r.params.to_dict(),
         notes=[
             f"Limiting law Theta_inf = (1/H) sum_h N(Abar_h, c^2), c = sigma / sqrt(2 rate) = {fmt(r.law_inf.c)}; "
-            f"Abar_h = diag{tuple(r.cfg['heads']['spectrum'])} + {r.cfg['heads']['variety']} x GOE_h. "
+            f"Abar_h = diag{tuple(r.params.heads.spectrum)} + {r.params.heads.variety} x GOE_h. "
             f"The late window starts {WINDOW_TAUS:g} relaxation times tau into the run (tau = {fmt(r.window.tau)}: the "
             "OU run's energy reaches 1/e of its initial distance to its late level), never before T/2; the settling "
             f"window starts {WINDOW_TAUS:g} x (tau + 1/g), 1/g the cluster's slow mode (slow_rate). Run length: "
@@ -559,10 +562,10 @@ def _ou_result(r: _OuRun, headline: dict[str, Any], preds: list[Prediction]) -> 
     )
 
 
-def experiment_ou(cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
+def experiment_ou(cfg: ParamsLike, *, seed: int = 0, progress: Progress | None = None) -> ExperimentResult:
     """OU weights: relaxation to a stationary point of the limiting energy (with its own transient as control)."""
     start = time.perf_counter()
-    r = _measure_ou(cfg, seed, progress)
+    r = _measure_ou(relaxation_params(cfg), seed, progress)
     headline = _ou_headline(r)
     preds = _ou_predictions(r)
     _ou_explain(r, preds)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import numpy as np
@@ -136,26 +137,50 @@ def default_config(quick: bool) -> dict[str, Any]:
     return default_params(quick).to_dict()
 
 
+#: What the run functions accept: the typed parameters, or their dict (``configs.yaml``'s form), validated once.
+ParamsLike = RelaxationParams | Mapping[str, Any]
+
+
+def relaxation_params(cfg: ParamsLike) -> RelaxationParams:
+    """``cfg`` as :class:`RelaxationParams`: the model itself, or its dict validated (an invalid one raises
+    :class:`~attnflow.experiments.common.ExperimentConfigError`)."""
+    return cfg if isinstance(cfg, RelaxationParams) else RelaxationParams.parse(cfg)
+
+
+def params_key(params: RelaxationParams) -> str:
+    """The cache key of the runs (:func:`simulate_pair`, :func:`settle_cached`, ...): the parameters' dict as
+    sorted YAML, the same text for the model and for the dict ``configs.yaml`` stores."""
+    return yaml.safe_dump(params.to_dict(), sort_keys=True)
+
+
+def _from_key(cfg_yaml: str) -> RelaxationParams:
+    return RelaxationParams.model_validate(yaml.safe_load(cfg_yaml))
+
+
+def _integration(it: RelaxIntegration | Mapping[str, Any]) -> RelaxIntegration:
+    return it if isinstance(it, RelaxIntegration) else RelaxIntegration.model_validate(it)
+
+
 def run_seeds(seed: int, n: int = 6) -> list[int]:
     return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence([seed, 7]).spawn(n)]
 
 
-def build(cfg: dict[str, Any], seed: int):
+def build(cfg: ParamsLike, seed: int):
     """Initial cloud, the OU and the oscillating process (same means ``Abar_h``) and the OU noise seed."""
+    p = relaxation_params(cfg)
     s_tok, s_var, s_a0, s_c, s_phase, s_noise = run_seeds(seed)
-    spec = np.asarray(cfg["heads"]["spectrum"], dtype=float)
-    d, H = len(spec), int(cfg["heads"]["count"])
+    spec = np.asarray(p.heads.spectrum, dtype=float)
+    d, H = len(spec), p.heads.count
     if d < 2:
         raise InputError(f"heads.spectrum needs at least two eigenvalues (it sets d); got {spec.tolist()}")
-    x0 = uniform(int(cfg["tokens"]["n"]), d, s_tok)
-    A_bar = np.diag(spec)[None] + goe_heads(H, d, float(cfg["heads"]["variety"]), s_var)
-    o = cfg["ou"]
-    A0 = A_bar + goe_heads(H, d, float(o["init_spread"]), s_a0)
-    ou = OrnsteinUhlenbeck(A_bar, float(o["rate"]), float(o["sigma"]), A0=A0, seed=s_noise)
-    osc_cfg = cfg["oscillating"]
-    C = goe_heads(H, d, float(osc_cfg["amplitude"]) * float(spec.max()), s_c)
+    x0 = uniform(p.tokens.n, d, s_tok)
+    A_bar = np.diag(spec)[None] + goe_heads(H, d, float(p.heads.variety), s_var)
+    o = p.ou
+    A0 = A_bar + goe_heads(H, d, float(o.init_spread), s_a0)
+    ou = OrnsteinUhlenbeck(A_bar, float(o.rate), float(o.sigma), A0=A0, seed=s_noise)
+    C = goe_heads(H, d, float(p.oscillating.amplitude) * float(spec.max()), s_c)
     phase = np.random.default_rng(s_phase).uniform(0, 2 * np.pi, H)
-    osc = Oscillating(A_bar, C, float(osc_cfg["omega"]), phase)
+    osc = Oscillating(A_bar, C, float(p.oscillating.omega), phase)
     return x0, ou, osc, s_noise
 
 
@@ -194,11 +219,13 @@ class RunLength:
         )
 
 
-def continued(traj, process, t_add: float, it: dict[str, Any], seed: int | None):
-    """``traj`` continued by ``t_add`` from its last state, with ``process`` (started at that state's weights)."""
+def continued(traj, process, t_add: float, it: RelaxIntegration | Mapping[str, Any], seed: int | None):
+    """``traj`` continued by ``t_add`` from its last state, with ``process`` (started at that state's weights),
+    stepped with ``it``'s ``dt`` and ``save_every``."""
+    it = _integration(it)
     nxt = simulate(
-        traj.x[-1], process, model=traj.model, t_end=t_add, dt=float(it["dt"]), method="rk4",
-        save_every=int(it["save_every"]), seed=seed,
+        traj.x[-1], process, model=traj.model, t_end=t_add, dt=it.dt, method="rk4", save_every=it.save_every,
+        seed=seed,
     )  # fmt: skip
     shift = float(traj.t[-1])
     cat = lambda a, b: np.concatenate([a, b[1:]])
@@ -217,12 +244,14 @@ def continued(traj, process, t_add: float, it: dict[str, Any], seed: int | None)
     )
 
 
-def continue_ou(o, ou: OrnsteinUhlenbeck, add: float, it: dict[str, Any], seed: int):
+def continue_ou(o, ou: OrnsteinUhlenbeck, add: float, it: RelaxIntegration | Mapping[str, Any], seed: int):
     """The OU run ``o`` continued by ``add`` with fresh noise ``seed`` from its last heads (a Markov continuation)."""
     return continued(o, OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=o.A[-1], seed=seed), add, it, seed)
 
 
-def continue_both(o, c, ou: OrnsteinUhlenbeck, osc: Oscillating, add: float, it: dict[str, Any], seed: int):
+def continue_both(
+    o, c, ou: OrnsteinUhlenbeck, osc: Oscillating, add: float, it: RelaxIntegration | Mapping[str, Any], seed: int
+):
     """The OU run ``o`` and the oscillating run ``c`` (ending at the same time) continued by ``add``: OU with fresh
     noise ``seed`` from its last heads (:func:`continue_ou`), the oscillating weights at their phase."""
     T = float(o.t[-1])
@@ -237,10 +266,10 @@ def segment_seed(seed: int, j: int) -> int:
 @functools.lru_cache(maxsize=2)
 def simulate_pair(cfg_yaml: str, seed: int):
     # Cached: `ou` and `oscillating` show the same two runs; nothing downstream mutates them.
-    cfg = yaml.safe_load(cfg_yaml)
-    x0, ou, osc, s_noise = build(cfg, seed)
-    it = cfg["integration"]
-    t_end, dt, save_every = float(it["t_end"]), float(it["dt"]), int(it["save_every"])
+    p = _from_key(cfg_yaml)
+    x0, ou, osc, s_noise = build(p, seed)
+    it = p.integration
+    t_end, dt, save_every = it.t_end, it.dt, it.save_every
     trajs = {
         "ou": simulate(x0, ou, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every, seed=s_noise),
         "oscillating": simulate(x0, osc, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every),
@@ -251,7 +280,7 @@ def simulate_pair(cfg_yaml: str, seed: int):
     # heads, a Markov continuation; the oscillating weights at their phase) while the late window would hold
     # fewer than MIN_WINDOW_TAUS relaxation times, up to the cap. A slow mode that alone needs more than the
     # cap is not chased: the settling check reports it.
-    cap = float(it.get("max_extension", 1.0)) * t_end
+    cap = it.max_extension * t_end
     spacing = dt * save_every
     tau_slow = 1.0 / max(slow_rate(ou.A_bar), 1e-300)
     j = 0
@@ -274,13 +303,15 @@ def simulate_pair(cfg_yaml: str, seed: int):
     return trajs, {"ou": ou, "oscillating": osc}, length
 
 
-def pair_runs(cfg: dict[str, Any], seed: int):
-    trajs, procs, _ = simulate_pair(yaml.safe_dump(cfg, sort_keys=True), seed)
+def pair_runs(cfg: ParamsLike, seed: int):
+    """The OU, oscillating and OU-mha runs of ``cfg`` at ``seed`` and their processes (:func:`simulate_pair`)."""
+    trajs, procs, _ = simulate_pair(params_key(relaxation_params(cfg)), seed)
     return trajs, procs
 
 
-def run_length(cfg: dict[str, Any], seed: int) -> RunLength:
-    return simulate_pair(yaml.safe_dump(cfg, sort_keys=True), seed)[2]
+def run_length(cfg: ParamsLike, seed: int) -> RunLength:
+    """How long :func:`pair_runs` went, and why."""
+    return simulate_pair(params_key(relaxation_params(cfg)), seed)[2]
 
 
 #: Which hypothesis of the theory each run satisfies (stated in the results and in docs/reproduce.md).
@@ -330,12 +361,12 @@ def wander_scale(traj, ou: OrnsteinUhlenbeck, k: int, replicas: int, dt: float, 
 
 @functools.lru_cache(maxsize=2)
 def settle_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
-    cfg = yaml.safe_load(cfg_yaml)
+    p = _from_key(cfg_yaml)
     trajs, procs, length = simulate_pair(cfg_yaml, seed)
     o = trajs["ou"]
     # The settling window is in units of the longer of the two relaxation times: the energy's and the slow mode's.
     win = settling_window(o.t, length.tau, length.tau_slow)
-    t_from, reps, w = settle_wander(o, procs["ou"], win, float(cfg["integration"]["dt"]), run_seeds(seed)[5] + 4)
+    t_from, reps, w = settle_wander(o, procs["ou"], win, p.integration.dt, run_seeds(seed)[5] + 4)
     return {
         "window": win,
         "replicas_from": t_from,
@@ -359,16 +390,17 @@ def settle_wander(o, ou: OrnsteinUhlenbeck, win: Window, dt: float, seed: int) -
     return float(o.t[k]), reps, float(np.sqrt(np.mean(reps**2)))
 
 
-def settled_runs(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
-    return settle_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
+def settled_runs(cfg: ParamsLike, seed: int) -> dict[str, Any]:
+    """The settling of :func:`pair_runs` (:func:`settle_cached`)."""
+    return settle_cached(params_key(relaxation_params(cfg)), seed)
 
 
 def pair_start(cfg_yaml: str, seed: int):
     """What the sequential rows (``ou`` #2, ``oscillating`` #5) start from: the config, the pair's runs, processes
     and run length (:func:`simulate_pair`), the settling of :func:`settle_cached`, the integration options."""
-    cfg = yaml.safe_load(cfg_yaml)
+    p = _from_key(cfg_yaml)
     trajs, procs, length = simulate_pair(cfg_yaml, seed)
-    return cfg, trajs, procs, length, settle_cached(cfg_yaml, seed), cfg["integration"]
+    return p, trajs, procs, length, settle_cached(cfg_yaml, seed), p.integration
 
 
 def floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
@@ -384,8 +416,9 @@ def floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
     }
 
 
-def slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Late-window rms slope of each run over the floor scale ``s_H`` (at the OU run's final cloud)."""
+def slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: ParamsLike | None, seed: int) -> dict[str, Any]:
+    """Late-window rms slope of each run over the floor scale ``s_H`` (at the OU run's final cloud). ``cfg`` is not
+    read (the window and ``s_H`` come from the runs and ``seed``); it stays for the callers that pass it."""
     win = run_window(trajs["ou"])
     s_H = floor_scale(trajs["ou"].x[-1], ou, FLOOR_DRAWS, run_seeds(seed)[5] + 3)
     out: dict[str, Any] = {"scale": s_H, "tau": win.tau, "window_ok": win.ok}

@@ -14,7 +14,6 @@ import math
 from typing import Any
 
 import numpy as np
-import yaml
 
 from attnflow.analysis.relaxation import (
     MIN_WINDOW_TAUS,
@@ -27,10 +26,14 @@ from attnflow.analysis.relaxation import (
 )
 from attnflow.experiments.common import fmt
 from attnflow.experiments.relax_runs import (
+    ParamsLike,
+    RelaxIntegration,
     RunLength,
     continue_ou,
     continued,
     pair_start,
+    params_key,
+    relaxation_params,
     run_seeds,
     segment_seed,
     settle_wander,
@@ -83,7 +86,7 @@ def control_process(ou: OrnsteinUhlenbeck, turn: float, seed: int, A0: np.ndarra
     return Rotated(inner, u, v, turn, t0)
 
 
-def _continue_turned(o, c, ou: OrnsteinUhlenbeck, proc_c: Rotated, add: float, it: dict[str, Any], seeds):
+def _continue_turned(o, c, ou: OrnsteinUhlenbeck, proc_c: Rotated, add: float, it: RelaxIntegration, seeds):
     """The OU run ``o`` and the turned control ``c`` (ending at the same time ``T``) continued by ``add``, each with
     fresh noise from its last heads (Markov continuations; the control's heads unturned by ``R_T``, then turned on
     from ``T``)."""
@@ -183,8 +186,8 @@ def _stage(o, c, ou: OrnsteinUhlenbeck, end: tuple[int, bool, float], dt: float,
 
 @functools.lru_cache(maxsize=2)
 def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
-    cfg, trajs, procs, length, st, it = pair_start(cfg_yaml, seed)
-    dt, spacing = float(it["dt"]), float(it["dt"]) * int(it["save_every"])
+    _, trajs, procs, length, st, it = pair_start(cfg_yaml, seed)
+    dt, spacing = it.dt, it.dt * it.save_every
     ou = procs["ou"]
     o = trajs["ou"]
     turn = control_turn(1.0 / length.tau_slow)
@@ -193,7 +196,7 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     s_ctrl = segment_seed(s_noise, 700)
     proc_c = control_process(ou, turn, s_ctrl)
     c = simulate(
-        o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=int(it["save_every"]),
+        o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=it.save_every,
         seed=s_ctrl,
     )  # fmt: skip
     # Look 0: the runs every other row uses, with the window and replicas of settled_runs (the same numbers), unless the
@@ -245,11 +248,11 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     }
 
 
-def settle_row(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+def settle_row(cfg: ParamsLike, seed: int) -> dict[str, Any]:
     """Row #2 of ``ou`` (the cloud settles), sequential: ``{"stages": [SettleStage, ...], "final", "turn",
     "plane", "length", "ou_traj", "control_traj"}``. The control is the OU law turned at :func:`control_turn` in
     :func:`control_plane` (:func:`control_process`); while the row is undecided (:func:`_undecided`)
     both runs continue (T doubled, or to what a slow mode's window needs; at most :data:`SETTLE_CONTINUATIONS` times,
     up to :data:`SETTLE_CAP_FACTOR` x the run-length cap) and are judged again at the new window with fresh
     replicas; the verdict is the last look's."""
-    return _settle_row_cached(yaml.safe_dump(cfg, sort_keys=True), seed)
+    return _settle_row_cached(params_key(relaxation_params(cfg)), seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
@@ -129,15 +130,23 @@ def default_config(quick: bool) -> dict[str, Any]:
     return default_params(quick).to_dict()
 
 
-def base_config(cfg: dict[str, Any], seed: int) -> dict:
+def stability_params(cfg: StabilityParams | Mapping[str, Any]) -> StabilityParams:
+    """``cfg`` as :class:`StabilityParams`: the model itself, or its dict (``configs.yaml``'s form) validated."""
+    return cfg if isinstance(cfg, StabilityParams) else StabilityParams.parse(cfg)
+
+
+def base_config(cfg: StabilityParams | Mapping[str, Any], seed: int) -> dict:
+    """The core run config (the dict ``configs.yaml`` lists) of the reference run: identity heads ``beta I``,
+    OU weights from ``cfg.weights``, ``rk4``."""
+    p = stability_params(cfg)
     return {
         "name": "stability",
         "model": "gf",
         "seed": seed,
-        "tokens": {"n": int(cfg["tokens"]["n"]), "d": int(cfg["tokens"]["d"])},
-        "heads": {"count": int(cfg["heads"]["count"]), "preset": "identity", "beta": float(cfg["heads"]["beta"])},
-        "weights": {"process": "ou", **cfg["weights"]},
-        "integration": {**cfg["integration"], "method": "rk4"},
+        "tokens": {"n": p.tokens.n, "d": p.tokens.d},
+        "heads": {"count": p.heads.count, "preset": "identity", "beta": float(p.heads.beta)},
+        "weights": {"process": "ou", **p.weights.model_dump(mode="json")},
+        "integration": {**p.integration.model_dump(mode="json"), "method": "rk4"},
     }
 
 
@@ -220,13 +229,14 @@ def one_sided_lipschitz(x: np.ndarray, A: np.ndarray) -> float:
 
 
 def experiment_stability_input(
-    cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None
+    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
 ) -> ExperimentResult:
     start = time.perf_counter()
-    rc_dict = base_config(cfg, seed)
-    levels = sorted((float(v) for v in cfg["noise"]), reverse=True)
+    params = stability_params(cfg)
+    rc_dict = base_config(params, seed)
+    levels = sorted((float(v) for v in params.noise), reverse=True)
     if len(levels) < 2:
-        raise InputError(f"noise needs at least two levels; got {cfg['noise']}")
+        raise InputError(f"noise needs at least two levels; got {params.noise}")
     total = 2 + len(levels) + 2
     if progress:
         progress(0, total, "reference run")
@@ -463,7 +473,7 @@ def experiment_stability_input(
         figures={"stability_input": fig},
         configs=[rc_dict],
         dataset=ds,
-        parameters=cfg,
+        parameters=params.to_dict(),
     )
     if progress:
         progress(total, total, "done")
@@ -472,7 +482,7 @@ def experiment_stability_input(
 
 
 def experiment_stability_weights(
-    cfg: dict[str, Any], *, seed: int = 0, progress: Progress | None = None
+    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
 ) -> ExperimentResult:
     """Perturbed OU initialisations ``A0 + eps G`` and a changed law ``(1 - eps) A0 + eps A0'``, same noise.
 
@@ -480,10 +490,11 @@ def experiment_stability_weights(
     law): the distance does not vanish with ``eps``, and the criterion must reject it.
     """
     start = time.perf_counter()
-    rc_dict = base_config(cfg, seed)
+    params = stability_params(cfg)
+    rc_dict = base_config(params, seed)
     rc = parse_config(rc_dict)
     x0, proc, kwargs = build(rc)
-    epss = sorted((float(e) for e in cfg["eps"]), reverse=True)
+    epss = sorted((float(e) for e in params.eps), reverse=True)
     total = 2 + 2 * len(epss)
     if progress:
         progress(0, total, "reference runs")
@@ -573,7 +584,7 @@ def experiment_stability_weights(
         figures={"stability_weights": fig},
         configs=[rc_dict],
         dataset=ds,
-        parameters=cfg,
+        parameters=params.to_dict(),
     )
     if progress:
         progress(total, total, "done")
