@@ -116,18 +116,28 @@ def test_polygon_modes_below_resolution_are_reported_degenerate():
 
 def test_anisotropic_single_cluster_index_counts_larger_eigenvalues():
     """One cluster at eigenvector e_j of A (eigenvalues l_1 > ... > l_d): Hess = e^{l_j}(l_j - l_i), index j - 1;
-    no symmetry directions for distinct eigenvalues, one for a repeated pair."""
+    no symmetry directions for distinct eigenvalues, one for a repeated pair.
+
+    The cluster holds two coincident tokens, so it also has d - 1 splitting modes (the tokens moving apart
+    along u): the energy ``-1/2 sum exp(x_i^T A x_k)`` changes by ``2 l_j e^{l_j} eps^2`` to second order (the two
+    self terms give ``l_u - l_j`` each, the two cross terms ``-(l_j + l_u)``), unstable exactly when ``l_j < 0``; the index then adds ``d - 1``. The draws (their own generator: the module's shared one
+    made this test's eigenvalues depend on which tests ran before it in the worker) cover both signs."""
     d = 4
-    lam = np.sort(RNG.uniform(-1, 3, d))[::-1]
-    R = _rotation(d, RNG)
-    A = (R * lam) @ R.T
-    assert af.classify_stationary(R[:, 0][None], A[None]).symmetry_generators == 0
-    for j in range(d):
-        x = np.repeat(R[:, j][None], 2, axis=0)
-        p = af.classify_stationary(x, A[None])
-        assert p.index == j and p.symmetry_directions == 0
-        want = np.sort(np.exp(lam[j]) * (lam[j] - np.delete(lam, j)))
-        np.testing.assert_allclose(np.sort(p.eigenvalues), want, rtol=1e-9)
+    rng = np.random.default_rng(11)
+    signs = set()
+    for _ in range(5):
+        lam = np.sort(rng.uniform(-1, 3, d))[::-1]
+        R = _rotation(d, rng)
+        A = (R * lam) @ R.T
+        assert af.classify_stationary(R[:, 0][None], A[None]).symmetry_generators == 0
+        for j in range(d):
+            x = np.repeat(R[:, j][None], 2, axis=0)
+            p = af.classify_stationary(x, A[None])
+            assert p.index == j + (d - 1) * int(lam[j] < 0) and p.symmetry_directions == 0
+            signs.add(bool(lam[j] < 0))
+            want = np.sort(np.exp(lam[j]) * (lam[j] - np.delete(lam, j)))
+            np.testing.assert_allclose(np.sort(p.eigenvalues), want, rtol=1e-9)
+    assert signs == {True, False}
     # Repeated eigenvalue: rotations in its plane are a symmetry; at e_2 the orbit direction e_3 is removed.
     lam2 = np.array([3.0, 1.0, 1.0])
     R3 = _rotation(3, RNG)
