@@ -346,6 +346,7 @@ _GROUPS = {
 
 @hf.command("study")
 @guarded
+@threaded()
 def study(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained (with its tokenizer)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist unless --force)."),

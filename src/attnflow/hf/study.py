@@ -256,13 +256,10 @@ def value_factors_of(
     return (U, W) if float(err) <= 1e-10 else None
 
 
-def batched_field(
-    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> torch.Tensor:
-    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
-    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
-    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
-    (:func:`value_factors_of`), applied after the attention average."""
+def attention_logits(x: torch.Tensor, heads: Heads) -> torch.Tensor:
+    """The logits ``(Q_h x_i + b_Q) . (K_h x_j + b_K)`` ``(..., H, N, N)`` of ``heads`` at the clouds ``x``
+    ``(..., N, d)`` (``-inf`` above the diagonal for causal heads). ``heads`` may hold a stack of
+    same-shaped layers on a leading axis (:func:`stacked_heads`), one per cloud."""
     q, k, c = heads.logit_features(x)  # (B, H, N, r), c (B, H, N) or None
     logits = q @ k.transpose(-1, -2)
     if c is not None:
@@ -270,7 +267,18 @@ def batched_field(
     if heads.causal:
         n = x.shape[-2]
         logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    attn = torch.softmax(logits, dim=-1)
+    return logits
+
+
+def batched_field(
+    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
+    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
+    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
+    (:func:`value_factors_of`), applied after the attention average (``V`` itself is then not read).
+    ``heads`` may be a stack of ``B`` layers (:func:`stacked_heads`): each cloud then moves by its own."""
+    attn = torch.softmax(attention_logits(x, heads), dim=-1)
     if factors is None:
         out = attn @ heads.value_features(x)  # (B, H, N, d)
     else:
@@ -281,6 +289,27 @@ def batched_field(
     return project_tangent(x, out.mean(-3))
 
 
+def stacked_heads(layers: Sequence[Heads], *, values: bool = True) -> Heads:
+    """Same-shaped layers stacked on a leading axis: :func:`batched_field` and
+    :func:`attention_logits` of the stack at clouds ``(J, N, d)`` give each layer's own at its cloud
+    (the tensors broadcast). ``values=False`` leaves ``V`` out (when value factors are passed instead)."""
+
+    def st(get: Callable[[Heads], torch.Tensor | None]) -> torch.Tensor | None:
+        got = [get(h) for h in layers]
+        return None if got[0] is None else torch.stack([t.to(torch.float64) for t in got])  # type: ignore[union-attr]
+
+    return Heads(
+        K=st(lambda h: h.K),  # type: ignore[arg-type]
+        Q=st(lambda h: h.queries),  # dense heads (Q None) as factors: the identity and A
+        V=st(lambda h: h.values) if values else None,
+        bias_q=st(lambda h: h.bias_q),
+        bias_k=st(lambda h: h.bias_k),
+        bias_v=st(lambda h: h.bias_v),
+        causal=layers[0].causal,
+        rope=layers[0].rope,
+    )
+
+
 def flow_batch(
     x0: np.ndarray,
     stacks: Sequence[Sequence[Heads]],
@@ -289,48 +318,57 @@ def flow_batch(
 ) -> np.ndarray:
     """Euler flows of many head stacks at once: ``(B, L+1, N, d)`` positions at ``t = 0..L`` of the
     ``mha`` flow of ``stacks[b]`` (one unit of time per layer) from ``x0`` (``(N, d)``, or ``(B, N, d)``
-    one start per stack). At each depth, the clouds that use the same :class:`Heads` object share one
-    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders).
+    one start per stack). Stacks that begin with the same heads from the same start share their states
+    up to where they part (the layer orders of the depth test: 6 distinct first layers, at most 30
+    distinct pairs, ...), and at each depth the clouds that use the same :class:`Heads` object share
+    one tensor call (at most ``L`` calls per step for any number of orders).
     ``factors``: a cache ``id(heads) -> (heads, value factors)`` kept between calls (filled here)."""
     from attnflow.core.geometry import retract
 
     cache = {} if factors is None else factors
     B = len(stacks)
     x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
-    x = (x.expand(B, *x.shape) if x.ndim == 2 else x).clone()
+    # The distinct states at the current depth (rows of ``cur``) and the row each stack is at.
+    cur = x.clone() if x.ndim == 3 else x[None].clone()
+    row = list(range(B)) if x.ndim == 3 else [0] * B
     dt = 1.0 / int(steps_per_layer)
-    out = [x.numpy().copy()]
+    out = np.empty((B, len(stacks[0]) + 1, *cur.shape[1:]))
+    out[:, 0] = cur.numpy()[row]
     L = len(stacks[0])
     for l in range(L):
-        groups: dict[int, list[int]] = {}
+        # A new state for every distinct (state, heads) pair; pairs that share heads share a call.
+        pairs: dict[tuple[int, int], int] = {}
         for b in range(B):
-            groups.setdefault(id(stacks[b][l]), []).append(b)
-        for key, group in groups.items():
-            h = stacks[group[0]][l]
+            row[b] = pairs.setdefault((row[b], id(stacks[b][l])), len(pairs))
+        heads_of: dict[int, Heads] = {id(stacks[b][l]): stacks[b][l] for b in range(B)}
+        nxt = torch.empty((len(pairs), *cur.shape[1:]), dtype=torch.float64)
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for (parent, key), new in pairs.items():
+            groups.setdefault(key, []).append((parent, new))
+        for key, members_ in groups.items():
+            h = heads_of[key]
             if key not in cache or cache[key][0] is not h:
                 cache[key] = (h, value_factors_of(h))
             f = cache[key][1]
-            idx = torch.as_tensor(group)
-            y = x[idx]
+            y = cur[torch.as_tensor([p for p, _ in members_])]
             for _ in range(int(steps_per_layer)):
                 y = retract(y + dt * batched_field(y, h, f))
-            x[idx] = y
-        out.append(x.numpy().copy())
-    return np.stack(out, 1)
+            nxt[torch.as_tensor([n for _, n in members_])] = y
+        cur = nxt
+        out[:, l + 1] = cur.numpy()[row]
+    return out
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Mean over heads and tokens of ``-sum_j p_ij log p_ij``, ``p = softmax(logits)``: ``(...)`` from ``(..., H, N, N)``."""
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean((-1, -2))
 
 
 def attention_entropy(x: torch.Tensor, heads: Heads) -> float:
     """Mean over heads and tokens of the entropy ``-sum_j p_ij log p_ij`` of the attention at the cloud ``x``."""
-    q, k, c = heads.logit_features(x)
-    logits = q @ k.transpose(-1, -2)
-    if c is not None:
-        logits = logits + c.unsqueeze(-2)
-    if heads.causal:
-        n = x.shape[-2]
-        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    logp = torch.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return float(-(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean())
+    return float(_entropy(attention_logits(x, heads)))
 
 
 def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any = None) -> float:
@@ -338,6 +376,103 @@ def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any
     (``factors``: the value factors of ``heads``, :func:`value_factors_of`)."""
     y = flow_batch(x, [[heads]], steps_per_layer, {id(heads): (heads, factors)})[0]
     return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
+
+
+def _displacements(x: torch.Tensor, heads: Heads, steps_per_layer: int, factors: Any) -> np.ndarray:
+    """:func:`displacement` of each layer of a stack (:func:`stacked_heads`) from its own cloud ``x[j]``."""
+    from attnflow.core.geometry import retract
+
+    y, dt = x, 1.0 / int(steps_per_layer)
+    for _ in range(int(steps_per_layer)):
+        y = retract(y + dt * batched_field(y, heads, factors))
+    return np.linalg.norm((y - x).numpy(), axis=-1).mean(-1)
+
+
+def _stack_factors(fs: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The value factors of a stack of layers (None unless every layer has them)."""
+    if any(f is None for f in fs):
+        return None
+    return torch.stack([f[0] for f in fs]), torch.stack([f[1] for f in fs])
+
+
+def matched_random_stack(
+    reals: Sequence[Heads],
+    xs: Sequence[np.ndarray],
+    generator: torch.Generator,
+    steps_per_layer: int,
+    *,
+    draws: int = 1,
+    iterations: int = 6,
+    real_factors: Sequence[Any] | None = None,
+) -> list[list[tuple[Heads, dict[str, float], Any]]]:
+    """:func:`matched_random_heads` for every layer ``reals[l]`` at its cloud ``xs[l]``, ``draws`` times
+    (the random heads drawn from ``generator`` draw by draw, layer by layer, as that many calls would),
+    with the bisections and fixed points of all ``draws x L`` heads run together (one tensor call per
+    step). Returns ``out[draw][l] = (heads, reached, value factors of heads)``."""
+    L = len(reals)
+    J = int(draws) * L
+    rf = list(real_factors) if real_factors is not None else [value_factors_of(h) for h in reals]
+    x1 = torch.stack([torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in xs])  # (L, N, d)
+    xj = x1.repeat(int(draws), 1, 1)  # (J, N, d): draw-major, as the heads below
+    rand = [random_heads(reals[j % L], generator) for j in range(J)]
+    # The real layers' targets, one stacked call each.
+    real_stack = stacked_heads(reals, values=_stack_factors(rf) is None)
+    target_e = _entropy(attention_logits(x1, real_stack)).numpy()
+    target_d = _displacements(x1, real_stack, steps_per_layer, _stack_factors(rf))
+    te, td = np.tile(target_e, int(draws)), np.tile(target_d, int(draws))
+    # Entropy: the logits are linear in the query scale s (Q and its bias): bisection on log s.
+    logits0 = attention_logits(xj, stacked_heads(rand, values=False))
+    lo, hi = np.full(J, -12.0), np.full(J, 12.0)  # entropy decreases as the logits grow
+    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
+        mid = 0.5 * (lo + hi)
+        e = _entropy(logits0 * torch.as_tensor(np.exp(mid))[:, None, None, None]).numpy()
+        up = e > te
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    scale = np.exp(0.5 * (lo + hi))
+    rand = [
+        replace(h, Q=h.queries * float(s), bias_q=None if h.bias_q is None else h.bias_q * float(s))
+        for h, s in zip(rand, scale)
+    ]
+    reached_e = _entropy(logits0 * torch.as_tensor(scale)[:, None, None, None]).numpy()
+    # Speed: the values scaled by c (V and its bias) until one layer moves the tokens as far as the real one.
+    fs = [value_factors_of(h) for h in rand]
+    dense = _stack_factors(fs) is None
+
+    def moved(idx: np.ndarray, c: np.ndarray) -> np.ndarray:
+        hs = [_value_scaled(rand[j], float(cj)) if dense else rand[j] for j, cj in zip(idx, c)]
+        st = stacked_heads(hs, values=dense)
+        f = None
+        if not dense:
+            ct = torch.as_tensor(c)
+            U, W = _stack_factors([fs[j] for j in idx])  # type: ignore[misc]
+            f = (U * ct[:, None, None, None], W)
+            if st.bias_v is not None:
+                st = replace(st, bias_v=st.bias_v * ct[:, None, None])
+        return _displacements(xj[torch.as_tensor(idx)], st, steps_per_layer, f)
+
+    c = np.ones(J)
+    got = moved(np.arange(J), c)
+    done = np.zeros(J, dtype=bool)
+    for _ in range(int(iterations)):
+        done |= (got <= 0) | (np.abs(got / td - 1.0) < 1e-4)
+        act = np.flatnonzero(~done)
+        if len(act) == 0:
+            break
+        c[act] *= td[act] / got[act]
+        got[act] = moved(act, c[act])
+    out: list[list[tuple[Heads, dict[str, float], Any]]] = []
+    for j in range(J):
+        if j % L == 0:
+            out.append([])
+        f = fs[j]
+        reached = {
+            "entropy": float(reached_e[j]),
+            "entropy_real": float(te[j]),
+            "displacement": float(got[j]),
+            "displacement_real": float(td[j]),
+        }
+        out[-1].append((_value_scaled(rand[j], float(c[j])), reached, None if f is None else (f[0] * c[j], f[1])))
+    return out
 
 
 def matched_random_heads(
@@ -353,40 +488,13 @@ def matched_random_heads(
     the logits scaled (``Q`` and its bias) so the mean attention entropy is the real heads' (bisection on
     the log scale), then the values scaled (``V`` and its bias) so one layer moves the tokens as far as the
     real heads do (:func:`displacement`, fixed-point iteration on the scale). Returns the heads and the
-    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}``."""
-    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64)
-    h = random_heads(real, generator)
-    target_e = attention_entropy(xt, real)
-
-    def scaled(s: float) -> Heads:
-        Q = h.queries * s
-        return replace(h, Q=Q, bias_q=None if h.bias_q is None else h.bias_q * s)
-
-    lo, hi = -12.0, 12.0  # entropy decreases as the logits grow
-    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
-        mid = 0.5 * (lo + hi)
-        if attention_entropy(xt, scaled(float(np.exp(mid)))) > target_e:
-            lo = mid
-        else:
-            hi = mid
-    h = scaled(float(np.exp(0.5 * (lo + hi))))
-    target_d = displacement(x, real, steps_per_layer, real_factors)
-    f = value_factors_of(h)
-    fc = lambda c: None if f is None else (f[0] * c, f[1])
-    c = 1.0
-    got = displacement(x, h, steps_per_layer, f)
-    for _ in range(int(iterations)):
-        if got <= 0 or abs(got / target_d - 1.0) < 1e-4:
-            break
-        c *= target_d / got
-        got = displacement(x, _value_scaled(h, c), steps_per_layer, fc(c))
-    h = _value_scaled(h, c)
-    return h, {
-        "entropy": attention_entropy(xt, h),
-        "entropy_real": target_e,
-        "displacement": got,
-        "displacement_real": target_d,
-    }
+    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}`` (one layer of
+    :func:`matched_random_stack`)."""
+    rf = None if real_factors is None else [real_factors]
+    h, reached, _ = matched_random_stack(
+        [real], [x], generator, steps_per_layer, iterations=iterations, real_factors=rf
+    )[0][0]
+    return h, reached
 
 
 def _value_scaled(h: Heads, c: float) -> Heads:
@@ -458,10 +566,12 @@ def processes(
         for s in range(setup.seeds):
             g = torch.Generator().manual_seed(setup.seed + 1000 + s)
             procs[f"random_{s}"] = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
+        # The real heads themselves, not copies (Layers() converts every layer to a new object): the
+        # batched flows share the states and tensor calls of stacks that hold the same heads.
         for k, p in enumerate(setup.perms):
-            procs[f"shuffled_{k}"] = Layers([flow.layers[i] for i in p], t_end=float(L))
+            procs[f"shuffled_{k}"] = _sharing([flow.layers[i] for i in p])
         for l in range(L):
-            procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
+            procs[f"reuse_{l}"] = _sharing([flow.layers[l]] * L)
         for k in range(setup.ou_draws):
             g = torch.Generator().manual_seed(setup.seed + 2000 + k)
             procs[f"ou_{k}"] = ou_process(matched, setup.ou_rho, g)
@@ -486,6 +596,13 @@ def processes(
             )
         setup.cache[key] = (flow, procs, paths)
         return setup.cache[key]
+
+
+def _sharing(heads: list[Heads]) -> Layers:
+    """Layers holding these very :class:`Heads` objects (float64 already), one unit of time each."""
+    out = Layers(heads[:1], t_end=float(len(heads)))
+    out.layers = list(heads)
+    return out
 
 
 def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
@@ -520,15 +637,19 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
                     shared[id(h)] = (h, value_factors_of(h))
         factors = dict(shared)
     g = torch.Generator().manual_seed(setup.seed + 3000 + index)
-    for s in range(setup.seeds):  # random heads matched to the real ones at this prompt's positions
+    # Random heads matched to the real ones at this prompt's positions, every seed and layer at once.
+    matched = matched_random_stack(
+        list(flow.layers),
+        list(X[:L]),
+        g,
+        spl,
+        draws=setup.seeds,
+        real_factors=[factors[id(h)][1] for h in flow.layers],
+    )
+    for s, per_layer in enumerate(matched):
         drawn.append(f"random_matched_{s}")
-        procs[drawn[-1]] = Layers(
-            [
-                matched_random_heads(h, X[l], g, spl, real_factors=factors[id(h)][1])[0]
-                for l, h in enumerate(flow.layers)
-            ],
-            t_end=float(L),
-        )
+        procs[drawn[-1]] = _sharing([h for h, _, _ in per_layer])
+        factors.update({id(h): (h, f) for h, _, f in per_layer})
     if method == "euler":  # one batched call for every drawn head sequence
         for name, Y in zip(drawn, flow_batch(x0, [procs[n].layers for n in drawn], spl, factors)):
             runs[name] = Y
