@@ -582,12 +582,13 @@ def print_study(ds, rows, gf_steps: int | None = None) -> None:
             )
         )
     taus = ds.contraction_tau.values
-    con.print(
-        escape(
-            "contraction times fitted per depth (fold 0 | fold 1): "
-            + " | ".join(" ".join(f"{t:.2f}" for t in row[1:]) for row in taus)
+    if taus.ndim == 2 and taus.shape[0]:  # (prompt, depth); studies before 2026-12-03 hold (fold, depth) fits
+        con.print(
+            escape(
+                "contraction times matched to the flow's mean inner product per depth (mean over prompts): "
+                + " ".join(f"{t:.2f}" for t in taus.mean(0)[1:])
+            )
         )
-    )
     warned = int((ds.gf_warnings.values > 0).sum())
     if warned:
         con.print(escape(gf_step_warning(warned, gf_steps)))

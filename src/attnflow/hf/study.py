@@ -7,8 +7,9 @@ For each prompt the study puts the model's real sphere positions ``X_l`` (``l = 
   ``steps_per_layer`` steps per unit of time); ``flow_1step``: one Euler step per layer (the
   network's own step);
 * baselines: ``no_move`` (``X_0`` kept); ``contraction`` (uniform attention with ``V = I``, i.e.
-  the mean-shift flow ``x' = P_x mean_j x_j``, run for a time ``tau_l`` per depth fitted on the
-  *other* half of the prompts: two-fold cross-fitting); ``random_s`` (random heads of the same
+  the mean-shift flow ``x' = P_x mean_j x_j``, run for a time ``tau_l`` per prompt and depth chosen so
+  its mean inner product is the real-head flow's: a generic contraction as strong as the flow's;
+  the model is not looked at, so nothing is cross-fitted); ``random_s`` (random heads of the same
   shapes and norms, seeds ``s``) and their mean ``random``;
 * depth tests: ``shuffled_k`` (the layers in a random order ``k``; mean ``shuffled``), ``reuse_l``
   (layer ``l``'s heads at every depth; mean ``reuse``), ``ou_k`` (an OU-like weight path: every
@@ -85,7 +86,6 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "variant": ("cloud compared", "1", "model, flow, baselines, depth tests, ablations, control (module docstring)"),
     "depth": ("depth l", "1", "depth l = 0..L: the input of block l (l = L: the last block's output)"),
     "process": ("weight path", "1", "the head sequence whose path length across depth is measured"),
-    "fold": ("cross-fitting fold", "1", "the contraction's time is fitted on one fold and used on the other"),
     "cos": ("mean cosine with the model", "1", "mean_i <x_i, x_i(model)> at the same depth"),
     "spearman": (
         "rank correlation with the model",
@@ -98,11 +98,10 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "nn_cosine": ("nearest-neighbour cosine", "1", "mean_i max_{j != i} <x_i, x_j>"),
     "n_tokens": ("tokens", "1", "number of tokens N of the prompt (special tokens included)"),
     "contraction_tau": (
-        "fitted contraction time",
+        "matched contraction time",
         "1",
-        "time tau_l of the mean-shift flow that best matches the model at depth l on the other fold",
+        "time tau_l of the mean-shift flow whose mean inner product is nearest the flow's at depth l (grid)",
     ),
-    "fold_of_prompt": ("fold of the prompt", "1", "the fold a prompt belongs to (its tau comes from the other)"),
     "gf_warnings": (
         "gf stability warnings",
         "1",
@@ -130,8 +129,8 @@ class StudySetup:
     weight_fit: dict[str, Any] = field(default_factory=dict)
     ou_rho: float = 0.9
     seed: int = 0
-    tau_max: float = 3.0
-    tau_steps: int = 60
+    tau_max: float = 4.0
+    tau_steps: int = 80
     #: the gf projection is stiff (MiniLM: dt <= 1/245 for Euler): its own steps per layer, and on
     #: the first ``gf_prompts`` prompts only (the others hold NaN; comparisons drop them).
     gf_steps_per_layer: int = 64
@@ -510,26 +509,54 @@ def uniform_heads(d: int, scale: float) -> Heads:
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman correlation of the pairwise inner products of clouds ``a`` and ``b`` (``i < j``);
     0 when either has no order left (all pairs equal)."""
-    from scipy.stats import spearmanr
+    return float(_spearman_many(a[None, None], b[None])[0, 0])
 
-    iu = np.triu_indices(a.shape[0], 1)
-    x, y = (a @ a.T)[iu], (b @ b.T)[iu]
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return 0.0
-    r = float(spearmanr(x, y).statistic)
-    return r if np.isfinite(r) else 0.0
+
+def _centred_ranks(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average ranks along the last axis minus their mean, and whether the row has an order (not all equal)."""
+    from scipy.stats import rankdata
+
+    r = rankdata(G, axis=-1)
+    return r - r.mean(-1, keepdims=True), np.ptp(G, axis=-1) > 0
+
+
+def _spearman_many(X: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """:func:`spearman` of every cloud ``X[v, l]`` ``(V, L+1, N, d)`` with ``ref[l]`` ``(L+1, N, d)``:
+    ``(V, L+1)``. The Pearson correlation of the average ranks (what ``scipy.stats.spearmanr`` computes),
+    the reference's ranks found once per depth."""
+    N = X.shape[-2]
+    iu = np.triu_indices(N, 1)
+    if len(iu[0]) < 2:
+        return np.zeros(X.shape[:2])
+    # Each Gram matrix as a @ a.T, as the one-cloud form always did (equal pairs stay equal).
+    gx = np.array([[(a @ a.T)[iu] for a in per] for per in X])
+    gy = np.array([(b @ b.T)[iu] for b in ref])
+    rx, okx = _centred_ranks(gx)
+    ry, oky = _centred_ranks(gy)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (rx * ry[None]).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1)[None])
+    return np.where(okx & oky[None] & np.isfinite(r), r, 0.0)
+
+
+def measure_many(runs: dict[str, np.ndarray], ref: np.ndarray, flow: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    """Every measure of :data:`MEASURES` at every depth of every cloud ``runs[name]`` ``(L+1, N, d)``
+    against the reference ``ref`` and the flow ``flow``: ``{name: {measure: (L+1,)}}``."""
+    names = list(runs)
+    X = np.stack([np.asarray(runs[n], dtype=np.float64) for n in names])  # (V, L+1, N, d)
+    out = {
+        "cos": mean_cosine(X, ref[None]),
+        "spearman": _spearman_many(X, ref),
+        "cos_flow": mean_cosine(X, flow[None]),
+        "mean_inner": np.array([[mean_inner(x) for x in per] for per in X]),
+        "effective_rank": np.array([[effective_rank(x) for x in per] for per in X]),
+        "nn_cosine": np.array([[nn_cosine(x) for x in per] for per in X]),
+    }
+    return {n: {m: out[m][v] for m in MEASURES} for v, n in enumerate(names)}
 
 
 def measure_all(X: np.ndarray, ref: np.ndarray, flow: np.ndarray) -> dict[str, np.ndarray]:
     """Every measure of :data:`MEASURES` at every depth of ``X`` ``(L+1, N, d)``."""
-    return {
-        "cos": mean_cosine(X, ref),
-        "spearman": np.array([spearman(x, r) for x, r in zip(X, ref)]),
-        "cos_flow": mean_cosine(X, flow),
-        "mean_inner": np.array([mean_inner(x) for x in X]),
-        "effective_rank": np.array([effective_rank(x) for x in X]),
-        "nn_cosine": np.array([nn_cosine(x) for x in X]),
-    }
+    return measure_many({"X": X}, ref, flow)["X"]
 
 
 def _gf_flow(x0: np.ndarray, process: Layers, spl: int) -> tuple[np.ndarray, int]:
@@ -612,7 +639,7 @@ def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
 
 def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
     """All variants' measures for one prompt: ``{"measures": {variant: {measure: (L+1,)}},
-    "contraction": {measure: (tau, L+1) or (tau,)}, "paths": {process: (A, V)}, "n_tokens": N}``."""
+    "contraction": {measure: (L+1,)}, "contraction_tau": (L+1,), "paths": {process: (A, V)}, "n_tokens": N}``."""
     L, spl, method = setup.layers.L, setup.steps_per_layer, setup.method
     t = torch.tensor([list(ids)])
     pre = setup.layers.meta.pre_norm
@@ -661,7 +688,7 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
         runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
 
     runs.update(abl)
-    measures = {v: measure_all(Y, X, runs["flow"]) for v, Y in runs.items()}
+    measures = measure_many(runs, X, runs["flow"])
     if "gf" not in measures:
         measures["gf"] = {m: np.full(L + 1, np.nan) for m in MEASURES}
     # The identical-layers control, measured against its own model and flow.
@@ -671,23 +698,20 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     measures["control_flow"] = measure_all(cf, Xc, cf)
     # Identical layers: a few orders show it as well as many (the layers are one head sequence).
     cstacks = [[cflow.layers[i] for i in p] for p in setup.perms[:CONTROL_ORDERS]]
-    for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors)):
-        measures[f"control_shuffled_{k}"] = measure_all(Y, Xc, cf)
-    # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
+    cruns = {f"control_shuffled_{k}": Y for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors))}
+    measures.update(measure_many(cruns, Xc, cf))
+    # The contraction baseline: the mean-shift flow along a grid of times, read at the time whose mean
+    # inner product is nearest the flow's at each depth (as strong a contraction as the real heads').
     dtau = setup.tau_max / setup.tau_steps
     grid = Layers([uniform_heads(x0.shape[1], dtau)] * setup.tau_steps, t_end=float(setup.tau_steps))
     C = flow_through(x0, grid, 2, "euler")
-    contraction = {
-        "cos": np.einsum("tnd,lnd->tln", C, X).mean(-1),
-        "spearman": np.array([[spearman(c, x) for x in X] for c in C]),
-        "cos_flow": np.einsum("tnd,lnd->tln", C, runs["flow"]).mean(-1),
-        "mean_inner": np.array([mean_inner(c) for c in C]),
-        "effective_rank": np.array([effective_rank(c) for c in C]),
-        "nn_cosine": np.array([nn_cosine(c) for c in C]),
-    }
+    mi = np.array([mean_inner(c) for c in C])
+    idx = np.argmin(np.abs(mi[:, None] - measures["flow"]["mean_inner"][None, :]), axis=0)  # (L+1,)
+    contraction = measure_all(C[idx], X, runs["flow"])
     return {
         "measures": measures,
         "contraction": contraction,
+        "contraction_tau": setup.taus[idx],
         "paths": paths,
         "n_tokens": len(ids),
         "gf_warnings": gf_warnings,
@@ -735,34 +759,12 @@ def run_study(
     return assemble(results, setup, list(prompts), corpus=corpus)
 
 
-def _fit_contraction(cos: np.ndarray, folds: np.ndarray) -> np.ndarray:
-    """``tau index (fold, depth)``: the grid time maximising the mean cosine over the *other* fold's prompts."""
-    out = np.zeros((2, cos.shape[2]), dtype=int)
-    for f in (0, 1):
-        train = folds != f
-        if not train.any():  # one prompt: fit on itself (reported in the attributes)
-            train = np.ones_like(folds, dtype=bool)
-        out[f] = np.argmax(cos[train].mean(0), axis=0)
-    return out
-
-
 def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str], corpus: str = "") -> xr.Dataset:
     """The dataset of :func:`run_study` from the per-prompt results of :func:`study_prompt`."""
     P, L = len(results), setup.layers.L
     variants = list(results[0]["measures"])
     data = {m: np.array([[res["measures"][v][m] for v in variants] for res in results]) for m in MEASURES}
-    folds = np.arange(P) % 2
-    contr = {m: np.stack([res["contraction"][m] for res in results]) for m in MEASURES}
-    fit = _fit_contraction(contr["cos"], folds)
-    taus = setup.taus
-    cvals = {}
-    for m in MEASURES:
-        arr = np.empty((P, L + 1))
-        for p in range(P):
-            idx = fit[folds[p]]
-            c = contr[m][p]
-            arr[p] = c[idx, np.arange(L + 1)] if c.ndim == 2 else c[idx]
-        cvals[m] = arr
+    cvals = {m: np.stack([res["contraction"][m] for res in results]) for m in MEASURES}
     names = [*variants, "contraction"]
     fams = {fam: [variants.index(v) for v in members(variants, prefix)] for fam, prefix in FAMILIES.items()}
     fams = {fam: idx for fam, idx in fams.items() if idx}
@@ -779,8 +781,7 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
         {
             **{m: (dims, data[m]) for m in MEASURES},
             "n_tokens": (("prompt",), np.array([res["n_tokens"] for res in results], dtype=np.int64)),
-            "contraction_tau": (("fold", "depth"), taus[fit]),
-            "fold_of_prompt": (("prompt",), folds.astype(np.int64)),
+            "contraction_tau": (("prompt", "depth"), np.stack([res["contraction_tau"] for res in results])),
             "gf_warnings": (("prompt",), np.array([res["gf_warnings"] for res in results], dtype=np.int64)),
             "path_A": (("prompt", "process"), pathA),
             "path_V": (("prompt", "process"), pathV),
@@ -790,7 +791,6 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             "variant": np.array(names, dtype=object),
             "depth": np.arange(L + 1),
             "process": np.array(processes, dtype=object),
-            "fold": np.arange(2),
         },
         attrs={
             "title": "attnflow hf study: a real model's token flow against baselines, depth tests and ablations",
@@ -811,8 +811,8 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             "|A/|A| - A'/|A'||_F^2 + |V/|V| - V'/|V'||_F^2 (attnflow.hf.paths)",
             "smooth_degree": int(SMOOTH_DEGREE),
             "seed": int(setup.seed),
-            "contraction": "uniform attention, V = I (mean-shift flow), time per depth fitted on the other fold",
-            "contraction_self_fitted": int(P < 2),
+            "contraction": "uniform attention, V = I (mean-shift flow), time per prompt and depth matched to the "
+            "flow's mean inner product",
             "ablations": json.dumps({a: list(ABLATIONS[a]) for a in STUDY_ABLATIONS}),
             "Conventions": "CF-1.10",
         },
