@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -684,8 +685,10 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
         for name in drawn:
             runs[name] = flow_through(x0, procs[name], spl, method)
     gf_warnings = -1  # -1: the gf flow was not run for this prompt
+    gf_cpu = time.process_time()
     if setup.gf_prompts is None or index < setup.gf_prompts:
         runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
+    gf_cpu = time.process_time() - gf_cpu
 
     runs.update(abl)
     measures = measure_many(runs, X, runs["flow"])
@@ -715,6 +718,7 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
         "paths": paths,
         "n_tokens": len(ids),
         "gf_warnings": gf_warnings,
+        "gf_cpu": gf_cpu,
     }
 
 
@@ -725,6 +729,7 @@ def run_study(
     use_dask: bool = False,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    estimate: Callable[[dict[str, float]], None] | None = None,
     corpus: str = "",
     **options: Any,
 ) -> xr.Dataset:
@@ -732,9 +737,13 @@ def run_study(
     special tokens) and return the self-describing dataset (dims ``prompt, variant, depth``).
 
     ``use_dask``: the prompts are computed as ``dask.delayed`` tasks on the threaded scheduler
-    (``workers`` threads; forward passes through the shared model are serialised)."""
+    (``workers`` threads; forward passes through the shared model are serialised).
+    ``estimate``: called once, after the first prompt (serial runs), with the CPU seconds
+    ``{"setup", "prompt", "gf", "total"}``: the setup's, the first prompt's without its gf flow, that gf
+    flow's, and ``total = setup + P prompt + G gf`` for ``P`` prompts, ``G`` of them with the gf flow."""
     if not prompts:
         raise InputError("the study needs at least one prompt")
+    start = time.process_time()
     setup = make_setup(path_or_name, **options)
     vocab = int(setup.model.config.vocab_size)
     ids_all = []
@@ -745,6 +754,9 @@ def run_study(
         except ValueError as e:
             raise InputError(f"prompt {n} ({text[:40]!r}): {e}") from None
         ids_all.append(ids)
+    if not setup.layers.meta.pre_norm:  # post-norm: every prompt's head sequences are the same, built now
+        processes(setup, np.ones(setup.layers.L))
+    setup_cpu = time.process_time() - start
     if use_dask:
         import dask
 
@@ -753,7 +765,14 @@ def run_study(
     else:
         results = []
         for k, ids in enumerate(ids_all):
+            t0 = time.process_time()
             results.append(study_prompt(setup, ids, k))
+            if k == 0 and estimate is not None:
+                P = len(ids_all)
+                G = P if setup.gf_prompts is None else min(P, int(setup.gf_prompts))
+                gf = float(results[0].get("gf_cpu", 0.0))
+                one = time.process_time() - t0 - gf
+                estimate({"setup": setup_cpu, "prompt": one, "gf": gf, "total": setup_cpu + P * one + G * gf})
             if progress is not None:
                 progress(k + 1, len(ids_all))
     return assemble(results, setup, list(prompts), corpus=corpus)
