@@ -270,23 +270,64 @@ def attention_logits(x: torch.Tensor, heads: Heads) -> torch.Tensor:
     return logits
 
 
+def pack(heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any] | None:
+    """``Q_h``, ``K_h`` (and ``W_h`` of ``V_h = U_h W_h``) of every head side by side, ``(..., d, H (2k + m))``,
+    and ``[U_1 ... U_H]`` ``(..., d, H m)``: a cloud's features for all heads in one matrix product
+    (:func:`batched_field`). None for heads without query factors or with rotary embeddings."""
+    if heads.Q is None or heads.rope is not None:
+        return None
+    H, k, d = heads.Q.shape[-3:]
+    parts = [heads.Q, heads.K] + ([factors[1]] if factors is not None else [])
+    M = torch.cat(parts, -2)  # (..., H, 2k (+ m), d)
+    out: dict[str, Any] = {"P": M.reshape(*M.shape[:-3], -1, d).transpose(-1, -2), "k": k, "H": H, "width": M.shape[-2]}
+    if factors is not None:
+        U = factors[0]  # (..., H, d, m)
+        out["U"] = U.transpose(-3, -2).reshape(*U.shape[:-3], d, -1)
+    return out
+
+
 def batched_field(
-    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+    x: torch.Tensor,
+    heads: Heads,
+    factors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    packed: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
     of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
     checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
     (:func:`value_factors_of`), applied after the attention average (``V`` itself is then not read).
-    ``heads`` may be a stack of ``B`` layers (:func:`stacked_heads`): each cloud then moves by its own."""
-    attn = torch.softmax(attention_logits(x, heads), dim=-1)
+    ``heads`` may be a stack of ``B`` layers (:func:`stacked_heads`): each cloud then moves by its own.
+    ``packed``: :func:`pack` of ``heads, factors`` (made here when not given)."""
+    pk = packed if packed is not None else pack(heads, factors)
+    if pk is None:  # dense or rotary heads: the features head by head
+        attn = torch.softmax(attention_logits(x, heads), dim=-1)
+        if factors is None:
+            out = attn @ heads.value_features(x)  # (B, H, N, d)
+        else:
+            U, W = factors
+            out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
+            if heads.bias_v is not None:
+                out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
+        return project_tangent(x, out.mean(-3))
+    H, k = pk["H"], pk["k"]
+    Z = (x @ pk["P"]).unflatten(-1, (H, pk["width"])).transpose(-2, -3)  # (B, H, N, 2k (+ m))
+    q, kf = Z[..., :k], Z[..., k : 2 * k]
+    if heads.bias_k is not None:
+        kf = kf + heads.bias_k.unsqueeze(-2)
+    logits = q @ kf.transpose(-1, -2)
+    if heads.bias_q is not None:
+        logits = logits + (kf @ heads.bias_q.unsqueeze(-1)).transpose(-1, -2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    attn = torch.softmax(logits, dim=-1)
     if factors is None:
-        out = attn @ heads.value_features(x)  # (B, H, N, d)
-    else:
-        U, W = factors
-        out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
-        if heads.bias_v is not None:
-            out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
-    return project_tangent(x, out.mean(-3))
+        return project_tangent(x, (attn @ heads.value_features(x)).mean(-3))
+    y = (attn @ Z[..., 2 * k :]).transpose(-2, -3).flatten(-2)  # (B, N, H m)
+    out = (y @ pk["U"].transpose(-1, -2)) / H
+    if heads.bias_v is not None:
+        out = out + heads.bias_v.mean(-2).unsqueeze(-2)  # the attention weights sum to one
+    return project_tangent(x, out)
 
 
 def stacked_heads(layers: Sequence[Heads], *, values: bool = True) -> Heads:
@@ -349,10 +390,12 @@ def flow_batch(
             h = heads_of[key]
             if key not in cache or cache[key][0] is not h:
                 cache[key] = (h, value_factors_of(h))
-            f = cache[key][1]
+            if len(cache[key]) < 3:  # the packed features, kept beside the factors
+                cache[key] = (*cache[key][:2], pack(h, cache[key][1]))
+            _, f, pk = cache[key]
             y = cur[torch.as_tensor([p for p, _ in members_])]
             for _ in range(int(steps_per_layer)):
-                y = retract(y + dt * batched_field(y, h, f))
+                y = retract(y + dt * batched_field(y, h, f, pk))
             nxt[torch.as_tensor([n for _, n in members_])] = y
         cur = nxt
         out[:, l + 1] = cur.numpy()[row]
@@ -383,8 +426,9 @@ def _displacements(x: torch.Tensor, heads: Heads, steps_per_layer: int, factors:
     from attnflow.core.geometry import retract
 
     y, dt = x, 1.0 / int(steps_per_layer)
+    pk = pack(heads, factors)
     for _ in range(int(steps_per_layer)):
-        y = retract(y + dt * batched_field(y, heads, factors))
+        y = retract(y + dt * batched_field(y, heads, factors, pk))
     return np.linalg.norm((y - x).numpy(), axis=-1).mean(-1)
 
 
