@@ -297,7 +297,8 @@ def batched_field(
     checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
     (:func:`value_factors_of`), applied after the attention average (``V`` itself is then not read).
     ``heads`` may be a stack of ``B`` layers (:func:`stacked_heads`): each cloud then moves by its own.
-    ``packed``: :func:`pack` of ``heads, factors`` (made here when not given)."""
+    ``packed``: :func:`pack` of ``heads, factors`` (made here when not given), optionally with a
+    ``"scale"`` ``(B, 1, 1)`` multiplying each cloud's values (``V c``, ``b_V c``)."""
     pk = packed if packed is not None else pack(heads, factors)
     if pk is None:  # dense or rotary heads: the features head by head
         attn = torch.softmax(attention_logits(x, heads), dim=-1)
@@ -327,6 +328,8 @@ def batched_field(
     out = (y @ pk["U"].transpose(-1, -2)) / H
     if heads.bias_v is not None:
         out = out + heads.bias_v.mean(-2).unsqueeze(-2)  # the attention weights sum to one
+    if "scale" in pk:  # values scaled per cloud (V c, b_V c)
+        out = out * pk["scale"]
     return project_tangent(x, out)
 
 
@@ -421,12 +424,14 @@ def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any
     return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
 
 
-def _displacements(x: torch.Tensor, heads: Heads, steps_per_layer: int, factors: Any) -> np.ndarray:
+def _displacements(
+    x: torch.Tensor, heads: Heads, steps_per_layer: int, factors: Any, packed: dict[str, Any] | None = None
+) -> np.ndarray:
     """:func:`displacement` of each layer of a stack (:func:`stacked_heads`) from its own cloud ``x[j]``."""
     from attnflow.core.geometry import retract
 
     y, dt = x, 1.0 / int(steps_per_layer)
-    pk = pack(heads, factors)
+    pk = packed if packed is not None else pack(heads, factors)
     for _ in range(int(steps_per_layer)):
         y = retract(y + dt * batched_field(y, heads, factors, pk))
     return np.linalg.norm((y - x).numpy(), axis=-1).mean(-1)
@@ -482,17 +487,21 @@ def matched_random_stack(
     fs = [value_factors_of(h) for h in rand]
     dense = _stack_factors(fs) is None
 
+    if not dense:  # stacked and packed once; each iteration picks its rows and scales U and b_V
+        all_st = stacked_heads(rand, values=False)
+        all_f = _stack_factors(fs)
+        all_pk = pack(all_st, all_f)
+
     def moved(idx: np.ndarray, c: np.ndarray) -> np.ndarray:
-        hs = [_value_scaled(rand[j], float(cj)) if dense else rand[j] for j, cj in zip(idx, c)]
-        st = stacked_heads(hs, values=dense)
-        f = None
-        if not dense:
-            ct = torch.as_tensor(c)
-            U, W = _stack_factors([fs[j] for j in idx])  # type: ignore[misc]
-            f = (U * ct[:, None, None, None], W)
-            if st.bias_v is not None:
-                st = replace(st, bias_v=st.bias_v * ct[:, None, None])
-        return _displacements(xj[torch.as_tensor(idx)], st, steps_per_layer, f)
+        if dense:
+            hs = [_value_scaled(rand[j], float(cj)) for j, cj in zip(idx, c)]
+            return _displacements(xj[torch.as_tensor(idx)], stacked_heads(hs), steps_per_layer, None)
+        # Every stacked layer moves (no copies of the packed matrices); the values' scale c multiplies
+        # each layer's head average (U c and b_V c: the same field).
+        full = np.ones(J)
+        full[idx] = c
+        pk = {**all_pk, "scale": torch.as_tensor(full)[:, None, None]}  # type: ignore[dict-item]
+        return _displacements(xj, all_st, steps_per_layer, all_f, pk)[idx]
 
     c = np.ones(J)
     got = moved(np.arange(J), c)
