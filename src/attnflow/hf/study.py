@@ -437,6 +437,15 @@ def _displacements(
     return np.linalg.norm((y - x).numpy(), axis=-1).mean(-1)
 
 
+def _low_rank_factors(Lf: torch.Tensor, Rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(U, W)`` with ``V = L R = U W`` and orthonormal ``U`` (the form of :func:`value_factors_of`) from
+    the factors of drawn values, ``U`` from a QR of ``L``; None when that is no cheaper than dense ``V``."""
+    if 2 * Lf.shape[-1] >= Lf.shape[-2]:
+        return None
+    U, _ = torch.linalg.qr(Lf)
+    return U, (U.transpose(-1, -2) @ Lf) @ Rf
+
+
 def _stack_factors(fs: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The value factors of a stack of layers (None unless every layer has them)."""
     if any(f is None for f in fs):
@@ -463,7 +472,8 @@ def matched_random_stack(
     rf = list(real_factors) if real_factors is not None else [value_factors_of(h) for h in reals]
     x1 = torch.stack([torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in xs])  # (L, N, d)
     xj = x1.repeat(int(draws), 1, 1)  # (J, N, d): draw-major, as the heads below
-    rand = [random_heads(reals[j % L], generator) for j in range(J)]
+    drawn = [random_heads(reals[j % L], generator, value_factors=True) for j in range(J)]
+    rand = [h for h, _ in drawn]
     # The real layers' targets, one stacked call each.
     real_stack = stacked_heads(reals, values=_stack_factors(rf) is None)
     target_e = _entropy(attention_logits(x1, real_stack)).numpy()
@@ -484,7 +494,7 @@ def matched_random_stack(
     ]
     reached_e = _entropy(logits0 * torch.as_tensor(scale)[:, None, None, None]).numpy()
     # Speed: the values scaled by c (V and its bias) until one layer moves the tokens as far as the real one.
-    fs = [value_factors_of(h) for h in rand]
+    fs = [_low_rank_factors(*lr) for _, lr in drawn]  # V = L R: U spans the columns of L
     dense = _stack_factors(fs) is None
 
     if not dense:  # stacked and packed once; each iteration picks its rows and scales U and b_V
