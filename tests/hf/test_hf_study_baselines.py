@@ -109,3 +109,45 @@ def test_low_rank_values_give_the_dense_field():
     # Negative control: a full-rank V is refused (the dense product is used instead).
     full = Heads(K=K, Q=Q, V=torch.randn(H, d, d, generator=g, dtype=torch.float64))
     assert value_factors_of(full) is None
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_shared_prefixes_and_packed_features_change_no_number(tiny, family):
+    """Budget work of issue 44: stacks sharing their first layers share states, every head's features come
+    from one packed product. Each stack alone, through the head-by-head field, gives the same positions."""
+    from attnflow.hf.study import pack, value_factors_of
+
+    flow, X = tiny[family]
+    orders = [[0, 1, 2], [0, 1, 1], [0, 2, 1], [2, 0, 1], [2, 0, 0], [1, 1, 1]]
+    stacks = [[flow.layers[i] for i in o] for o in orders]
+    got = flow_batch(X[0], stacks, 4)
+    for s, g in zip(stacks, got):
+        np.testing.assert_allclose(g, flow_batch(X[0], [s], 4)[0], atol=1e-13)
+    x = torch.from_numpy(X[1])[None]
+    for h in flow.layers:
+        f = value_factors_of(h)
+        assert pack(h, f) is not None
+        np.testing.assert_allclose(batched_field(x, h, f, pack(h, f)), batched_field(x, h, f), atol=1e-13)
+    # negative control: a stack that differs in its second layer does not share it
+    other = flow_batch(X[0], [stacks[0], stacks[2]], 4)
+    assert np.abs(other[0][2:] - other[1][2:]).max() > 1e-3
+
+
+def test_matched_heads_for_all_layers_at_once_are_the_one_by_one_heads(tiny):
+    """``matched_random_stack`` (all seeds and layers in one batched bisection and fixed point) draws and
+    matches what layer-by-layer ``matched_random_heads`` calls with the same generator give."""
+    from attnflow.hf.study import matched_random_stack
+
+    flow, X = tiny["bert"]
+    L = len(flow.layers)
+    g = torch.Generator().manual_seed(7)
+    one = [[matched_random_heads(h, X[l], g, 4) for l, h in enumerate(flow.layers)] for _ in range(2)]
+    g = torch.Generator().manual_seed(7)
+    many = matched_random_stack(list(flow.layers), list(X[:L]), g, 4, draws=2)
+    for a_s, b_s in zip(one, many):
+        for (ha, ra), (hb, rb, _) in zip(a_s, b_s):
+            assert ra == pytest.approx(rb, rel=1e-9)
+            for n in ("Q", "K", "V", "bias_q", "bias_v"):
+                ta, tb = getattr(ha, n), getattr(hb, n)
+                if ta is not None:
+                    np.testing.assert_allclose(ta, tb, rtol=1e-8, atol=1e-12)

@@ -433,3 +433,27 @@ def test_comment_lines_are_reported_not_silently_dropped(tiny, tmp_path):
     assert corpus_lines(g) == (["the cat sat", "the dog ran"], [])
     held, dropped = corpus_lines(heldout_corpus())
     assert len(held) >= 60 and dropped == [1, 2, 3] and not set(held) & set(read_corpus())
+
+
+@pytest.mark.integration
+def test_contraction_is_as_strong_as_the_flow_not_a_copy_of_no_move(study):
+    """Issue 44 follow-up: the contraction's time fitted to the model's cosine came out 0 at every depth
+    (a copy of no_move, its rows duplicating no_move's). Matched to the flow's mean inner product it
+    contracts as much as the flow does, so it differs from no_move wherever the flow moves."""
+    out, _ = study
+    ds = load_study(out)
+    mi = ds.mean_inner
+    flow, contr, still = (mi.sel(variant=v).values[:, 1:] for v in ("flow", "contraction", "no_move"))
+    moved = np.abs(flow - still)  # the scale: how far the flow's contraction got from the start
+    assert moved.max() > 0.01, moved
+    # matched to the flow's collapse within the time grid's resolution, far from standing still
+    assert np.abs(contr - flow).max() < 0.1 * moved.max(), np.abs(contr - flow).max()
+    assert np.abs(contr - still).max() > 0.5 * moved.max()
+    assert (ds.contraction_tau.values[:, 1:] > 0).any() and (ds.contraction_tau.values[:, 0] == 0).all()
+    cos_c, cos_n = ds.cos.sel(variant="contraction").values, ds.cos.sel(variant="no_move").values
+    assert np.abs(cos_c - cos_n)[:, 1:].max() > 1e-3  # negative control: the old baseline had exactly 0 here
+    rows = json.loads((out / "comparisons.json").read_text())
+    keys = [(r["group"], r["a"], r["b"], r["measure"], r["statistic"], r["band"]) for r in rows]
+    assert len(keys) == len(set(keys))  # no duplicate rows
+    by = {(r["b"], r["measure"]): r for r in rows if r["a"] == "flow" and r["band"] == "all"}
+    assert by[("contraction", "cos")]["diff"] != by[("no_move", "cos")]["diff"]

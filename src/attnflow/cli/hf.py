@@ -346,6 +346,7 @@ _GROUPS = {
 
 @hf.command("study")
 @guarded
+@threaded()
 def study(
     path: str = typer.Argument(..., help="Folder of a model saved with save_pretrained (with its tokenizer)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist unless --force)."),
@@ -431,20 +432,20 @@ def study(
         say(f"{len(prompts)} prompts as Dask tasks on {workers} threads ...")
         ds = run_study(path, prompts, use_dask=True, workers=workers, corpus=str(corpus or "shipped"), **options)
     else:
-        import time
-
-        start = [time.process_time()]
 
         def tick(k: int, n: int) -> None:
             bar.update(task, completed=k, total=n)
-            if k == 1:  # the estimate up front, from the first prompt's CPU time
-                used = time.process_time() - start[0]
-                say(f"estimate: about {used * n / 60:.1f} min of CPU for {n} prompts (from the first prompt)")
+
+        def guess(e: dict[str, float]) -> None:  # the estimate up front, from the first prompt's CPU time
+            g = min(len(prompts), gf_prompts)
+            say(
+                f"estimate: about {e['total'] / 60:.1f} min of CPU for {len(prompts)} prompts (setup {e['setup']:.0f} s, "
+                f"first prompt {e['prompt']:.1f} s + {e['gf']:.1f} s of gf flow, run on {g} prompts; longer prompts cost more)"
+            )
 
         with progress_bar("hf study", unit="prompts") as bar:
             task = bar.add_task("hf study", total=len(prompts))
-            start[0] = time.process_time()
-            ds = run_study(path, prompts, corpus=str(corpus or "shipped"), progress=tick, **options)
+            ds = run_study(path, prompts, corpus=str(corpus or "shipped"), progress=tick, estimate=guess, **options)
     rows = comparisons(ds, n_boot=boot, seed=seed)
     if out.exists():
         shutil.rmtree(out)
@@ -581,12 +582,13 @@ def print_study(ds, rows, gf_steps: int | None = None) -> None:
             )
         )
     taus = ds.contraction_tau.values
-    con.print(
-        escape(
-            "contraction times fitted per depth (fold 0 | fold 1): "
-            + " | ".join(" ".join(f"{t:.2f}" for t in row[1:]) for row in taus)
+    if taus.ndim == 2 and taus.shape[0]:  # (prompt, depth); studies before 2026-12-03 hold (fold, depth) fits
+        con.print(
+            escape(
+                "contraction times matched to the flow's mean inner product per depth (mean over prompts): "
+                + " ".join(f"{t:.2f}" for t in taus.mean(0)[1:])
+            )
         )
-    )
     warned = int((ds.gf_warnings.values > 0).sum())
     if warned:
         con.print(escape(gf_step_warning(warned, gf_steps)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -58,10 +59,19 @@ def mean_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("...nd,...nd->...n", a, b).mean(-1)
 
 
-def random_heads(heads: Heads, generator: torch.Generator) -> Heads:
+@overload
+def random_heads(heads: Heads, generator: torch.Generator) -> Heads: ...
+@overload
+def random_heads(
+    heads: Heads, generator: torch.Generator, *, value_factors: Literal[True]
+) -> tuple[Heads, tuple[torch.Tensor, torch.Tensor]]: ...
+def random_heads(
+    heads: Heads, generator: torch.Generator, *, value_factors: bool = False
+) -> Heads | tuple[Heads, tuple[torch.Tensor, torch.Tensor]]:
     """Heads of the same shapes as ``heads`` (factors ``Q, K`` ``(H, k, d)``, values of rank ``k``,
     biases, mask and rotary embeddings as they are) with Gaussian entries rescaled to the same
-    per-head Frobenius norms: the baseline a trained head is compared with."""
+    per-head Frobenius norms: the baseline a trained head is compared with. ``value_factors``: also
+    return ``(L, R)`` ``(H, d, k)``, ``(H, k, d)`` with ``V = L R`` (to rounding; the same draws)."""
     h = heads.to(dtype=torch.float64)
 
     def like(t: torch.Tensor | None, dims: tuple[int, ...]) -> torch.Tensor | None:
@@ -77,12 +87,15 @@ def random_heads(heads: Heads, generator: torch.Generator) -> Heads:
     Lr = torch.randn(h.H, h.d, k, generator=generator, dtype=torch.float64)
     Rr = torch.randn(h.H, k, h.d, generator=generator, dtype=torch.float64)
     Vr = Lr @ Rr
+    scale = torch.linalg.vector_norm(V, dim=(1, 2), keepdim=True) / torch.linalg.vector_norm(
+        Vr, dim=(1, 2), keepdim=True
+    )
     Vr = (
         Vr
         / torch.linalg.vector_norm(Vr, dim=(1, 2), keepdim=True)
         * torch.linalg.vector_norm(V, dim=(1, 2), keepdim=True)
     )
-    return replace(
+    out = replace(
         h,
         Q=like(Q, (1, 2)),
         K=h.K if (K := like(h.K, (1, 2))) is None else K,
@@ -91,6 +104,7 @@ def random_heads(heads: Heads, generator: torch.Generator) -> Heads:
         bias_k=like(h.bias_k, (1,)),
         bias_v=like(h.bias_v, (1,)),
     )
+    return (out, (Lr * scale, Rr)) if value_factors else out
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ For each prompt the study puts the model's real sphere positions ``X_l`` (``l = 
   ``steps_per_layer`` steps per unit of time); ``flow_1step``: one Euler step per layer (the
   network's own step);
 * baselines: ``no_move`` (``X_0`` kept); ``contraction`` (uniform attention with ``V = I``, i.e.
-  the mean-shift flow ``x' = P_x mean_j x_j``, run for a time ``tau_l`` per depth fitted on the
-  *other* half of the prompts: two-fold cross-fitting); ``random_s`` (random heads of the same
+  the mean-shift flow ``x' = P_x mean_j x_j``, run for a time ``tau_l`` per prompt and depth chosen so
+  its mean inner product is the real-head flow's: a generic contraction as strong as the flow's;
+  the model is not looked at, so nothing is cross-fitted); ``random_s`` (random heads of the same
   shapes and norms, seeds ``s``) and their mean ``random``;
 * depth tests: ``shuffled_k`` (the layers in a random order ``k``; mean ``shuffled``), ``reuse_l``
   (layer ``l``'s heads at every depth; mean ``reuse``), ``ou_k`` (an OU-like weight path: every
@@ -37,6 +38,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,7 +87,6 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "variant": ("cloud compared", "1", "model, flow, baselines, depth tests, ablations, control (module docstring)"),
     "depth": ("depth l", "1", "depth l = 0..L: the input of block l (l = L: the last block's output)"),
     "process": ("weight path", "1", "the head sequence whose path length across depth is measured"),
-    "fold": ("cross-fitting fold", "1", "the contraction's time is fitted on one fold and used on the other"),
     "cos": ("mean cosine with the model", "1", "mean_i <x_i, x_i(model)> at the same depth"),
     "spearman": (
         "rank correlation with the model",
@@ -98,11 +99,10 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
     "nn_cosine": ("nearest-neighbour cosine", "1", "mean_i max_{j != i} <x_i, x_j>"),
     "n_tokens": ("tokens", "1", "number of tokens N of the prompt (special tokens included)"),
     "contraction_tau": (
-        "fitted contraction time",
+        "matched contraction time",
         "1",
-        "time tau_l of the mean-shift flow that best matches the model at depth l on the other fold",
+        "time tau_l of the mean-shift flow whose mean inner product is nearest the flow's at depth l (grid)",
     ),
-    "fold_of_prompt": ("fold of the prompt", "1", "the fold a prompt belongs to (its tau comes from the other)"),
     "gf_warnings": (
         "gf stability warnings",
         "1",
@@ -130,8 +130,8 @@ class StudySetup:
     weight_fit: dict[str, Any] = field(default_factory=dict)
     ou_rho: float = 0.9
     seed: int = 0
-    tau_max: float = 3.0
-    tau_steps: int = 60
+    tau_max: float = 4.0
+    tau_steps: int = 80
     #: the gf projection is stiff (MiniLM: dt <= 1/245 for Euler): its own steps per layer, and on
     #: the first ``gf_prompts`` prompts only (the others hold NaN; comparisons drop them).
     gf_steps_per_layer: int = 64
@@ -256,13 +256,10 @@ def value_factors_of(
     return (U, W) if float(err) <= 1e-10 else None
 
 
-def batched_field(
-    x: torch.Tensor, heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> torch.Tensor:
-    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
-    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
-    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
-    (:func:`value_factors_of`), applied after the attention average."""
+def attention_logits(x: torch.Tensor, heads: Heads) -> torch.Tensor:
+    """The logits ``(Q_h x_i + b_Q) . (K_h x_j + b_K)`` ``(..., H, N, N)`` of ``heads`` at the clouds ``x``
+    ``(..., N, d)`` (``-inf`` above the diagonal for causal heads). ``heads`` may hold a stack of
+    same-shaped layers on a leading axis (:func:`stacked_heads`), one per cloud."""
     q, k, c = heads.logit_features(x)  # (B, H, N, r), c (B, H, N) or None
     logits = q @ k.transpose(-1, -2)
     if c is not None:
@@ -270,15 +267,91 @@ def batched_field(
     if heads.causal:
         n = x.shape[-2]
         logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return logits
+
+
+def pack(heads: Heads, factors: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any] | None:
+    """``Q_h``, ``K_h`` (and ``W_h`` of ``V_h = U_h W_h``) of every head side by side, ``(..., d, H (2k + m))``,
+    and ``[U_1 ... U_H]`` ``(..., d, H m)``: a cloud's features for all heads in one matrix product
+    (:func:`batched_field`). None for heads without query factors or with rotary embeddings."""
+    if heads.Q is None or heads.rope is not None:
+        return None
+    H, k, d = heads.Q.shape[-3:]
+    parts = [heads.Q, heads.K] + ([factors[1]] if factors is not None else [])
+    M = torch.cat(parts, -2)  # (..., H, 2k (+ m), d)
+    out: dict[str, Any] = {"P": M.reshape(*M.shape[:-3], -1, d).transpose(-1, -2), "k": k, "H": H, "width": M.shape[-2]}
+    if factors is not None:
+        U = factors[0]  # (..., H, d, m)
+        out["U"] = U.transpose(-3, -2).reshape(*U.shape[:-3], d, -1)
+    return out
+
+
+def batched_field(
+    x: torch.Tensor,
+    heads: Heads,
+    factors: tuple[torch.Tensor, torch.Tensor] | None = None,
+    packed: dict[str, Any] | None = None,
+) -> torch.Tensor:
+    """The ``mha`` field ``P_x (1/H) sum_h softmax_j(logits_hij) (V_h x_j + b_V)`` of ``heads`` at a batch
+    of clouds ``x`` ``(B, N, d)`` (uniform token and head masses, as :func:`~attnflow.hf.flow.flow_through`;
+    checked against :func:`attnflow.dynamics.fields.velocity` in the tests). ``factors``: ``V = U W``
+    (:func:`value_factors_of`), applied after the attention average (``V`` itself is then not read).
+    ``heads`` may be a stack of ``B`` layers (:func:`stacked_heads`): each cloud then moves by its own.
+    ``packed``: :func:`pack` of ``heads, factors`` (made here when not given), optionally with a
+    ``"scale"`` ``(B, 1, 1)`` multiplying each cloud's values (``V c``, ``b_V c``)."""
+    pk = packed if packed is not None else pack(heads, factors)
+    if pk is None:  # dense or rotary heads: the features head by head
+        attn = torch.softmax(attention_logits(x, heads), dim=-1)
+        if factors is None:
+            out = attn @ heads.value_features(x)  # (B, H, N, d)
+        else:
+            U, W = factors
+            out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
+            if heads.bias_v is not None:
+                out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
+        return project_tangent(x, out.mean(-3))
+    H, k = pk["H"], pk["k"]
+    Z = (x @ pk["P"]).unflatten(-1, (H, pk["width"])).transpose(-2, -3)  # (B, H, N, 2k (+ m))
+    q, kf = Z[..., :k], Z[..., k : 2 * k]
+    if heads.bias_k is not None:
+        kf = kf + heads.bias_k.unsqueeze(-2)
+    logits = q @ kf.transpose(-1, -2)
+    if heads.bias_q is not None:
+        logits = logits + (kf @ heads.bias_q.unsqueeze(-1)).transpose(-1, -2)
+    if heads.causal:
+        n = x.shape[-2]
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     attn = torch.softmax(logits, dim=-1)
     if factors is None:
-        out = attn @ heads.value_features(x)  # (B, H, N, d)
-    else:
-        U, W = factors
-        out = (attn @ (x.unsqueeze(-3) @ W.transpose(-1, -2))) @ U.transpose(-1, -2)
-        if heads.bias_v is not None:
-            out = out + heads.bias_v.unsqueeze(-2)  # the attention weights sum to one
-    return project_tangent(x, out.mean(-3))
+        return project_tangent(x, (attn @ heads.value_features(x)).mean(-3))
+    y = (attn @ Z[..., 2 * k :]).transpose(-2, -3).flatten(-2)  # (B, N, H m)
+    out = (y @ pk["U"].transpose(-1, -2)) / H
+    if heads.bias_v is not None:
+        out = out + heads.bias_v.mean(-2).unsqueeze(-2)  # the attention weights sum to one
+    if "scale" in pk:  # values scaled per cloud (V c, b_V c)
+        out = out * pk["scale"]
+    return project_tangent(x, out)
+
+
+def stacked_heads(layers: Sequence[Heads], *, values: bool = True) -> Heads:
+    """Same-shaped layers stacked on a leading axis: :func:`batched_field` and
+    :func:`attention_logits` of the stack at clouds ``(J, N, d)`` give each layer's own at its cloud
+    (the tensors broadcast). ``values=False`` leaves ``V`` out (when value factors are passed instead)."""
+
+    def st(get: Callable[[Heads], torch.Tensor | None]) -> torch.Tensor | None:
+        got = [get(h) for h in layers]
+        return None if got[0] is None else torch.stack([t.to(torch.float64) for t in got])  # type: ignore[union-attr]
+
+    return Heads(
+        K=st(lambda h: h.K),  # type: ignore[arg-type]
+        Q=st(lambda h: h.queries),  # dense heads (Q None) as factors: the identity and A
+        V=st(lambda h: h.values) if values else None,
+        bias_q=st(lambda h: h.bias_q),
+        bias_k=st(lambda h: h.bias_k),
+        bias_v=st(lambda h: h.bias_v),
+        causal=layers[0].causal,
+        rope=layers[0].rope,
+    )
 
 
 def flow_batch(
@@ -289,48 +362,59 @@ def flow_batch(
 ) -> np.ndarray:
     """Euler flows of many head stacks at once: ``(B, L+1, N, d)`` positions at ``t = 0..L`` of the
     ``mha`` flow of ``stacks[b]`` (one unit of time per layer) from ``x0`` (``(N, d)``, or ``(B, N, d)``
-    one start per stack). At each depth, the clouds that use the same :class:`Heads` object share one
-    tensor call (the layer orders of the depth test: at most ``L`` calls per step for any number of orders).
+    one start per stack). Stacks that begin with the same heads from the same start share their states
+    up to where they part (the layer orders of the depth test: 6 distinct first layers, at most 30
+    distinct pairs, ...), and at each depth the clouds that use the same :class:`Heads` object share
+    one tensor call (at most ``L`` calls per step for any number of orders).
     ``factors``: a cache ``id(heads) -> (heads, value factors)`` kept between calls (filled here)."""
     from attnflow.core.geometry import retract
 
     cache = {} if factors is None else factors
     B = len(stacks)
     x = torch.as_tensor(np.asarray(x0), dtype=torch.float64)
-    x = (x.expand(B, *x.shape) if x.ndim == 2 else x).clone()
+    # The distinct states at the current depth (rows of ``cur``) and the row each stack is at.
+    cur = x.clone() if x.ndim == 3 else x[None].clone()
+    row = list(range(B)) if x.ndim == 3 else [0] * B
     dt = 1.0 / int(steps_per_layer)
-    out = [x.numpy().copy()]
+    out = np.empty((B, len(stacks[0]) + 1, *cur.shape[1:]))
+    out[:, 0] = cur.numpy()[row]
     L = len(stacks[0])
     for l in range(L):
-        groups: dict[int, list[int]] = {}
+        # A new state for every distinct (state, heads) pair; pairs that share heads share a call.
+        pairs: dict[tuple[int, int], int] = {}
         for b in range(B):
-            groups.setdefault(id(stacks[b][l]), []).append(b)
-        for key, group in groups.items():
-            h = stacks[group[0]][l]
+            row[b] = pairs.setdefault((row[b], id(stacks[b][l])), len(pairs))
+        heads_of: dict[int, Heads] = {id(stacks[b][l]): stacks[b][l] for b in range(B)}
+        nxt = torch.empty((len(pairs), *cur.shape[1:]), dtype=torch.float64)
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for (parent, key), new in pairs.items():
+            groups.setdefault(key, []).append((parent, new))
+        for key, members_ in groups.items():
+            h = heads_of[key]
             if key not in cache or cache[key][0] is not h:
                 cache[key] = (h, value_factors_of(h))
-            f = cache[key][1]
-            idx = torch.as_tensor(group)
-            y = x[idx]
+            if len(cache[key]) < 3:  # the packed features, kept beside the factors
+                cache[key] = (*cache[key][:2], pack(h, cache[key][1]))
+            _, f, pk = cache[key]
+            y = cur[torch.as_tensor([p for p, _ in members_])]
             for _ in range(int(steps_per_layer)):
-                y = retract(y + dt * batched_field(y, h, f))
-            x[idx] = y
-        out.append(x.numpy().copy())
-    return np.stack(out, 1)
+                y = retract(y + dt * batched_field(y, h, f, pk))
+            nxt[torch.as_tensor([n for _, n in members_])] = y
+        cur = nxt
+        out[:, l + 1] = cur.numpy()[row]
+    return out
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Mean over heads and tokens of ``-sum_j p_ij log p_ij``, ``p = softmax(logits)``: ``(...)`` from ``(..., H, N, N)``."""
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean((-1, -2))
 
 
 def attention_entropy(x: torch.Tensor, heads: Heads) -> float:
     """Mean over heads and tokens of the entropy ``-sum_j p_ij log p_ij`` of the attention at the cloud ``x``."""
-    q, k, c = heads.logit_features(x)
-    logits = q @ k.transpose(-1, -2)
-    if c is not None:
-        logits = logits + c.unsqueeze(-2)
-    if heads.causal:
-        n = x.shape[-2]
-        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    logp = torch.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return float(-(p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(-1).mean())
+    return float(_entropy(attention_logits(x, heads)))
 
 
 def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any = None) -> float:
@@ -338,6 +422,120 @@ def displacement(x: np.ndarray, heads: Heads, steps_per_layer: int, factors: Any
     (``factors``: the value factors of ``heads``, :func:`value_factors_of`)."""
     y = flow_batch(x, [[heads]], steps_per_layer, {id(heads): (heads, factors)})[0]
     return float(np.linalg.norm(y[1] - y[0], axis=-1).mean())
+
+
+def _displacements(
+    x: torch.Tensor, heads: Heads, steps_per_layer: int, factors: Any, packed: dict[str, Any] | None = None
+) -> np.ndarray:
+    """:func:`displacement` of each layer of a stack (:func:`stacked_heads`) from its own cloud ``x[j]``."""
+    from attnflow.core.geometry import retract
+
+    y, dt = x, 1.0 / int(steps_per_layer)
+    pk = packed if packed is not None else pack(heads, factors)
+    for _ in range(int(steps_per_layer)):
+        y = retract(y + dt * batched_field(y, heads, factors, pk))
+    return np.linalg.norm((y - x).numpy(), axis=-1).mean(-1)
+
+
+def _low_rank_factors(Lf: torch.Tensor, Rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(U, W)`` with ``V = L R = U W`` and orthonormal ``U`` (the form of :func:`value_factors_of`) from
+    the factors of drawn values, ``U`` from a QR of ``L``; None when that is no cheaper than dense ``V``."""
+    if 2 * Lf.shape[-1] >= Lf.shape[-2]:
+        return None
+    U, _ = torch.linalg.qr(Lf)
+    return U, (U.transpose(-1, -2) @ Lf) @ Rf
+
+
+def _stack_factors(fs: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The value factors of a stack of layers (None unless every layer has them)."""
+    if any(f is None for f in fs):
+        return None
+    return torch.stack([f[0] for f in fs]), torch.stack([f[1] for f in fs])
+
+
+def matched_random_stack(
+    reals: Sequence[Heads],
+    xs: Sequence[np.ndarray],
+    generator: torch.Generator,
+    steps_per_layer: int,
+    *,
+    draws: int = 1,
+    iterations: int = 6,
+    real_factors: Sequence[Any] | None = None,
+) -> list[list[tuple[Heads, dict[str, float], Any]]]:
+    """:func:`matched_random_heads` for every layer ``reals[l]`` at its cloud ``xs[l]``, ``draws`` times
+    (the random heads drawn from ``generator`` draw by draw, layer by layer, as that many calls would),
+    with the bisections and fixed points of all ``draws x L`` heads run together (one tensor call per
+    step). Returns ``out[draw][l] = (heads, reached, value factors of heads)``."""
+    L = len(reals)
+    J = int(draws) * L
+    rf = list(real_factors) if real_factors is not None else [value_factors_of(h) for h in reals]
+    x1 = torch.stack([torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in xs])  # (L, N, d)
+    xj = x1.repeat(int(draws), 1, 1)  # (J, N, d): draw-major, as the heads below
+    drawn = [random_heads(reals[j % L], generator, value_factors=True) for j in range(J)]
+    rand = [h for h, _ in drawn]
+    # The real layers' targets, one stacked call each.
+    real_stack = stacked_heads(reals, values=_stack_factors(rf) is None)
+    target_e = _entropy(attention_logits(x1, real_stack)).numpy()
+    target_d = _displacements(x1, real_stack, steps_per_layer, _stack_factors(rf))
+    te, td = np.tile(target_e, int(draws)), np.tile(target_d, int(draws))
+    # Entropy: the logits are linear in the query scale s (Q and its bias): bisection on log s.
+    logits0 = attention_logits(xj, stacked_heads(rand, values=False))
+    lo, hi = np.full(J, -12.0), np.full(J, 12.0)  # entropy decreases as the logits grow
+    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
+        mid = 0.5 * (lo + hi)
+        e = _entropy(logits0 * torch.as_tensor(np.exp(mid))[:, None, None, None]).numpy()
+        up = e > te
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    scale = np.exp(0.5 * (lo + hi))
+    rand = [
+        replace(h, Q=h.queries * float(s), bias_q=None if h.bias_q is None else h.bias_q * float(s))
+        for h, s in zip(rand, scale)
+    ]
+    reached_e = _entropy(logits0 * torch.as_tensor(scale)[:, None, None, None]).numpy()
+    # Speed: the values scaled by c (V and its bias) until one layer moves the tokens as far as the real one.
+    fs = [_low_rank_factors(*lr) for _, lr in drawn]  # V = L R: U spans the columns of L
+    dense = _stack_factors(fs) is None
+
+    if not dense:  # stacked and packed once; each iteration picks its rows and scales U and b_V
+        all_st = stacked_heads(rand, values=False)
+        all_f = _stack_factors(fs)
+        all_pk = pack(all_st, all_f)
+
+    def moved(idx: np.ndarray, c: np.ndarray) -> np.ndarray:
+        if dense:
+            hs = [_value_scaled(rand[j], float(cj)) for j, cj in zip(idx, c)]
+            return _displacements(xj[torch.as_tensor(idx)], stacked_heads(hs), steps_per_layer, None)
+        # Every stacked layer moves (no copies of the packed matrices); the values' scale c multiplies
+        # each layer's head average (U c and b_V c: the same field).
+        full = np.ones(J)
+        full[idx] = c
+        pk = {**all_pk, "scale": torch.as_tensor(full)[:, None, None]}  # type: ignore[dict-item]
+        return _displacements(xj, all_st, steps_per_layer, all_f, pk)[idx]
+
+    c = np.ones(J)
+    got = moved(np.arange(J), c)
+    done = np.zeros(J, dtype=bool)
+    for _ in range(int(iterations)):
+        done |= (got <= 0) | (np.abs(got / td - 1.0) < 1e-4)
+        act = np.flatnonzero(~done)
+        if len(act) == 0:
+            break
+        c[act] *= td[act] / got[act]
+        got[act] = moved(act, c[act])
+    out: list[list[tuple[Heads, dict[str, float], Any]]] = []
+    for j in range(J):
+        if j % L == 0:
+            out.append([])
+        f = fs[j]
+        reached = {
+            "entropy": float(reached_e[j]),
+            "entropy_real": float(te[j]),
+            "displacement": float(got[j]),
+            "displacement_real": float(td[j]),
+        }
+        out[-1].append((_value_scaled(rand[j], float(c[j])), reached, None if f is None else (f[0] * c[j], f[1])))
+    return out
 
 
 def matched_random_heads(
@@ -353,40 +551,13 @@ def matched_random_heads(
     the logits scaled (``Q`` and its bias) so the mean attention entropy is the real heads' (bisection on
     the log scale), then the values scaled (``V`` and its bias) so one layer moves the tokens as far as the
     real heads do (:func:`displacement`, fixed-point iteration on the scale). Returns the heads and the
-    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}``."""
-    xt = torch.as_tensor(np.asarray(x), dtype=torch.float64)
-    h = random_heads(real, generator)
-    target_e = attention_entropy(xt, real)
-
-    def scaled(s: float) -> Heads:
-        Q = h.queries * s
-        return replace(h, Q=Q, bias_q=None if h.bias_q is None else h.bias_q * s)
-
-    lo, hi = -12.0, 12.0  # entropy decreases as the logits grow
-    for _ in range(36):  # 24 / 2^36: the scale to 1e-9 relative
-        mid = 0.5 * (lo + hi)
-        if attention_entropy(xt, scaled(float(np.exp(mid)))) > target_e:
-            lo = mid
-        else:
-            hi = mid
-    h = scaled(float(np.exp(0.5 * (lo + hi))))
-    target_d = displacement(x, real, steps_per_layer, real_factors)
-    f = value_factors_of(h)
-    fc = lambda c: None if f is None else (f[0] * c, f[1])
-    c = 1.0
-    got = displacement(x, h, steps_per_layer, f)
-    for _ in range(int(iterations)):
-        if got <= 0 or abs(got / target_d - 1.0) < 1e-4:
-            break
-        c *= target_d / got
-        got = displacement(x, _value_scaled(h, c), steps_per_layer, fc(c))
-    h = _value_scaled(h, c)
-    return h, {
-        "entropy": attention_entropy(xt, h),
-        "entropy_real": target_e,
-        "displacement": got,
-        "displacement_real": target_d,
-    }
+    reached ``{"entropy", "entropy_real", "displacement", "displacement_real"}`` (one layer of
+    :func:`matched_random_stack`)."""
+    rf = None if real_factors is None else [real_factors]
+    h, reached, _ = matched_random_stack(
+        [real], [x], generator, steps_per_layer, iterations=iterations, real_factors=rf
+    )[0][0]
+    return h, reached
 
 
 def _value_scaled(h: Heads, c: float) -> Heads:
@@ -402,26 +573,54 @@ def uniform_heads(d: int, scale: float) -> Heads:
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman correlation of the pairwise inner products of clouds ``a`` and ``b`` (``i < j``);
     0 when either has no order left (all pairs equal)."""
-    from scipy.stats import spearmanr
+    return float(_spearman_many(a[None, None], b[None])[0, 0])
 
-    iu = np.triu_indices(a.shape[0], 1)
-    x, y = (a @ a.T)[iu], (b @ b.T)[iu]
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return 0.0
-    r = float(spearmanr(x, y).statistic)
-    return r if np.isfinite(r) else 0.0
+
+def _centred_ranks(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average ranks along the last axis minus their mean, and whether the row has an order (not all equal)."""
+    from scipy.stats import rankdata
+
+    r = rankdata(G, axis=-1)
+    return r - r.mean(-1, keepdims=True), np.ptp(G, axis=-1) > 0
+
+
+def _spearman_many(X: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """:func:`spearman` of every cloud ``X[v, l]`` ``(V, L+1, N, d)`` with ``ref[l]`` ``(L+1, N, d)``:
+    ``(V, L+1)``. The Pearson correlation of the average ranks (what ``scipy.stats.spearmanr`` computes),
+    the reference's ranks found once per depth."""
+    N = X.shape[-2]
+    iu = np.triu_indices(N, 1)
+    if len(iu[0]) < 2:
+        return np.zeros(X.shape[:2])
+    # Each Gram matrix as a @ a.T, as the one-cloud form always did (equal pairs stay equal).
+    gx = np.array([[(a @ a.T)[iu] for a in per] for per in X])
+    gy = np.array([(b @ b.T)[iu] for b in ref])
+    rx, okx = _centred_ranks(gx)
+    ry, oky = _centred_ranks(gy)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (rx * ry[None]).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1)[None])
+    return np.where(okx & oky[None] & np.isfinite(r), r, 0.0)
+
+
+def measure_many(runs: dict[str, np.ndarray], ref: np.ndarray, flow: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    """Every measure of :data:`MEASURES` at every depth of every cloud ``runs[name]`` ``(L+1, N, d)``
+    against the reference ``ref`` and the flow ``flow``: ``{name: {measure: (L+1,)}}``."""
+    names = list(runs)
+    X = np.stack([np.asarray(runs[n], dtype=np.float64) for n in names])  # (V, L+1, N, d)
+    out = {
+        "cos": mean_cosine(X, ref[None]),
+        "spearman": _spearman_many(X, ref),
+        "cos_flow": mean_cosine(X, flow[None]),
+        "mean_inner": np.array([[mean_inner(x) for x in per] for per in X]),
+        "effective_rank": np.array([[effective_rank(x) for x in per] for per in X]),
+        "nn_cosine": np.array([[nn_cosine(x) for x in per] for per in X]),
+    }
+    return {n: {m: out[m][v] for m in MEASURES} for v, n in enumerate(names)}
 
 
 def measure_all(X: np.ndarray, ref: np.ndarray, flow: np.ndarray) -> dict[str, np.ndarray]:
     """Every measure of :data:`MEASURES` at every depth of ``X`` ``(L+1, N, d)``."""
-    return {
-        "cos": mean_cosine(X, ref),
-        "spearman": np.array([spearman(x, r) for x, r in zip(X, ref)]),
-        "cos_flow": mean_cosine(X, flow),
-        "mean_inner": np.array([mean_inner(x) for x in X]),
-        "effective_rank": np.array([effective_rank(x) for x in X]),
-        "nn_cosine": np.array([nn_cosine(x) for x in X]),
-    }
+    return measure_many({"X": X}, ref, flow)["X"]
 
 
 def _gf_flow(x0: np.ndarray, process: Layers, spl: int) -> tuple[np.ndarray, int]:
@@ -458,10 +657,12 @@ def processes(
         for s in range(setup.seeds):
             g = torch.Generator().manual_seed(setup.seed + 1000 + s)
             procs[f"random_{s}"] = Layers([random_heads(h, g) for h in flow.layers], t_end=float(L))
+        # The real heads themselves, not copies (Layers() converts every layer to a new object): the
+        # batched flows share the states and tensor calls of stacks that hold the same heads.
         for k, p in enumerate(setup.perms):
-            procs[f"shuffled_{k}"] = Layers([flow.layers[i] for i in p], t_end=float(L))
+            procs[f"shuffled_{k}"] = _sharing([flow.layers[i] for i in p])
         for l in range(L):
-            procs[f"reuse_{l}"] = Layers([flow.layers[l]] * L, t_end=float(L))
+            procs[f"reuse_{l}"] = _sharing([flow.layers[l]] * L)
         for k in range(setup.ou_draws):
             g = torch.Generator().manual_seed(setup.seed + 2000 + k)
             procs[f"ou_{k}"] = ou_process(matched, setup.ou_rho, g)
@@ -488,6 +689,13 @@ def processes(
         return setup.cache[key]
 
 
+def _sharing(heads: list[Heads]) -> Layers:
+    """Layers holding these very :class:`Heads` objects (float64 already), one unit of time each."""
+    out = Layers(heads[:1], t_end=float(len(heads)))
+    out.layers = list(heads)
+    return out
+
+
 def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
     idx = cg.match(list(order))
     return float(cg.jumps(idx, "A").sum()), float(cg.jumps(idx, "V").sum())
@@ -495,7 +703,7 @@ def _cg_path(cg: CrossGram, order: Sequence[int]) -> tuple[float, float]:
 
 def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[str, Any]:
     """All variants' measures for one prompt: ``{"measures": {variant: {measure: (L+1,)}},
-    "contraction": {measure: (tau, L+1) or (tau,)}, "paths": {process: (A, V)}, "n_tokens": N}``."""
+    "contraction": {measure: (L+1,)}, "contraction_tau": (L+1,), "paths": {process: (A, V)}, "n_tokens": N}``."""
     L, spl, method = setup.layers.L, setup.steps_per_layer, setup.method
     t = torch.tensor([list(ids)])
     pre = setup.layers.meta.pre_norm
@@ -520,15 +728,19 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
                     shared[id(h)] = (h, value_factors_of(h))
         factors = dict(shared)
     g = torch.Generator().manual_seed(setup.seed + 3000 + index)
-    for s in range(setup.seeds):  # random heads matched to the real ones at this prompt's positions
+    # Random heads matched to the real ones at this prompt's positions, every seed and layer at once.
+    matched = matched_random_stack(
+        list(flow.layers),
+        list(X[:L]),
+        g,
+        spl,
+        draws=setup.seeds,
+        real_factors=[factors[id(h)][1] for h in flow.layers],
+    )
+    for s, per_layer in enumerate(matched):
         drawn.append(f"random_matched_{s}")
-        procs[drawn[-1]] = Layers(
-            [
-                matched_random_heads(h, X[l], g, spl, real_factors=factors[id(h)][1])[0]
-                for l, h in enumerate(flow.layers)
-            ],
-            t_end=float(L),
-        )
+        procs[drawn[-1]] = _sharing([h for h, _, _ in per_layer])
+        factors.update({id(h): (h, f) for h, _, f in per_layer})
     if method == "euler":  # one batched call for every drawn head sequence
         for name, Y in zip(drawn, flow_batch(x0, [procs[n].layers for n in drawn], spl, factors)):
             runs[name] = Y
@@ -536,11 +748,13 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
         for name in drawn:
             runs[name] = flow_through(x0, procs[name], spl, method)
     gf_warnings = -1  # -1: the gf flow was not run for this prompt
+    gf_cpu = time.process_time()
     if setup.gf_prompts is None or index < setup.gf_prompts:
         runs["gf"], gf_warnings = _gf_flow(x0, procs["gf"], int(setup.gf_steps_per_layer))
+    gf_cpu = time.process_time() - gf_cpu
 
     runs.update(abl)
-    measures = {v: measure_all(Y, X, runs["flow"]) for v, Y in runs.items()}
+    measures = measure_many(runs, X, runs["flow"])
     if "gf" not in measures:
         measures["gf"] = {m: np.full(L + 1, np.nan) for m in MEASURES}
     # The identical-layers control, measured against its own model and flow.
@@ -550,26 +764,24 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     measures["control_flow"] = measure_all(cf, Xc, cf)
     # Identical layers: a few orders show it as well as many (the layers are one head sequence).
     cstacks = [[cflow.layers[i] for i in p] for p in setup.perms[:CONTROL_ORDERS]]
-    for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors)):
-        measures[f"control_shuffled_{k}"] = measure_all(Y, Xc, cf)
-    # The contraction baseline along a grid of times (its time per depth is fitted afterwards).
+    cruns = {f"control_shuffled_{k}": Y for k, Y in enumerate(flow_batch(Xc[0], cstacks, spl, factors))}
+    measures.update(measure_many(cruns, Xc, cf))
+    # The contraction baseline: the mean-shift flow along a grid of times, read at the time whose mean
+    # inner product is nearest the flow's at each depth (as strong a contraction as the real heads').
     dtau = setup.tau_max / setup.tau_steps
     grid = Layers([uniform_heads(x0.shape[1], dtau)] * setup.tau_steps, t_end=float(setup.tau_steps))
     C = flow_through(x0, grid, 2, "euler")
-    contraction = {
-        "cos": np.einsum("tnd,lnd->tln", C, X).mean(-1),
-        "spearman": np.array([[spearman(c, x) for x in X] for c in C]),
-        "cos_flow": np.einsum("tnd,lnd->tln", C, runs["flow"]).mean(-1),
-        "mean_inner": np.array([mean_inner(c) for c in C]),
-        "effective_rank": np.array([effective_rank(c) for c in C]),
-        "nn_cosine": np.array([nn_cosine(c) for c in C]),
-    }
+    mi = np.array([mean_inner(c) for c in C])
+    idx = np.argmin(np.abs(mi[:, None] - measures["flow"]["mean_inner"][None, :]), axis=0)  # (L+1,)
+    contraction = measure_all(C[idx], X, runs["flow"])
     return {
         "measures": measures,
         "contraction": contraction,
+        "contraction_tau": setup.taus[idx],
         "paths": paths,
         "n_tokens": len(ids),
         "gf_warnings": gf_warnings,
+        "gf_cpu": gf_cpu,
     }
 
 
@@ -580,6 +792,7 @@ def run_study(
     use_dask: bool = False,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    estimate: Callable[[dict[str, float]], None] | None = None,
     corpus: str = "",
     **options: Any,
 ) -> xr.Dataset:
@@ -587,9 +800,13 @@ def run_study(
     special tokens) and return the self-describing dataset (dims ``prompt, variant, depth``).
 
     ``use_dask``: the prompts are computed as ``dask.delayed`` tasks on the threaded scheduler
-    (``workers`` threads; forward passes through the shared model are serialised)."""
+    (``workers`` threads; forward passes through the shared model are serialised).
+    ``estimate``: called once, after the first prompt (serial runs), with the CPU seconds
+    ``{"setup", "prompt", "gf", "total"}``: the setup's, the first prompt's without its gf flow, that gf
+    flow's, and ``total = setup + P prompt + G gf`` for ``P`` prompts, ``G`` of them with the gf flow."""
     if not prompts:
         raise InputError("the study needs at least one prompt")
+    start = time.process_time()
     setup = make_setup(path_or_name, **options)
     vocab = int(setup.model.config.vocab_size)
     ids_all = []
@@ -600,6 +817,9 @@ def run_study(
         except ValueError as e:
             raise InputError(f"prompt {n} ({text[:40]!r}): {e}") from None
         ids_all.append(ids)
+    if not setup.layers.meta.pre_norm:  # post-norm: every prompt's head sequences are the same, built now
+        processes(setup, np.ones(setup.layers.L))
+    setup_cpu = time.process_time() - start
     if use_dask:
         import dask
 
@@ -608,21 +828,17 @@ def run_study(
     else:
         results = []
         for k, ids in enumerate(ids_all):
+            t0 = time.process_time()
             results.append(study_prompt(setup, ids, k))
+            if k == 0 and estimate is not None:
+                P = len(ids_all)
+                G = P if setup.gf_prompts is None else min(P, int(setup.gf_prompts))
+                gf = float(results[0].get("gf_cpu", 0.0))
+                one = time.process_time() - t0 - gf
+                estimate({"setup": setup_cpu, "prompt": one, "gf": gf, "total": setup_cpu + P * one + G * gf})
             if progress is not None:
                 progress(k + 1, len(ids_all))
     return assemble(results, setup, list(prompts), corpus=corpus)
-
-
-def _fit_contraction(cos: np.ndarray, folds: np.ndarray) -> np.ndarray:
-    """``tau index (fold, depth)``: the grid time maximising the mean cosine over the *other* fold's prompts."""
-    out = np.zeros((2, cos.shape[2]), dtype=int)
-    for f in (0, 1):
-        train = folds != f
-        if not train.any():  # one prompt: fit on itself (reported in the attributes)
-            train = np.ones_like(folds, dtype=bool)
-        out[f] = np.argmax(cos[train].mean(0), axis=0)
-    return out
 
 
 def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str], corpus: str = "") -> xr.Dataset:
@@ -630,18 +846,7 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
     P, L = len(results), setup.layers.L
     variants = list(results[0]["measures"])
     data = {m: np.array([[res["measures"][v][m] for v in variants] for res in results]) for m in MEASURES}
-    folds = np.arange(P) % 2
-    contr = {m: np.stack([res["contraction"][m] for res in results]) for m in MEASURES}
-    fit = _fit_contraction(contr["cos"], folds)
-    taus = setup.taus
-    cvals = {}
-    for m in MEASURES:
-        arr = np.empty((P, L + 1))
-        for p in range(P):
-            idx = fit[folds[p]]
-            c = contr[m][p]
-            arr[p] = c[idx, np.arange(L + 1)] if c.ndim == 2 else c[idx]
-        cvals[m] = arr
+    cvals = {m: np.stack([res["contraction"][m] for res in results]) for m in MEASURES}
     names = [*variants, "contraction"]
     fams = {fam: [variants.index(v) for v in members(variants, prefix)] for fam, prefix in FAMILIES.items()}
     fams = {fam: idx for fam, idx in fams.items() if idx}
@@ -658,8 +863,7 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
         {
             **{m: (dims, data[m]) for m in MEASURES},
             "n_tokens": (("prompt",), np.array([res["n_tokens"] for res in results], dtype=np.int64)),
-            "contraction_tau": (("fold", "depth"), taus[fit]),
-            "fold_of_prompt": (("prompt",), folds.astype(np.int64)),
+            "contraction_tau": (("prompt", "depth"), np.stack([res["contraction_tau"] for res in results])),
             "gf_warnings": (("prompt",), np.array([res["gf_warnings"] for res in results], dtype=np.int64)),
             "path_A": (("prompt", "process"), pathA),
             "path_V": (("prompt", "process"), pathV),
@@ -669,7 +873,6 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             "variant": np.array(names, dtype=object),
             "depth": np.arange(L + 1),
             "process": np.array(processes, dtype=object),
-            "fold": np.arange(2),
         },
         attrs={
             "title": "attnflow hf study: a real model's token flow against baselines, depth tests and ablations",
@@ -690,8 +893,8 @@ def assemble(results: list[dict[str, Any]], setup: StudySetup, prompts: list[str
             "|A/|A| - A'/|A'||_F^2 + |V/|V| - V'/|V'||_F^2 (attnflow.hf.paths)",
             "smooth_degree": int(SMOOTH_DEGREE),
             "seed": int(setup.seed),
-            "contraction": "uniform attention, V = I (mean-shift flow), time per depth fitted on the other fold",
-            "contraction_self_fitted": int(P < 2),
+            "contraction": "uniform attention, V = I (mean-shift flow), time per prompt and depth matched to the "
+            "flow's mean inner product",
             "ablations": json.dumps({a: list(ABLATIONS[a]) for a in STUDY_ABLATIONS}),
             "Conventions": "CF-1.10",
         },
