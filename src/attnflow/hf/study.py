@@ -1129,7 +1129,8 @@ STUDY_STORE = "study.zarr"
 PANELS = (
     (
         "flow, baselines and depth tests",
-        ("model", "flow", "flow_1step", "no_move", "contraction", "random", "shuffled", "reuse", "ou", "gf"),
+        ("model", "flow", "flow_1step", "no_move", "contraction", "random", "random_matched", "smooth")
+        + ("shuffled", "reuse", "ou", "gf"),
     ),
     ("ablations of the real network", ("model", "flow", *STUDY_ABLATIONS)),
 )
@@ -1179,6 +1180,7 @@ def plot_study(ds: xr.Dataset, folder: str | Path, *, n_boot: int = 1000) -> lis
     for m in MEASURES:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
         for ax, (title, names) in zip(axes, PANELS):
+            ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # 11 curves: the default cycle has 10
             for v in names:
                 if v not in variants:
                     continue
