@@ -16,7 +16,6 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.config import build, parse_config
 from attnflow.core.errors import InputError
-from attnflow.core.heads import goe_heads
 from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
 from attnflow.experiments.common import (
@@ -36,7 +35,6 @@ from attnflow.experiments.common import (
 from attnflow.experiments.runs import run
 from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
-from attnflow.weights.processes import OrnsteinUhlenbeck
 
 _W2 = "W2 distance on the sphere between the reference's and the perturbed run's token clouds (token masses a_i)"
 _CONTROL = "negative control: the perturbed runs against a reference driven by another OU noise path (same law)"
@@ -471,117 +469,6 @@ def experiment_stability_input(
         },
         preds,
         figures={"stability_input": fig},
-        configs=[rc_dict],
-        dataset=ds,
-        parameters=params.to_dict(),
-    )
-    if progress:
-        progress(total, total, "done")
-    res.seconds = time.perf_counter() - start
-    return res
-
-
-def experiment_stability_weights(
-    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
-) -> ExperimentResult:
-    """Perturbed OU initialisations ``A0 + eps G`` and a changed law ``(1 - eps) A0 + eps A0'``, same noise.
-
-    Control: the same perturbed runs compared with a reference driven by *another* noise path (same
-    law): the distance does not vanish with ``eps``, and the criterion must reject it.
-    """
-    start = time.perf_counter()
-    params = stability_params(cfg)
-    rc_dict = base_config(params, seed)
-    rc = parse_config(rc_dict)
-    x0, proc, kwargs = build(rc)
-    epss = sorted((float(e) for e in params.eps), reverse=True)
-    total = 2 + 2 * len(epss)
-    if progress:
-        progress(0, total, "reference runs")
-    ref = simulate(x0, proc, **kwargs)
-    ref_other = simulate(x0, proc, **{**kwargs, "seed": int(kwargs["seed"]) + 1})
-    if not isinstance(proc, OrnsteinUhlenbeck):  # base_config sets an ou process
-        raise TypeError(f"the stability-weights config built a {type(proc).__name__}, not an OrnsteinUhlenbeck")
-    H, d = proc.H, proc.d
-    G = goe_heads(H, d, 1.0, seed + 101)
-    A0_other = proc.A_bar + goe_heads(H, d, 2.0, seed + 202) * 1.5  # another initialisation law
-    table: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    control: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    done = 2
-    for kind in table:
-        for eps in epss:
-            if progress:
-                progress(done, total, f"{kind} perturbation, eps {eps:g}")
-            A0 = proc.A0 + eps * G if kind == "noise" else (1 - eps) * proc.A0 + eps * A0_other
-            perturbed = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
-            pert = simulate(x0, perturbed, **kwargs)
-            for tab, r in ((table, ref), (control, ref_other)):
-                tab[kind]["dF"].append(float(np.abs(pert.diagnostics["energy"] - r.diagnostics["energy"]).max()))
-                tab[kind]["w2"].append(float(_w2(r, pert).max()))
-            done += 1
-
-    def rates_of(tab: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-        return {k: {m: loglog_fit(np.array(epss), np.array(v[m]))[0] for m in v} for k, v in tab.items()}
-
-    def holds(vals: dict[str, list[float]], rate: dict[str, float]) -> bool:
-        mono = all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)
-        return bool(mono and rate["dF"] >= 0.5 and rate["w2"] >= 0.5)
-
-    def rate_margin(vals: dict[str, list[float]], rate: dict[str, float]) -> float:
-        """How clearly both rates exceed 0.5 (in units of 0.5); -inf when a sequence is not monotone."""
-        if not (all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)):
-            return -math.inf
-        return min(margin_above(rate["dF"], 0.5), margin_above(rate["w2"], 0.5))
-
-    rates, rates_ctrl = rates_of(table), rates_of(control)
-    fig, ax = plt.subplots(figsize=(6, 4.4))
-    for kind, style in (("noise", "o-"), ("law", "s--")):
-        ax.loglog(epss, table[kind]["dF"], style, label=f"{kind}: sup_t |F_eps - F| (rate {rates[kind]['dF']:.2f})")
-        ax.loglog(epss, table[kind]["w2"], style, label=f"{kind}: sup_t W2 (rate {rates[kind]['w2']:.2f})")
-        ax.loglog(epss, control[kind]["w2"], style, color="0.6", label=f"{kind}: control, W2 to another noise path")
-    ax.set_xlabel("eps")
-    ax.set_title("weight perturbations -> 0")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    preds: list[Prediction] = []
-    for kind in table:
-        vals, cv = table[kind], control[kind]
-        preds.append(
-            Prediction(
-                "stability-weights",
-                f"Weight perturbation ({'extra noise' if kind == 'noise' else 'changed init law'}): F_eps -> F and trajectories converge",
-                f"sup|F_eps - F| {fmt(vals['dF'][0])} -> {fmt(vals['dF'][-1])} (rate {fmt(rates[kind]['dF'])}), "
-                f"sup W2 {fmt(vals['w2'][0])} -> {fmt(vals['w2'][-1])} (rate {fmt(rates[kind]['w2'])})",
-                "both decrease monotonically as eps -> 0 with observed rate >= 0.5",
-                holds(vals, rates[kind]),
-                "the same runs against a reference driven by another noise path",
-                f"sup W2 {fmt(cv['w2'][0])} -> {fmt(cv['w2'][-1])} (rate {fmt(rates_ctrl[kind]['w2'])})",
-                not holds(cv, rates_ctrl[kind]),
-                margin=rate_margin(vals, rates[kind]),
-                control_margin=-rate_margin(cv, rates_ctrl[kind]),
-                model="gf",
-                model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
-            )
-        )
-    for pred in preds:
-        if not pred.ok:
-            pred.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
-    ds = xr.Dataset(
-        {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}
-        | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
-        coords={"eps": epss},
-    )
-    describe(ds, VARIABLES)
-    res = ExperimentResult(
-        "stability-weights",
-        {
-            "eps": epss,
-            **{k: {**v, "rates": rates[k]} for k, v in table.items()},
-            "control": {k: {**v, "rates": rates_ctrl[k]} for k, v in control.items()},
-        },
-        preds,
-        figures={"stability_weights": fig},
         configs=[rc_dict],
         dataset=ds,
         parameters=params.to_dict(),
