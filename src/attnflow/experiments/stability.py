@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -226,10 +227,57 @@ def one_sided_lipschitz(x: np.ndarray, A: np.ndarray) -> float:
     return float(np.linalg.eigvalsh(S)[-1])
 
 
-def experiment_stability_input(
-    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
-) -> ExperimentResult:
-    start = time.perf_counter()
+@dataclasses.dataclass(frozen=True)
+class _InputRun:
+    """What :func:`_measure_input` measured: the reference run, ``L_meas`` and the Gronwall exponent along it, and
+    ``W2`` of the perturbed runs (noise levels ``levels``, refined while outside the linear range) and of the controls."""
+
+    params: StabilityParams
+    rc_dict: dict[str, Any]
+    levels: list[float]
+    total: int
+    refined: int
+    ref: Any
+    L_meas: np.ndarray
+    int_L: np.ndarray
+    gron: np.ndarray
+    w2s: dict[float, np.ndarray]
+    logratio: dict[float, np.ndarray]
+    ctrl_w2: dict[float, np.ndarray]
+    ctrl_log: dict[float, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputFit:
+    """What :func:`_input_fit` read from an :class:`_InputRun`: the excess over the bound, the linear response,
+    what the rigorous bound would need, and the order of continuous dependence (names as in the rows)."""
+
+    slack: float
+    margin: dict[float, float]
+    margin_ctrl: dict[float, float]
+    worst: float
+    worst_ctrl: float
+    final: dict[float, float]
+    final_ctrl: dict[float, float]
+    e1: float
+    e2: float
+    lin: float
+    lin_ctrl: float
+    rig_gap: float
+    T: float
+    w0_min: float
+    growth: float
+    informative: dict[str, float]
+    lv: list[float]
+    sup_w2: dict[float, float]
+    order: float
+    sup_ctrl: dict[float, float]
+    order_ctrl: float
+    lip_C: float
+
+
+def _measure_input(cfg: StabilityParams | Mapping[str, Any], seed: int, progress: Progress | None) -> _InputRun:
+    """The reference run, ``L_meas`` along it, the perturbed runs and the controls (another weight path)."""
     params = stability_params(cfg)
     rc_dict = base_config(params, seed)
     levels = sorted((float(v) for v in params.noise), reverse=True)
@@ -281,6 +329,15 @@ def experiment_stability_input(
         pert = simulate(y0, proc, **{**kw, "seed": int(kw["seed"]) + 1})
         ctrl_w2[eps] = _w2(ref, pert)
         ctrl_log[eps] = np.log(np.maximum(ctrl_w2[eps], 1e-300) / ctrl_w2[eps][0])
+    return _InputRun(
+        params, rc_dict, levels, total, refined, ref, L_meas, int_L, gron, w2s, logratio, ctrl_w2, ctrl_log
+    )
+
+
+def _input_fit(r: _InputRun) -> _InputFit:
+    """The numbers the rows, the figure and ``results.json`` read from the runs."""
+    levels, ref, int_L, gron, w2s = r.levels, r.ref, r.int_L, r.gron, r.w2s
+    logratio, ctrl_w2, ctrl_log = r.logratio, r.ctrl_w2, r.ctrl_log
     slack = math.log(SLACK)
     # Over t > 0 (at t = 0 both sides are equal): the closest approach to the bound.
     margin = {eps: float((logratio[eps] - int_L)[1:].max()) for eps in levels}
@@ -314,6 +371,16 @@ def experiment_stability_input(
     sup_ctrl = {eps: float(ctrl_w2[eps].max()) for eps in ctrl_w2}
     order_ctrl = loglog_fit(np.array([ctrl_w2[e][0] for e in ctrl_w2]), np.array([sup_ctrl[e] for e in ctrl_w2]))[0]
     lip_C = max(sup_w2[e] / w2s[e][0] for e in lv)
+    return _InputFit(
+        slack, margin, margin_ctrl, worst, worst_ctrl, final, final_ctrl, e1, e2, lin, lin_ctrl, rig_gap, T, w0_min, growth, informative, lv, sup_w2, order, sup_ctrl, order_ctrl, lip_C
+    )  # fmt: skip
+
+
+def _input_figure(r: _InputRun, f: _InputFit) -> Any:
+    levels, ref, L_meas, int_L, gron = r.levels, r.ref, r.L_meas, r.int_L, r.gron
+    w2s, logratio, ctrl_w2, ctrl_log = r.w2s, r.logratio, r.ctrl_w2, r.ctrl_log
+    e2, w0_min, informative, sup_w2, order = f.e2, f.w0_min, f.informative, f.sup_w2, f.order
+    sup_ctrl, lip_C = f.sup_ctrl, f.lip_C
     fig, ax = plt.subplots(1, 4, figsize=(20, 4))
     for eps in levels:
         ax[0].semilogy(ref.t, w2s[eps] / w2s[eps][0], label=f"noise {eps:g}")
@@ -351,6 +418,12 @@ def experiment_stability_input(
         a.legend(fontsize=7)
         a.grid(alpha=0.3, which="both")
     fig.tight_layout()
+    return fig
+
+
+def _input_dataset(r: _InputRun) -> xr.Dataset:
+    levels, ref, L_meas, int_L, gron = r.levels, r.ref, r.L_meas, r.int_L, r.gron
+    w2s = r.w2s
     ds = xr.Dataset(
         {
             "w2": (("noise", "time"), np.stack([w2s[e] for e in levels])),
@@ -361,6 +434,15 @@ def experiment_stability_input(
         coords={"noise": levels, "time": ref.t},
     )
     describe(ds, VARIABLES)
+    return ds
+
+
+def _input_predictions(r: _InputRun, f: _InputFit) -> list[Prediction]:
+    levels, int_L, gron, ctrl_w2, ctrl_log = r.levels, r.int_L, r.gron, r.ctrl_w2, r.ctrl_log
+    slack, worst, worst_ctrl, final, final_ctrl = f.slack, f.worst, f.worst_ctrl, f.final, f.final_ctrl
+    e1, e2, lin, lin_ctrl, T = f.e1, f.e2, f.lin, f.lin_ctrl, f.T
+    w0_min, growth, informative, lv, order = f.w0_min, f.growth, f.informative, f.lv, f.order
+    sup_ctrl, order_ctrl, lip_C = f.sup_ctrl, f.order_ctrl, f.lip_C
     preds = [
         Prediction(
             "stability-input",
@@ -418,6 +500,12 @@ def experiment_stability_input(
             model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
         ),
     ]
+    return preds
+
+
+def _input_explain(r: _InputRun, f: _InputFit, preds: list[Prediction]) -> None:
+    refined = r.refined
+    margin, e1, growth, lv, sup_w2 = f.margin, f.e1, f.growth, f.lv, f.sup_w2
     if not preds[2].ok:
         preds[2].explanation = f"sup_t W2 = {', '.join(f'{fmt(sup_w2[e])} (noise {e:g})' for e in lv)}: " + (
             "the control's distance also shrinks with the noise at order 1: the pair is not independent enough "
@@ -440,6 +528,14 @@ def experiment_stability_input(
                 "L_meas is measured on the reference trajectory only, so a large perturbation that leaves its "
                 "neighbourhood is not covered."
             )
+
+
+def _input_result(r: _InputRun, f: _InputFit, preds: list[Prediction], fig: Any, ds: xr.Dataset) -> ExperimentResult:
+    params, rc_dict, levels, refined, L_meas = r.params, r.rc_dict, r.levels, r.refined, r.L_meas
+    int_L, gron, w2s = r.int_L, r.gron, r.w2s
+    margin, worst, worst_ctrl, final, final_ctrl = f.margin, f.worst, f.worst_ctrl, f.final, f.final_ctrl
+    lin, rig_gap, informative, lv, sup_w2 = f.lin, f.rig_gap, f.informative, f.lv, f.sup_w2
+    order, sup_ctrl, order_ctrl, lip_C = f.order, f.sup_ctrl, f.order_ctrl, f.lip_C
     res = ExperimentResult(
         "stability-input",
         {
@@ -473,7 +569,21 @@ def experiment_stability_input(
         dataset=ds,
         parameters=params.to_dict(),
     )
+    return res
+
+
+def experiment_stability_input(
+    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
+) -> ExperimentResult:
+    start = time.perf_counter()
+    r = _measure_input(cfg, seed, progress)
+    f = _input_fit(r)
+    fig = _input_figure(r, f)
+    ds = _input_dataset(r)
+    preds = _input_predictions(r, f)
+    _input_explain(r, f, preds)
+    res = _input_result(r, f, preds, fig, ds)
     if progress:
-        progress(total, total, "done")
+        progress(r.total, r.total, "done")
     res.seconds = time.perf_counter() - start
     return res
