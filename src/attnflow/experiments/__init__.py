@@ -31,7 +31,8 @@ from attnflow.experiments.oscillating import experiment_oscillating
 from attnflow.experiments.ou import experiment_ou
 from attnflow.experiments.random_sets import RandomSets, run_random_sets
 from attnflow.experiments.report import write_reproduce_report
-from attnflow.experiments.stability import experiment_stability_input, experiment_stability_weights
+from attnflow.experiments.stability import experiment_stability_input
+from attnflow.experiments.stability_weights import experiment_stability_weights
 from attnflow.io.store import mark_folder
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentResult]] = {

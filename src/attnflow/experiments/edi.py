@@ -34,6 +34,8 @@ rough path).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -62,6 +64,7 @@ from attnflow.experiments.common import (
     margin_below,
     margin_inside,
 )
+from attnflow.experiments.edi_variables import VARIABLES
 from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
 from attnflow.weights.processes import FromCallable, OrnsteinUhlenbeck, Oscillating, Sampled
@@ -92,38 +95,6 @@ MOBILITY_MISSCALE = 1.1
 SEEDS_NOTE = "rms scatter 1/sqrt(2 S) per step; order scatter <= ORDER_TOLERANCE / 2"
 #: Bootstrap resamples (over seeds) behind the OU order's 95% interval (reported, not a criterion).
 BOOTSTRAP = 2000
-
-#: name -> (long_name, units, description) of the dataset's variables and coordinates.
-VARIABLES: dict[str, tuple[str, str, str]] = {
-    "process": (
-        "weight process",
-        "1",
-        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)), ou "
-        "(Ornstein-Uhlenbeck around A_bar) or callable (the oscillating weights as a Python function, dA/dt by "
-        "finite difference)",
-    ),
-    "dt": ("step dt", "1", "integrator step dt of the rk4 runs (dimensionless model time)"),
-    "ou_seed": ("OU seed", "1", "seed of one OU run: its initial tokens and its one Brownian path, shared by every dt"),
-    "relative_residual": (
-        "relative EDI residual",
-        "1",
-        "|F(T) - F(0) + 1/2 int |mu'|^2 + 1/2 int |dF|^2 - int dF/dt| divided by the dissipation "
-        "1/2 int |mu'|^2 + 1/2 int |dF|^2, for each process and step dt (ou: root mean square over the seeds)",
-    ),
-    "control_relative_residual": (
-        "relative EDI residual, negative control",
-        "1",
-        "the same residual read wrongly, from the same runs: constant and oscillating with the mobility mis-scaled "
-        "by 10% (1/2 int |mu'|^2 / 1.1 + 1.1 x 1/2 int |dF|^2); ou with the weights' work as the Ito sum "
-        "dF/dA[A_{k+1} - A_k] (no Ito correction), root mean square over the seeds; callable with the "
-        "exact-increment rule (derivative='increment', a first-order splitting)",
-    ),
-    "ou_relative_residual": (
-        "relative EDI residual per OU seed",
-        "1",
-        "relative EDI residual of each OU seed's run (one Brownian path per seed, the same path for every dt)",
-    ),
-}
 
 
 class EdiHeads(Section):
@@ -258,67 +229,76 @@ def _needs_refinement(dts: list[float], rel: np.ndarray, proc: str) -> bool:
     return bool(abs(order - EXPECTED_ORDER[proc]) > (1.0 - MIN_MARGIN) * tol and float(np.asarray(rel)[-1]) > ROUNDOFF)
 
 
-def experiment_edi(
-    cfg: EdiParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
-) -> ExperimentResult:
-    start = time.perf_counter()
-    params = edi_params(cfg)
-    dts = sorted((float(v) for v in params.dts), reverse=True)
-    if len(dts) < 2:
-        raise InputError(f"dts needs at least two steps; got {params.dts}")
-    mid = 1 if len(dts) > 2 else 0
-    seeds = [seed + s for s in range(params.ou.seeds)]
-    total = 3 * len(dts) + len(seeds) * len(dts)
-    done = 0
-    cfgs: list[dict[str, Any]] = []
-    rel: dict[str, np.ndarray] = {}
-    ctrl: dict[str, np.ndarray] = {}
-    budgets = {}
+@dataclasses.dataclass(frozen=True)
+class _EdiRun:
+    """What :func:`_measure_edi` measured: residuals and their controls per process and step, and the fits."""
 
-    def smooth(proc: str, dt: float, j: int) -> tuple[float, float]:
-        """The relative residual of ``proc`` at step ``dt`` and its control's (``j``: the step's index)."""
-        if proc == "callable":
-            # A callable weight path (the oscillating weights as a Python function): without derivative= the EDI
-            # integrates dF/dt with rk4's stages, dA/dt by finite difference (order 4); the control asks for the
-            # exact-increment rule (first order).
-            x0, osc, kw = build(parse_config(run_config(params, "oscillating", dt, seed), "edi"))
-            if not isinstance(osc, Oscillating):  # run_config(..., "oscillating", ...) builds one
-                raise TypeError(f"the oscillating run config built a {type(osc).__name__}, not an Oscillating")
-            plain = FromCallable(osc.A_at)
-            increment = FromCallable(osc.A_at, derivative="increment")
-            b = edi_budget(simulate(x0, plain, **kw))
-            if j == mid:
-                budgets[proc] = b
-            return b.relative_residual, edi_budget(simulate(x0, increment, **kw)).relative_residual
-        rc_dict = run_config(params, proc, dt, seed)
-        cfgs.append(rc_dict)
-        x0, process, kw = build(parse_config(rc_dict, "edi"))
-        b = edi_budget(simulate(x0, process, **kw))
-        wrong = b.energy_change + b.speed_action / MOBILITY_MISSCALE + MOBILITY_MISSCALE * b.slope_action - b.weights
+    params: EdiParams
+    dts: list[float]
+    mid: int
+    seeds: list[int]
+    total: int
+    cfgs: list[dict[str, Any]]
+    rel: dict[str, np.ndarray]
+    ctrl: dict[str, np.ndarray]
+    budgets: dict[str, Any]
+    grid: dict[str, list[float]]
+    refined: int
+    rel_ou: np.ndarray
+    per_seed: np.ndarray
+    per_seed_ctrl: np.ndarray
+    fits: dict[str, tuple[float, list[float], list[float]]]
+    orders: dict[str, float]
+    orders_ctrl: dict[str, float]
+    order_ci: list[float]
+
+
+def _smooth(
+    params: EdiParams,
+    seed: int,
+    mid: int,
+    budgets: dict[str, Any],
+    cfgs: list[dict[str, Any]],
+    proc: str,
+    dt: float,
+    j: int,
+) -> tuple[float, float]:
+    """The relative residual of ``proc`` at step ``dt`` and its control's (``j``: the step's index)."""
+    if proc == "callable":
+        # A callable weight path (the oscillating weights as a Python function): without derivative= the EDI
+        # integrates dF/dt with rk4's stages, dA/dt by finite difference (order 4); the control asks for the
+        # exact-increment rule (first order).
+        x0, osc, kw = build(parse_config(run_config(params, "oscillating", dt, seed), "edi"))
+        if not isinstance(osc, Oscillating):  # run_config(..., "oscillating", ...) builds one
+            raise TypeError(f"the oscillating run config built a {type(osc).__name__}, not an Oscillating")
+        plain = FromCallable(osc.A_at)
+        increment = FromCallable(osc.A_at, derivative="increment")
+        b = edi_budget(simulate(x0, plain, **kw))
         if j == mid:
             budgets[proc] = b
-        return b.relative_residual, abs(float(wrong.sum())) / b.total_dissipation
+        return b.relative_residual, edi_budget(simulate(x0, increment, **kw)).relative_residual
+    rc_dict = run_config(params, proc, dt, seed)
+    cfgs.append(rc_dict)
+    x0, process, kw = build(parse_config(rc_dict, "edi"))
+    b = edi_budget(simulate(x0, process, **kw))
+    wrong = b.energy_change + b.speed_action / MOBILITY_MISSCALE + MOBILITY_MISSCALE * b.slope_action - b.weights
+    if j == mid:
+        budgets[proc] = b
+    return b.relative_residual, abs(float(wrong.sum())) / b.total_dissipation
 
-    smooth_procs = ("constant", "oscillating", "callable")
-    grid = {p: list(dts) for p in smooth_procs}
-    for proc in smooth_procs:
-        rel[proc], ctrl[proc] = np.zeros(len(dts)), np.zeros(len(dts))
-        for j, dt in enumerate(dts):
-            if progress:
-                progress(done, total, f"{proc} weights, dt = {dt:g}")
-            rel[proc][j], ctrl[proc][j] = smooth(proc, dt, j)
-            done += 1
-    refined = 0
-    while refined < MAX_REFINE and any(_needs_refinement(grid[p], rel[p], p) for p in smooth_procs):
-        refined += 1
-        dt = grid["constant"][-1] / 2.0
-        for proc in smooth_procs:
-            if progress:
-                progress(done, total, f"{proc} weights, dt = {dt:g} (refined: pre-asymptotic)")
-            r, c = smooth(proc, dt, -1)
-            grid[proc].append(dt)
-            rel[proc], ctrl[proc] = np.append(rel[proc], r), np.append(ctrl[proc], c)
-    # OU: one fine path per seed, sampled on every grid.
+
+def _ou_paths(
+    params: EdiParams,
+    dts: list[float],
+    seeds: list[int],
+    mid: int,
+    budgets: dict[str, Any],
+    cfgs: list[dict[str, Any]],
+    progress: Progress | None,
+    done: int,
+    total: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """OU: one fine path per seed, sampled on every grid; the relative residuals and the Ito-sum controls."""
     rel_ou, ctrl_ou = np.zeros((len(seeds), len(dts))), np.zeros((len(seeds), len(dts)))
     fine = min(dts) / 2.0
     n_fine = int(round(float(params.t_end) / fine))
@@ -342,6 +322,44 @@ def experiment_edi(
             if i == 0 and j == mid:
                 budgets["ou"] = b
             done += 1
+    return rel_ou, ctrl_ou
+
+
+def _measure_edi(cfg: EdiParams | Mapping[str, Any], seed: int, progress: Progress | None) -> _EdiRun:
+    """Every run of the experiment (smooth processes on a grid refined while pre-asymptotic, OU paths) and the fits."""
+    params = edi_params(cfg)
+    dts = sorted((float(v) for v in params.dts), reverse=True)
+    if len(dts) < 2:
+        raise InputError(f"dts needs at least two steps; got {params.dts}")
+    mid = 1 if len(dts) > 2 else 0
+    seeds = [seed + s for s in range(params.ou.seeds)]
+    total = 3 * len(dts) + len(seeds) * len(dts)
+    done = 0
+    cfgs: list[dict[str, Any]] = []
+    rel: dict[str, np.ndarray] = {}
+    ctrl: dict[str, np.ndarray] = {}
+    budgets: dict[str, Any] = {}
+    smooth = functools.partial(_smooth, params, seed, mid, budgets, cfgs)
+    smooth_procs = ("constant", "oscillating", "callable")
+    grid = {p: list(dts) for p in smooth_procs}
+    for proc in smooth_procs:
+        rel[proc], ctrl[proc] = np.zeros(len(dts)), np.zeros(len(dts))
+        for j, dt in enumerate(dts):
+            if progress:
+                progress(done, total, f"{proc} weights, dt = {dt:g}")
+            rel[proc][j], ctrl[proc][j] = smooth(proc, dt, j)
+            done += 1
+    refined = 0
+    while refined < MAX_REFINE and any(_needs_refinement(grid[p], rel[p], p) for p in smooth_procs):
+        refined += 1
+        dt = grid["constant"][-1] / 2.0
+        for proc in smooth_procs:
+            if progress:
+                progress(done, total, f"{proc} weights, dt = {dt:g} (refined: pre-asymptotic)")
+            r, c = smooth(proc, dt, -1)
+            grid[proc].append(dt)
+            rel[proc], ctrl[proc] = np.append(rel[proc], r), np.append(ctrl[proc], c)
+    rel_ou, ctrl_ou = _ou_paths(params, dts, seeds, mid, budgets, cfgs, progress, done, total)
     per_seed = np.array([_order(dts, r) for r in rel_ou])
     per_seed_ctrl = np.array([_order(dts, r) for r in ctrl_ou])
     # One path has no order (module docstring): the root mean square over paths has.
@@ -363,29 +381,35 @@ def experiment_edi(
     n_s = len(seeds)
     boots = [_order(dts, _rms(rel_ou[boot_rng.integers(0, n_s, n_s)])) for _ in range(BOOTSTRAP)]
     order_ci = [float(v) for v in np.percentile(boots, [2.5, 97.5])]
+    return _EdiRun(
+        params, dts, mid, seeds, total, cfgs, rel, ctrl, budgets, grid, refined, rel_ou,
+        per_seed, per_seed_ctrl, fits, orders, orders_ctrl, order_ci,
+    )  # fmt: skip
 
-    def order_margin(p: str, order: float) -> float:
-        e, tol = EXPECTED_ORDER[p], ORDER_TOLERANCE[p]
-        return margin_inside(order, e - tol, e + tol) if np.isfinite(order) else -np.inf
 
-    preds: list[Prediction] = []
+def _order_margin(p: str, order: float) -> float:
+    e, tol = EXPECTED_ORDER[p], ORDER_TOLERANCE[p]
+    return margin_inside(order, e - tol, e + tol) if np.isfinite(order) else -np.inf
+
+
+def _edi_headline(r: _EdiRun) -> dict[str, Any]:
+    dts, grid, rel, ctrl, fits, budgets = r.dts, r.grid, r.rel, r.ctrl, r.fits, r.budgets
     headline: dict[str, Any] = {
         "dt": dts,
         "processes": list(PROCESSES),
-        "ou_seeds": seeds,
+        "ou_seeds": r.seeds,
         "refined_dt": grid["constant"][len(dts) :],
     }
     for p in PROCESSES:
         steps = fits[p][1]
-        j = grid[p].index(steps[-1]) if steps else len(grid[p]) - 1
         headline[p] = {
             "dt": grid[p],
             "relative_residual": rel[p],
-            "order": orders[p],
+            "order": r.orders[p],
             "asymptotic_steps": steps,
             "local_orders": fits[p][2],
             "control_relative_residual": ctrl[p],
-            "control_order": orders_ctrl[p],
+            "control_order": r.orders_ctrl[p],
         }
         if p in budgets:
             headline[p] |= {
@@ -394,66 +418,81 @@ def experiment_edi(
             }
         if p == "ou":
             headline[p] |= {
-                "relative_residual_per_seed": rel_ou,
-                "order_per_seed": per_seed,
-                "control_order_per_seed": per_seed_ctrl,
-                "order_ci": order_ci,
+                "relative_residual_per_seed": r.rel_ou,
+                "order_per_seed": r.per_seed,
+                "control_order_per_seed": r.per_seed_ctrl,
+                "order_ci": r.order_ci,
                 "estimator": "root mean square over seeds",
             }
-        m_order = order_margin(p, orders[p])
-        if p == "callable":
-            margin = m_order
-            res_txt = ""
-        else:
-            bound = RESIDUAL_FRACTION * ctrl[p][j]
-            margin = min(m_order, margin_below(rel[p][j], bound))
-            res_txt = f"residual at dt = {grid[p][j]:g} < {RESIDUAL_FRACTION:g} x the control's there, and "
-        why = {
-            "constant": " (rk4's order)",
-            "oscillating": " (rk4's order)",
-            "ou": " (rms over seeds, fitted over every step; expected 1: a rough path split from the tokens' step)",
-            "callable": " (rk4's order: no derivative given, dA/dt by a fourth-order finite difference of the callable)",
-        }[p]
-        crit = (
-            f"{res_txt}order (fitted over the asymptotic range) within {ORDER_TOLERANCE[p]} of {EXPECTED_ORDER[p]}{why}"
-        )
-        ctl = {
-            "constant": f"the budget read with the mobility mis-scaled by {MOBILITY_MISSCALE:g}",
-            "oscillating": f"the budget read with the mobility mis-scaled by {MOBILITY_MISSCALE:g}",
-            "ou": "the weights' contribution as an Ito sum dF/dA[dA] (drops the Ito correction)",
-            "callable": 'the same callable with derivative="increment" (the exact-increment rule: order 1, not 4)',
-        }[p]
-        seeds_txt = (
-            f" (95% CI [{order_ci[0]:.2f}, {order_ci[1]:.2f}], bootstrap over seeds); rms over {len(seeds)} seeds, "
-            "same path for every dt"
-            if p == "ou"
-            else f" over dt = {', '.join(f'{v:g}' for v in steps)} (local orders {', '.join(f'{v:.2f}' for v in fits[p][2])})"
-        )
-        rule_txt = (
-            f"; weights rule {budgets[p].weights_rule}, dA/dt {budgets[p].weights_derivative}" if p in budgets else ""
-        )
-        what = (
-            "a callable weight path (the oscillating weights as a Python function)"
-            if p == "callable"
-            else f"{p} weights"
-        )
-        preds.append(
-            Prediction(
-                "edi",
-                f"The discrete EDI holds along {what}, its residual shrinking with the step at the expected order",
-                f"relative residual {', '.join(fmt(v) for v in rel[p])} at dt = {', '.join(f'{v:g}' for v in grid[p])}; "
-                f"order {fmt(orders[p])}{seeds_txt}{rule_txt}",
-                crit,
-                margin >= 0,
-                ctl,
-                f"residual {', '.join(fmt(v) for v in ctrl[p])}, order {fmt(orders_ctrl[p])}",
-                order_margin(p, orders_ctrl[p]) < 0,
-                margin=margin,
-                control_margin=-order_margin(p, orders_ctrl[p]),
-                model="gf",
-                model_reason="the energy-dissipation identity is a statement about the gradient flow (docs/model.md)",
-            )
-        )
+    return headline
+
+
+def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
+    grid, rel, ctrl, fits, budgets, orders, orders_ctrl = (
+        r.grid,
+        r.rel,
+        r.ctrl,
+        r.fits,
+        r.budgets,
+        r.orders,
+        r.orders_ctrl,
+    )
+    order_ci, seeds = r.order_ci, r.seeds
+    steps = fits[p][1]
+    j = grid[p].index(steps[-1]) if steps else len(grid[p]) - 1
+    m_order = _order_margin(p, orders[p])
+    if p == "callable":
+        margin = m_order
+        res_txt = ""
+    else:
+        bound = RESIDUAL_FRACTION * ctrl[p][j]
+        margin = min(m_order, margin_below(rel[p][j], bound))
+        res_txt = f"residual at dt = {grid[p][j]:g} < {RESIDUAL_FRACTION:g} x the control's there, and "
+    why = {
+        "constant": " (rk4's order)",
+        "oscillating": " (rk4's order)",
+        "ou": " (rms over seeds, fitted over every step; expected 1: a rough path split from the tokens' step)",
+        "callable": " (rk4's order: no derivative given, dA/dt by a fourth-order finite difference of the callable)",
+    }[p]
+    crit = f"{res_txt}order (fitted over the asymptotic range) within {ORDER_TOLERANCE[p]} of {EXPECTED_ORDER[p]}{why}"
+    ctl = {
+        "constant": f"the budget read with the mobility mis-scaled by {MOBILITY_MISSCALE:g}",
+        "oscillating": f"the budget read with the mobility mis-scaled by {MOBILITY_MISSCALE:g}",
+        "ou": "the weights' contribution as an Ito sum dF/dA[dA] (drops the Ito correction)",
+        "callable": 'the same callable with derivative="increment" (the exact-increment rule: order 1, not 4)',
+    }[p]
+    seeds_txt = (
+        f" (95% CI [{order_ci[0]:.2f}, {order_ci[1]:.2f}], bootstrap over seeds); rms over {len(seeds)} seeds, "
+        "same path for every dt"
+        if p == "ou"
+        else f" over dt = {', '.join(f'{v:g}' for v in steps)} (local orders {', '.join(f'{v:.2f}' for v in fits[p][2])})"
+    )
+    rule_txt = (
+        f"; weights rule {budgets[p].weights_rule}, dA/dt {budgets[p].weights_derivative}" if p in budgets else ""
+    )
+    what = (
+        "a callable weight path (the oscillating weights as a Python function)" if p == "callable" else f"{p} weights"
+    )
+    return Prediction(
+        "edi",
+        f"The discrete EDI holds along {what}, its residual shrinking with the step at the expected order",
+        f"relative residual {', '.join(fmt(v) for v in rel[p])} at dt = {', '.join(f'{v:g}' for v in grid[p])}; "
+        f"order {fmt(orders[p])}{seeds_txt}{rule_txt}",
+        crit,
+        margin >= 0,
+        ctl,
+        f"residual {', '.join(fmt(v) for v in ctrl[p])}, order {fmt(orders_ctrl[p])}",
+        _order_margin(p, orders_ctrl[p]) < 0,
+        margin=margin,
+        control_margin=-_order_margin(p, orders_ctrl[p]),
+        model="gf",
+        model_reason="the energy-dissipation identity is a statement about the gradient flow (docs/model.md)",
+    )
+
+
+def _edi_explain(r: _EdiRun, preds: list[Prediction]) -> None:
+    dts, seeds, grid, rel, fits, orders, orders_ctrl = r.dts, r.seeds, r.grid, r.rel, r.fits, r.orders, r.orders_ctrl
+    order_ci, per_seed, ctrl, refined = r.order_ci, r.per_seed, r.ctrl, r.refined
     for pred, name in zip(preds, PROCESSES):
         if pred.ok:
             continue
@@ -487,6 +526,10 @@ def experiment_edi(
                 f"{', '.join(fmt(v) for v in rel[name])} at dt = {', '.join(f'{v:g}' for v in grid[name])}; control "
                 f"order {orders_ctrl[name]:.2f}.{short} " + pred.explanation
             ).strip()
+
+
+def _edi_figure(r: _EdiRun) -> Any:
+    grid, rel, ctrl, orders, orders_ctrl = r.grid, r.rel, r.ctrl, r.orders, r.orders_ctrl
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     for i, p in enumerate(PROCESSES):
         ax[0].loglog(grid[p], rel[p], "o-", color=f"C{i}", label=f"{p} (order {orders[p]:.2f})")
@@ -498,33 +541,51 @@ def experiment_edi(
     ax[0].set_title("EDI residual, rk4 (OU: rms over seeds, one path each)")
     ax[0].legend(fontsize=7)
     ax[0].grid(alpha=0.3, which="both")
-    b = budgets["oscillating"]
+    b = r.budgets["oscillating"]
     cum = b.cumulative
     ax[1].plot(b.t, b.energy - b.energy[0], label="F(t) - F(0)")
     ax[1].plot(b.t, cum["dissipation"], label=r"dissipation $\frac{1}{2}\int|\mu'|^2 + |\partial F|^2$")
     ax[1].plot(b.t, cum["weights"], label=r"weights' work $\int \partial_t F$")
     ax[1].plot(b.t, cum["energy_change"] + cum["dissipation"] - cum["weights"], "k--", label="residual")
-    ax[1].set_title(f"budget along oscillating weights, dt = {dts[mid]:g}")
+    ax[1].set_title(f"budget along oscillating weights, dt = {r.dts[r.mid]:g}")
     ax[1].set_xlabel("t")
     ax[1].legend(fontsize=7)
     ax[1].grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def _edi_dataset(r: _EdiRun) -> xr.Dataset:
+    rel, ctrl = r.rel, r.ctrl
     procs = list(PROCESSES)
-    all_dt = grid["constant"]  # the base steps, then the refined ones (OU: the base steps only, NaN beyond)
+    all_dt = r.grid["constant"]  # the base steps, then the refined ones (OU: the base steps only, NaN beyond)
     pad = lambda v: np.concatenate([v, np.full(len(all_dt) - len(v), np.nan)])
     ds = xr.Dataset(
         {
             "relative_residual": (("process", "dt"), np.stack([pad(rel[p]) for p in procs])),
             "control_relative_residual": (("process", "dt"), np.stack([pad(ctrl[p]) for p in procs])),
-            "ou_relative_residual": (("ou_seed", "dt"), np.stack([pad(r) for r in rel_ou])),
+            "ou_relative_residual": (("ou_seed", "dt"), np.stack([pad(row) for row in r.rel_ou])),
         },
-        coords={"process": procs, "dt": all_dt, "ou_seed": seeds},
+        coords={"process": procs, "dt": all_dt, "ou_seed": r.seeds},
     )
     describe(ds, VARIABLES)
+    return ds
+
+
+def experiment_edi(
+    cfg: EdiParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
+) -> ExperimentResult:
+    start = time.perf_counter()
+    r = _measure_edi(cfg, seed, progress)
+    headline = _edi_headline(r)
+    preds = [_edi_prediction(r, p) for p in PROCESSES]
+    _edi_explain(r, preds)
+    fig = _edi_figure(r)
+    ds = _edi_dataset(r)
     res = ExperimentResult(
-        "edi", headline, preds, figures={"edi": fig}, configs=cfgs, dataset=ds, parameters=params.to_dict()
+        "edi", headline, preds, figures={"edi": fig}, configs=r.cfgs, dataset=ds, parameters=r.params.to_dict()
     )
     if progress:
-        progress(total, total, "done")
+        progress(r.total, r.total, "done")
     res.seconds = time.perf_counter() - start
     return res

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -16,7 +17,6 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.config import build, parse_config
 from attnflow.core.errors import InputError
-from attnflow.core.heads import goe_heads
 from attnflow.dynamics.fields import velocity
 from attnflow.dynamics.lipschitz import gronwall_exponent
 from attnflow.experiments.common import (
@@ -36,7 +36,6 @@ from attnflow.experiments.common import (
 from attnflow.experiments.runs import run
 from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
-from attnflow.weights.processes import OrnsteinUhlenbeck
 
 _W2 = "W2 distance on the sphere between the reference's and the perturbed run's token clouds (token masses a_i)"
 _CONTROL = "negative control: the perturbed runs against a reference driven by another OU noise path (same law)"
@@ -228,10 +227,57 @@ def one_sided_lipschitz(x: np.ndarray, A: np.ndarray) -> float:
     return float(np.linalg.eigvalsh(S)[-1])
 
 
-def experiment_stability_input(
-    cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
-) -> ExperimentResult:
-    start = time.perf_counter()
+@dataclasses.dataclass(frozen=True)
+class _InputRun:
+    """What :func:`_measure_input` measured: the reference run, ``L_meas`` and the Gronwall exponent along it, and
+    ``W2`` of the perturbed runs (noise levels ``levels``, refined while outside the linear range) and of the controls."""
+
+    params: StabilityParams
+    rc_dict: dict[str, Any]
+    levels: list[float]
+    total: int
+    refined: int
+    ref: Any
+    L_meas: np.ndarray
+    int_L: np.ndarray
+    gron: np.ndarray
+    w2s: dict[float, np.ndarray]
+    logratio: dict[float, np.ndarray]
+    ctrl_w2: dict[float, np.ndarray]
+    ctrl_log: dict[float, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputFit:
+    """What :func:`_input_fit` read from an :class:`_InputRun`: the excess over the bound, the linear response,
+    what the rigorous bound would need, and the order of continuous dependence (names as in the rows)."""
+
+    slack: float
+    margin: dict[float, float]
+    margin_ctrl: dict[float, float]
+    worst: float
+    worst_ctrl: float
+    final: dict[float, float]
+    final_ctrl: dict[float, float]
+    e1: float
+    e2: float
+    lin: float
+    lin_ctrl: float
+    rig_gap: float
+    T: float
+    w0_min: float
+    growth: float
+    informative: dict[str, float]
+    lv: list[float]
+    sup_w2: dict[float, float]
+    order: float
+    sup_ctrl: dict[float, float]
+    order_ctrl: float
+    lip_C: float
+
+
+def _measure_input(cfg: StabilityParams | Mapping[str, Any], seed: int, progress: Progress | None) -> _InputRun:
+    """The reference run, ``L_meas`` along it, the perturbed runs and the controls (another weight path)."""
     params = stability_params(cfg)
     rc_dict = base_config(params, seed)
     levels = sorted((float(v) for v in params.noise), reverse=True)
@@ -283,6 +329,15 @@ def experiment_stability_input(
         pert = simulate(y0, proc, **{**kw, "seed": int(kw["seed"]) + 1})
         ctrl_w2[eps] = _w2(ref, pert)
         ctrl_log[eps] = np.log(np.maximum(ctrl_w2[eps], 1e-300) / ctrl_w2[eps][0])
+    return _InputRun(
+        params, rc_dict, levels, total, refined, ref, L_meas, int_L, gron, w2s, logratio, ctrl_w2, ctrl_log
+    )
+
+
+def _input_fit(r: _InputRun) -> _InputFit:
+    """The numbers the rows, the figure and ``results.json`` read from the runs."""
+    levels, ref, int_L, gron, w2s = r.levels, r.ref, r.int_L, r.gron, r.w2s
+    logratio, ctrl_w2, ctrl_log = r.logratio, r.ctrl_w2, r.ctrl_log
     slack = math.log(SLACK)
     # Over t > 0 (at t = 0 both sides are equal): the closest approach to the bound.
     margin = {eps: float((logratio[eps] - int_L)[1:].max()) for eps in levels}
@@ -316,6 +371,16 @@ def experiment_stability_input(
     sup_ctrl = {eps: float(ctrl_w2[eps].max()) for eps in ctrl_w2}
     order_ctrl = loglog_fit(np.array([ctrl_w2[e][0] for e in ctrl_w2]), np.array([sup_ctrl[e] for e in ctrl_w2]))[0]
     lip_C = max(sup_w2[e] / w2s[e][0] for e in lv)
+    return _InputFit(
+        slack, margin, margin_ctrl, worst, worst_ctrl, final, final_ctrl, e1, e2, lin, lin_ctrl, rig_gap, T, w0_min, growth, informative, lv, sup_w2, order, sup_ctrl, order_ctrl, lip_C
+    )  # fmt: skip
+
+
+def _input_figure(r: _InputRun, f: _InputFit) -> Any:
+    levels, ref, L_meas, int_L, gron = r.levels, r.ref, r.L_meas, r.int_L, r.gron
+    w2s, logratio, ctrl_w2, ctrl_log = r.w2s, r.logratio, r.ctrl_w2, r.ctrl_log
+    e2, w0_min, informative, sup_w2, order = f.e2, f.w0_min, f.informative, f.sup_w2, f.order
+    sup_ctrl, lip_C = f.sup_ctrl, f.lip_C
     fig, ax = plt.subplots(1, 4, figsize=(20, 4))
     for eps in levels:
         ax[0].semilogy(ref.t, w2s[eps] / w2s[eps][0], label=f"noise {eps:g}")
@@ -353,6 +418,12 @@ def experiment_stability_input(
         a.legend(fontsize=7)
         a.grid(alpha=0.3, which="both")
     fig.tight_layout()
+    return fig
+
+
+def _input_dataset(r: _InputRun) -> xr.Dataset:
+    levels, ref, L_meas, int_L, gron = r.levels, r.ref, r.L_meas, r.int_L, r.gron
+    w2s = r.w2s
     ds = xr.Dataset(
         {
             "w2": (("noise", "time"), np.stack([w2s[e] for e in levels])),
@@ -363,6 +434,15 @@ def experiment_stability_input(
         coords={"noise": levels, "time": ref.t},
     )
     describe(ds, VARIABLES)
+    return ds
+
+
+def _input_predictions(r: _InputRun, f: _InputFit) -> list[Prediction]:
+    levels, int_L, gron, ctrl_w2, ctrl_log = r.levels, r.int_L, r.gron, r.ctrl_w2, r.ctrl_log
+    slack, worst, worst_ctrl, final, final_ctrl = f.slack, f.worst, f.worst_ctrl, f.final, f.final_ctrl
+    e1, e2, lin, lin_ctrl, T = f.e1, f.e2, f.lin, f.lin_ctrl, f.T
+    w0_min, growth, informative, lv, order = f.w0_min, f.growth, f.informative, f.lv, f.order
+    sup_ctrl, order_ctrl, lip_C = f.sup_ctrl, f.order_ctrl, f.lip_C
     preds = [
         Prediction(
             "stability-input",
@@ -420,6 +500,12 @@ def experiment_stability_input(
             model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
         ),
     ]
+    return preds
+
+
+def _input_explain(r: _InputRun, f: _InputFit, preds: list[Prediction]) -> None:
+    refined = r.refined
+    margin, e1, growth, lv, sup_w2 = f.margin, f.e1, f.growth, f.lv, f.sup_w2
     if not preds[2].ok:
         preds[2].explanation = f"sup_t W2 = {', '.join(f'{fmt(sup_w2[e])} (noise {e:g})' for e in lv)}: " + (
             "the control's distance also shrinks with the noise at order 1: the pair is not independent enough "
@@ -442,6 +528,14 @@ def experiment_stability_input(
                 "L_meas is measured on the reference trajectory only, so a large perturbation that leaves its "
                 "neighbourhood is not covered."
             )
+
+
+def _input_result(r: _InputRun, f: _InputFit, preds: list[Prediction], fig: Any, ds: xr.Dataset) -> ExperimentResult:
+    params, rc_dict, levels, refined, L_meas = r.params, r.rc_dict, r.levels, r.refined, r.L_meas
+    int_L, gron, w2s = r.int_L, r.gron, r.w2s
+    margin, worst, worst_ctrl, final, final_ctrl = f.margin, f.worst, f.worst_ctrl, f.final, f.final_ctrl
+    lin, rig_gap, informative, lv, sup_w2 = f.lin, f.rig_gap, f.informative, f.lv, f.sup_w2
+    order, sup_ctrl, order_ctrl, lip_C = f.order, f.sup_ctrl, f.order_ctrl, f.lip_C
     res = ExperimentResult(
         "stability-input",
         {
@@ -475,118 +569,21 @@ def experiment_stability_input(
         dataset=ds,
         parameters=params.to_dict(),
     )
-    if progress:
-        progress(total, total, "done")
-    res.seconds = time.perf_counter() - start
     return res
 
 
-def experiment_stability_weights(
+def experiment_stability_input(
     cfg: StabilityParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
 ) -> ExperimentResult:
-    """Perturbed OU initialisations ``A0 + eps G`` and a changed law ``(1 - eps) A0 + eps A0'``, same noise.
-
-    Control: the same perturbed runs compared with a reference driven by *another* noise path (same
-    law): the distance does not vanish with ``eps``, and the criterion must reject it.
-    """
     start = time.perf_counter()
-    params = stability_params(cfg)
-    rc_dict = base_config(params, seed)
-    rc = parse_config(rc_dict)
-    x0, proc, kwargs = build(rc)
-    epss = sorted((float(e) for e in params.eps), reverse=True)
-    total = 2 + 2 * len(epss)
+    r = _measure_input(cfg, seed, progress)
+    f = _input_fit(r)
+    fig = _input_figure(r, f)
+    ds = _input_dataset(r)
+    preds = _input_predictions(r, f)
+    _input_explain(r, f, preds)
+    res = _input_result(r, f, preds, fig, ds)
     if progress:
-        progress(0, total, "reference runs")
-    ref = simulate(x0, proc, **kwargs)
-    ref_other = simulate(x0, proc, **{**kwargs, "seed": int(kwargs["seed"]) + 1})
-    if not isinstance(proc, OrnsteinUhlenbeck):  # base_config sets an ou process
-        raise TypeError(f"the stability-weights config built a {type(proc).__name__}, not an OrnsteinUhlenbeck")
-    H, d = proc.H, proc.d
-    G = goe_heads(H, d, 1.0, seed + 101)
-    A0_other = proc.A_bar + goe_heads(H, d, 2.0, seed + 202) * 1.5  # another initialisation law
-    table: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    control: dict[str, dict[str, list[float]]] = {"noise": {"dF": [], "w2": []}, "law": {"dF": [], "w2": []}}
-    done = 2
-    for kind in table:
-        for eps in epss:
-            if progress:
-                progress(done, total, f"{kind} perturbation, eps {eps:g}")
-            A0 = proc.A0 + eps * G if kind == "noise" else (1 - eps) * proc.A0 + eps * A0_other
-            perturbed = OrnsteinUhlenbeck(proc.A_bar, proc.rate, proc.sigma, A0=A0, symmetric=True, seed=proc.seed)
-            pert = simulate(x0, perturbed, **kwargs)
-            for tab, r in ((table, ref), (control, ref_other)):
-                tab[kind]["dF"].append(float(np.abs(pert.diagnostics["energy"] - r.diagnostics["energy"]).max()))
-                tab[kind]["w2"].append(float(_w2(r, pert).max()))
-            done += 1
-
-    def rates_of(tab: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-        return {k: {m: loglog_fit(np.array(epss), np.array(v[m]))[0] for m in v} for k, v in tab.items()}
-
-    def holds(vals: dict[str, list[float]], rate: dict[str, float]) -> bool:
-        mono = all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)
-        return bool(mono and rate["dF"] >= 0.5 and rate["w2"] >= 0.5)
-
-    def rate_margin(vals: dict[str, list[float]], rate: dict[str, float]) -> float:
-        """How clearly both rates exceed 0.5 (in units of 0.5); -inf when a sequence is not monotone."""
-        if not (all(np.diff(vals["dF"]) < 0) and all(np.diff(vals["w2"]) < 0)):
-            return -math.inf
-        return min(margin_above(rate["dF"], 0.5), margin_above(rate["w2"], 0.5))
-
-    rates, rates_ctrl = rates_of(table), rates_of(control)
-    fig, ax = plt.subplots(figsize=(6, 4.4))
-    for kind, style in (("noise", "o-"), ("law", "s--")):
-        ax.loglog(epss, table[kind]["dF"], style, label=f"{kind}: sup_t |F_eps - F| (rate {rates[kind]['dF']:.2f})")
-        ax.loglog(epss, table[kind]["w2"], style, label=f"{kind}: sup_t W2 (rate {rates[kind]['w2']:.2f})")
-        ax.loglog(epss, control[kind]["w2"], style, color="0.6", label=f"{kind}: control, W2 to another noise path")
-    ax.set_xlabel("eps")
-    ax.set_title("weight perturbations -> 0")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    preds: list[Prediction] = []
-    for kind in table:
-        vals, cv = table[kind], control[kind]
-        preds.append(
-            Prediction(
-                "stability-weights",
-                f"Weight perturbation ({'extra noise' if kind == 'noise' else 'changed init law'}): F_eps -> F and trajectories converge",
-                f"sup|F_eps - F| {fmt(vals['dF'][0])} -> {fmt(vals['dF'][-1])} (rate {fmt(rates[kind]['dF'])}), "
-                f"sup W2 {fmt(vals['w2'][0])} -> {fmt(vals['w2'][-1])} (rate {fmt(rates[kind]['w2'])})",
-                "both decrease monotonically as eps -> 0 with observed rate >= 0.5",
-                holds(vals, rates[kind]),
-                "the same runs against a reference driven by another noise path",
-                f"sup W2 {fmt(cv['w2'][0])} -> {fmt(cv['w2'][-1])} (rate {fmt(rates_ctrl[kind]['w2'])})",
-                not holds(cv, rates_ctrl[kind]),
-                margin=rate_margin(vals, rates[kind]),
-                control_margin=-rate_margin(cv, rates_ctrl[kind]),
-                model="gf",
-                model_reason="the stability theorem is stated for the gradient flow (docs/model.md)",
-            )
-        )
-    for pred in preds:
-        if not pred.ok:
-            pred.explanation = "a non-monotone or slow decrease: see the figure (the control is the grey curves)."
-    ds = xr.Dataset(
-        {f"{k}_{m}": (("eps",), np.array(v[m])) for k, v in table.items() for m in v}
-        | {f"control_{k}_{m}": (("eps",), np.array(v[m])) for k, v in control.items() for m in v},
-        coords={"eps": epss},
-    )
-    describe(ds, VARIABLES)
-    res = ExperimentResult(
-        "stability-weights",
-        {
-            "eps": epss,
-            **{k: {**v, "rates": rates[k]} for k, v in table.items()},
-            "control": {k: {**v, "rates": rates_ctrl[k]} for k, v in control.items()},
-        },
-        preds,
-        figures={"stability_weights": fig},
-        configs=[rc_dict],
-        dataset=ds,
-        parameters=params.to_dict(),
-    )
-    if progress:
-        progress(total, total, "done")
+        progress(r.total, r.total, "done")
     res.seconds = time.perf_counter() - start
     return res

@@ -1,0 +1,35 @@
+"""The ``edi`` experiment's dataset variables (:mod:`attnflow.experiments.edi` writes them)."""
+
+from __future__ import annotations
+
+#: name -> (long_name, units, description) of the dataset's variables and coordinates.
+VARIABLES: dict[str, tuple[str, str, str]] = {
+    "process": (
+        "weight process",
+        "1",
+        "the weight process A_h(t) of the runs: constant, oscillating (A_bar + C sin(omega t + phase)), ou "
+        "(Ornstein-Uhlenbeck around A_bar) or callable (the oscillating weights as a Python function, dA/dt by "
+        "finite difference)",
+    ),
+    "dt": ("step dt", "1", "integrator step dt of the rk4 runs (dimensionless model time)"),
+    "ou_seed": ("OU seed", "1", "seed of one OU run: its initial tokens and its one Brownian path, shared by every dt"),
+    "relative_residual": (
+        "relative EDI residual",
+        "1",
+        "|F(T) - F(0) + 1/2 int |mu'|^2 + 1/2 int |dF|^2 - int dF/dt| divided by the dissipation "
+        "1/2 int |mu'|^2 + 1/2 int |dF|^2, for each process and step dt (ou: root mean square over the seeds)",
+    ),
+    "control_relative_residual": (
+        "relative EDI residual, negative control",
+        "1",
+        "the same residual read wrongly, from the same runs: constant and oscillating with the mobility mis-scaled "
+        "by 10% (1/2 int |mu'|^2 / 1.1 + 1.1 x 1/2 int |dF|^2); ou with the weights' work as the Ito sum "
+        "dF/dA[A_{k+1} - A_k] (no Ito correction), root mean square over the seeds; callable with the "
+        "exact-increment rule (derivative='increment', a first-order splitting)",
+    ),
+    "ou_relative_residual": (
+        "relative EDI residual per OU seed",
+        "1",
+        "relative EDI residual of each OU seed's run (one Brownian path per seed, the same path for every dt)",
+    ),
+}
