@@ -1180,7 +1180,8 @@ def plot_study(ds: xr.Dataset, folder: str | Path, *, n_boot: int = 1000) -> lis
     for m in MEASURES:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
         for ax, (title, names) in zip(axes, PANELS):
-            ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # 11 curves: the default cycle has 10
+            # 11 curves on the left: the default cycle has 10 colours.
+            ax.set_prop_cycle(color=[plt.get_cmap("tab20")(i) for i in range(20)])
             for v in names:
                 if v not in variants:
                     continue
