@@ -127,3 +127,24 @@ def test_cross_gram_lookups_are_the_direct_computation():
     fit = fit_weight_models(planted, n_boot=10, n_orders=2)
     direct = fit_gram(gram(match_heads(planted)[0]).sum(0))
     assert fit.value == pytest.approx(direct, rel=1e-10)
+
+
+def test_the_regime_needs_the_slope_beyond_the_shuffled_control():
+    """MiniLM's case (2026-12-03): slope CI [+0.037, +0.074] over heads, shuffled band reaching +0.057:
+    the CI excludes 0 but not the control, so the regime is undecided; the same CI above the band is
+    non-integrable-like; a CI below 0 and below the band is integrable-like, one inside it undecided."""
+    from attnflow.hf.paths import WeightFit
+
+    rng = np.random.default_rng(0)
+
+    def fit(lo: float, hi: float, control: np.ndarray) -> WeightFit:
+        return WeightFit({"jump_slope": 0.5 * (lo + hi)}, {"jump_slope": lo}, {"jump_slope": hi},
+                         {"jump_slope": control.tolist()}, 100, len(control))  # fmt: skip
+
+    wide = rng.normal(0.0, 0.029, 100)  # 97.5% quantile about +0.057
+    narrow = rng.normal(0.0, 0.005, 100)
+    assert fit(0.037, 0.074, wide).regime.startswith("undecided: the matched jumps grow")
+    assert fit(0.037, 0.074, narrow).regime.startswith("non-integrable-like")
+    assert fit(-0.074, -0.037, narrow).regime.startswith("integrable-like")
+    assert fit(-0.074, -0.037, wide).regime.startswith("undecided: the matched jumps shrink")
+    assert fit(-0.01, 0.02, narrow).regime.startswith("undecided: the matched jumps neither")

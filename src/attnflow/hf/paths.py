@@ -183,12 +183,25 @@ class WeightFit:
 
     @property
     def regime(self) -> str:
-        """Where the matched path sits in the paper's dichotomy, in words (see the module docstring)."""
+        """Where the matched path sits in the paper's dichotomy, in words (see the module docstring).
+
+        A trend counts only when the slope's CI over heads excludes 0 **and** clears the band of the
+        same slope on shuffled, re-matched stacks (the control): a trend a random order of the same
+        layers shows as well is not evidence about depth."""
         lo, hi = self.lo["jump_slope"], self.hi["jump_slope"]
+        c_lo, c_hi = self.control_band("jump_slope")
+        band = f"shuffled stacks' band [{c_lo:+.3g}, {c_hi:+.3g}]"
         if hi < 0:
-            return "integrable-like: the matched jumps shrink with depth (slope CI below 0)"
+            if hi < c_lo:
+                return f"integrable-like: the matched jumps shrink with depth (slope CI below 0 and below the {band})"
+            return f"undecided: the matched jumps shrink with depth (slope CI below 0), but not beyond the {band}"
         if lo > 0:
-            return "non-integrable-like: the matched jumps do not settle, they grow with depth (slope CI above 0)"
+            if lo > c_hi:
+                return (
+                    "non-integrable-like: the matched jumps do not settle, they grow with depth (slope CI above 0 "
+                    f"and above the {band})"
+                )
+            return f"undecided: the matched jumps grow with depth (slope CI above 0), but not beyond the {band}"
         return "undecided: the matched jumps neither shrink nor grow with depth (slope CI contains 0)"
 
     def as_dict(self) -> dict[str, Any]:
