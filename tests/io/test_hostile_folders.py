@@ -32,14 +32,9 @@ from attnflow.io.lock import lock_path, output_lock
 from attnflow.io.store import MANIFEST, clean_leftovers, folder_kind, write_manifest
 from attnflow.io.trajectory import load
 from attnflow.runs.runner import run_to_folder
+from helpers import SMALL_RUN
 
-SMALL = {
-    "model": "gf",
-    "tokens": {"n": 16, "d": 3},
-    "heads": {"count": 2, "preset": "identity", "beta": 3.0},
-    "weights": {"process": "constant"},
-    "integration": {"t_end": 0.4, "dt": 0.05, "save_every": 4},
-}
+SMALL = SMALL_RUN
 CPU_SECONDS = 10
 EXTRA_MEMORY = 2**30
 SENTINEL_NAME = "attnflow-pwned"

@@ -23,15 +23,10 @@ from attnflow.config import parse_config
 from attnflow.core.errors import UnsafeInputError
 from attnflow.io.safety import open_regular, read_regular
 from attnflow.runs.runner import run_to_folder
+from helpers import SMALL_RUN
 from hostile_child import assert_refused, cli_timed
 
-SMALL = {
-    "model": "gf",
-    "tokens": {"n": 16, "d": 3},
-    "heads": {"count": 2, "preset": "identity", "beta": 3.0},
-    "weights": {"process": "constant"},
-    "integration": {"t_end": 0.4, "dt": 0.05, "save_every": 4},
-}
+SMALL = SMALL_RUN
 
 
 @pytest.fixture(scope="module")
