@@ -2,6 +2,8 @@
 and ``run --help`` import neither torch, numba nor matplotlib, each in a fresh interpreter that runs
 the console script's app in-process and then reports ``sys.modules``."""
 
+from pathlib import Path
+
 import pytest
 
 from attnflow.bench.startup import HEAVY_MODULES, front_door_cases, front_door_probe
@@ -59,20 +61,27 @@ def test_show_of_a_finished_run_imports_nothing_heavy(finished_run):
     assert r["cpu_s"] < 5.0  # generous on a loaded machine; the sys.modules check above is the criterion
 
 
-def test_show_without_its_summary_takes_the_heavy_path(finished_run, tmp_path):
-    """Negative control: the same run without summary.json (a folder of an older attnflow) is shown
-    by computing the summary from the dataset, which imports torch; the numbers are the same."""
+def _without_summary(finished_run: Path, old: Path) -> Path:
+    """A copy of ``finished_run`` as written before summary.json existed (file and manifest entry gone)."""
     import json
     import shutil
 
-    from attnflow.cli.main import full_summary_record, summary_record
-
-    old = tmp_path / "old"
     shutil.copytree(finished_run, old)
     (old / "summary.json").unlink()
     manifest = json.loads((old / "manifest.json").read_text())
     del manifest["files"]["summary.json"]
     (old / "manifest.json").write_text(json.dumps(manifest))
+    return old
+
+
+def test_show_without_its_summary_takes_the_heavy_path(finished_run, tmp_path):
+    """Negative control: the same run without summary.json (a folder of an older attnflow) is shown
+    by computing the summary from the dataset, which imports torch; the numbers are the same."""
+    import json
+
+    from attnflow.cli.main import full_summary_record, summary_record
+
+    old = _without_summary(finished_run, tmp_path / "old")
     r = front_door_probe(["show", str(old)])
     assert r["exit"] == 0, r["output"]
     assert "torch" in r["heavy"]
@@ -102,9 +111,7 @@ def test_report_and_plot_of_a_finished_run_load_only_what_they_draw(finished_run
     """``report`` (HTML) imports neither torch, numba nor matplotlib; ``plot`` only matplotlib (issue 43).
     Negative control: the same run without summary.json classifies its final state for the report,
     which imports torch; the sentence on the page is the same."""
-    import json
     import re
-    import shutil
 
     from attnflow.bench.startup import DRAW_MAY_LOAD, draw_cases
 
@@ -116,12 +123,7 @@ def test_report_and_plot_of_a_finished_run_load_only_what_they_draw(finished_run
     assert plot["exit"] == 0, plot["output"]
     assert plot["heavy"] == list(DRAW_MAY_LOAD["plot"]) == ["matplotlib"], f"plot imported {plot['heavy']}"
 
-    old = tmp_path / "old"
-    shutil.copytree(finished_run, old)
-    (old / "summary.json").unlink()
-    manifest = json.loads((old / "manifest.json").read_text())
-    del manifest["files"]["summary.json"]
-    (old / "manifest.json").write_text(json.dumps(manifest))
+    old = _without_summary(finished_run, tmp_path / "old")
     slow = front_door_probe(["report", str(old), "--force"])
     assert slow["exit"] == 0, slow["output"]
     assert "torch" in slow["heavy"]
