@@ -107,3 +107,52 @@ def test_a_sequential_design_decides_within_its_budget_or_stops_undecided():
     verdict, batches, need = _sequential(4.0, 12, 0)
     print(f"sd 4: {verdict} after {batches} batches (projection {need:.1f})")
     assert verdict == "UNDECIDED" and batches == 1 and need == pytest.approx(43.5, abs=0.1)
+
+
+def test_asymptotic_fit_reads_the_order_on_the_range_where_exact_local_orders_agree():
+    """A deterministic convergence study (EDI of smooth weights): ``e(h) = h^4 + 30 h^6`` is pre-asymptotic at
+    coarse ``h``; the fit keeps the finest steps whose local orders lie within ``tol`` of each other."""
+    h = np.array([0.4, 0.2, 0.1, 0.05, 0.025])
+    e = h**4 + 30 * h**6
+    local = stats.local_slopes(h, e)
+    order, steps, got_local = stats.asymptotic_fit(h, e, tol=0.2)
+    assert np.allclose(got_local, local)
+    kept = len(steps) - 1  # pairs in the range
+    # Every pair in the range agrees with every other within tol; adding the next coarser one would not.
+    rng_local = local[-kept:]
+    assert rng_local.max() - rng_local.min() <= 0.2 < local[-kept - 1 :].max() - local[-kept - 1 :].min()
+    assert steps == [float(v) for v in h[-kept - 1 :]]
+    assert abs(order - stats.loglog_fit(h[-kept - 1 :], e[-kept - 1 :])[0]) < 1e-12
+    assert steps == [0.1, 0.05, 0.025] and abs(order - 4.176) < 1e-3  # local orders 4.27, 4.08
+    # Negative control: fitted over every step, the coarse steps pull the order to 4.61, off 4 by 3x more.
+    assert abs(stats.loglog_fit(h, e)[0] - 4.0) > 3 * abs(order - 4.0)
+    # Rounding: a last residual at the floor drops its pair; a clean h^4 over the rest is exact.
+    e2 = h**4
+    e2[-1] = 1e-20
+    o2, s2, _ = stats.asymptotic_fit(h, e2, tol=0.2, floor=1e-13)
+    assert s2 == [float(v) for v in h[:-1]] and abs(o2 - 4.0) < 1e-12
+
+
+def test_asymptotic_fit_is_pre_asymptotic_when_the_orders_drift_to_the_end():
+    """Local orders 1, 2, 3, 4: no two successive pairs agree within 0.5; the range is the last pair alone."""
+    h = np.array([1.0, 0.5, 0.25, 0.125, 0.0625])
+    e = np.cumprod([1.0, 0.5**1, 0.5**2, 0.5**3, 0.5**4])
+    order, steps, local = stats.asymptotic_fit(h, e, tol=0.5)
+    assert np.allclose(local, [1, 2, 3, 4]) and len(steps) == 2 and abs(order - 4.0) < 1e-12
+    # Positive control: the same steps at one order form one range.
+    order, steps, _ = stats.asymptotic_fit(h, h**2.0, tol=0.5)
+    assert len(steps) == 5 and abs(order - 2.0) < 1e-12
+
+
+def test_asymptotic_fit_with_replicates_uses_their_spread_not_a_band():
+    """With bootstrap replicates of the slopes, a drift counts only where its interval excludes ``[-tol, tol]``:
+    slopes 1.0, 1.0, 1.6 with a spread of 0.05 drift (range: the last pair); with a spread of 1 they do not."""
+    rng = np.random.default_rng(3)
+    h = np.array([0.8, 0.4, 0.2, 0.1])
+    e = h * np.array([1.0, 1.0, 1.0, 2.0 ** (-0.6)])
+    local = stats.local_slopes(h, e)
+    assert np.allclose(local, [1.0, 1.0, 1.6])
+    tight = local + 0.05 * rng.standard_normal((2000, 3))
+    wide = local + 1.0 * rng.standard_normal((2000, 3))
+    assert len(stats.asymptotic_fit(h, e, tol=0.3, boots=tight)[1]) == 2
+    assert len(stats.asymptotic_fit(h, e, tol=0.3, boots=wide)[1]) == 4

@@ -67,6 +67,7 @@ from attnflow.experiments.common import (
 from attnflow.experiments.edi_variables import VARIABLES
 from attnflow.io.metadata import describe
 from attnflow.solve.simulation import simulate
+from attnflow.verdicts.stats import asymptotic_fit
 from attnflow.weights.processes import FromCallable, OrnsteinUhlenbeck, Oscillating, Sampled
 
 #: What the quadrature achieves (attnflow.analysis.edi): the scheme's order for smooth weights, 1 on an OU path.
@@ -188,25 +189,14 @@ def _order(dts: list[float], rel: np.ndarray) -> float:
     return loglog_fit(np.array(dts), np.maximum(rel, 1e-300))[0]
 
 
-def asymptotic_order(dts: list[float], rel: np.ndarray, tol: float) -> tuple[float, list[float], list[float]]:
-    """The order fitted over the asymptotic range of ``rel`` against ``dts`` (decreasing steps).
-
-    Local orders between successive steps; pairs whose finer residual is at rounding (:data:`ROUNDOFF`)
-    are dropped; from the finest remaining pair, coarser pairs join while their local order stays within
-    ``tol`` of the finest one's. Returns the fitted order, the steps of that range and all local orders.
-    """
-    d = np.array(dts, float)
-    r = np.maximum(np.asarray(rel, float), 1e-300)
-    local = [float(v) for v in local_slopes(d, r)]
-    valid = [i for i in range(len(local)) if r[i + 1] > ROUNDOFF]
-    if not valid:
-        return float("nan"), [], local
-    last = valid[-1]
-    first = last
-    while first - 1 in valid and abs(local[first - 1] - local[last]) <= tol:
-        first -= 1
-    steps = d[first : last + 2]
-    return _order(list(steps), r[first : last + 2]), [float(v) for v in steps], local
+def asymptotic_order(
+    dts: list[float], rel: np.ndarray, tol: float, boots: np.ndarray | None = None
+) -> tuple[float, list[float], list[float]]:
+    """The order fitted over the asymptotic range of ``rel`` against ``dts`` (decreasing steps):
+    :func:`~attnflow.verdicts.stats.asymptotic_fit` with rounding at :data:`ROUNDOFF` (local orders that drift
+    by more than ``tol`` are pre-asymptotic). Returns the fitted order, the steps of that range and all local
+    orders."""
+    return asymptotic_fit(dts, rel, tol=tol, boots=boots, floor=ROUNDOFF)
 
 
 def _pre_asymptotic(dts: list[float], rel: np.ndarray, tol: float) -> bool:
@@ -365,22 +355,21 @@ def _measure_edi(cfg: EdiParams | Mapping[str, Any], seed: int, progress: Progre
     # One path has no order (module docstring): the root mean square over paths has.
     rel["ou"], ctrl["ou"] = _rms(rel_ou), _rms(ctrl_ou)
     grid["ou"] = list(dts)
-    fits = {
-        p: (_order(dts, rel[p]), list(dts), []) if p == "ou" else asymptotic_order(grid[p], rel[p], ORDER_TOLERANCE[p])
-        for p in PROCESSES
-    }
-    fits_ctrl = {
-        p: (_order(dts, ctrl[p]), list(dts), [])
-        if p == "ou"
-        else asymptotic_order(grid[p], ctrl[p], ORDER_TOLERANCE[p])
-        for p in PROCESSES
-    }
-    orders = {p: fits[p][0] for p in PROCESSES}
-    orders_ctrl = {p: fits_ctrl[p][0] for p in PROCESSES}
+    # The OU order's range and interval from the same bootstrap resamples of the seeds (one draw per resample,
+    # in the order the interval always used): the rms residuals' local orders as replicates.
     boot_rng = np.random.default_rng(seed)
     n_s = len(seeds)
-    boots = [_order(dts, _rms(rel_ou[boot_rng.integers(0, n_s, n_s)])) for _ in range(BOOTSTRAP)]
-    order_ci = [float(v) for v in np.percentile(boots, [2.5, 97.5])]
+    picks = [boot_rng.integers(0, n_s, n_s) for _ in range(BOOTSTRAP)]
+    boot_rel = np.array([_rms(rel_ou[i]) for i in picks])
+    boot_ctrl = np.array([_rms(ctrl_ou[i]) for i in picks])
+    slopes = lambda reps: np.array([local_slopes(np.array(dts), np.maximum(b, 1e-300)) for b in reps])
+    reps, reps_ctrl = {"ou": slopes(boot_rel)}, {"ou": slopes(boot_ctrl)}
+    fits = {p: asymptotic_order(grid[p], rel[p], ORDER_TOLERANCE[p], reps.get(p)) for p in PROCESSES}
+    fits_ctrl = {p: asymptotic_order(grid[p], ctrl[p], ORDER_TOLERANCE[p], reps_ctrl.get(p)) for p in PROCESSES}
+    orders = {p: fits[p][0] for p in PROCESSES}
+    orders_ctrl = {p: fits_ctrl[p][0] for p in PROCESSES}
+    cols = [dts.index(v) for v in fits["ou"][1]]
+    order_ci = [float(v) for v in np.percentile([_order(fits["ou"][1], b[cols]) for b in boot_rel], [2.5, 97.5])]
     return _EdiRun(
         params, dts, mid, seeds, total, cfgs, rel, ctrl, budgets, grid, refined, rel_ou,
         per_seed, per_seed_ctrl, fits, orders, orders_ctrl, order_ci,
@@ -439,6 +428,8 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
     )
     order_ci, seeds = r.order_ci, r.seeds
     steps = fits[p][1]
+    # Local orders that drift down to the finest pair: no asymptotic range to read an order on (undecided).
+    pre = len(steps) < 3 and float(rel[p][-1]) > ROUNDOFF
     j = grid[p].index(steps[-1]) if steps else len(grid[p]) - 1
     m_order = _order_margin(p, orders[p])
     if p == "callable":
@@ -451,7 +442,7 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
     why = {
         "constant": " (rk4's order)",
         "oscillating": " (rk4's order)",
-        "ou": " (rms over seeds, fitted over every step; expected 1: a rough path split from the tokens' step)",
+        "ou": " (rms over seeds; expected 1: a rough path split from the tokens' step)",
         "callable": " (rk4's order: no derivative given, dA/dt by a fourth-order finite difference of the callable)",
     }[p]
     crit = f"{res_txt}order (fitted over the asymptotic range) within {ORDER_TOLERANCE[p]} of {EXPECTED_ORDER[p]}{why}"
@@ -462,8 +453,8 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
         "callable": 'the same callable with derivative="increment" (the exact-increment rule: order 1, not 4)',
     }[p]
     seeds_txt = (
-        f" (95% CI [{order_ci[0]:.2f}, {order_ci[1]:.2f}], bootstrap over seeds); rms over {len(seeds)} seeds, "
-        "same path for every dt"
+        f" (95% CI [{order_ci[0]:.2f}, {order_ci[1]:.2f}], bootstrap over seeds) over dt = "
+        f"{', '.join(f'{v:g}' for v in steps)}; rms over {len(seeds)} seeds, same path for every dt"
         if p == "ou"
         else f" over dt = {', '.join(f'{v:g}' for v in steps)} (local orders {', '.join(f'{v:.2f}' for v in fits[p][2])})"
     )
@@ -479,7 +470,7 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
         f"relative residual {', '.join(fmt(v) for v in rel[p])} at dt = {', '.join(f'{v:g}' for v in grid[p])}; "
         f"order {fmt(orders[p])}{seeds_txt}{rule_txt}",
         crit,
-        margin >= 0,
+        margin >= 0 and not pre,
         ctl,
         f"residual {', '.join(fmt(v) for v in ctrl[p])}, order {fmt(orders_ctrl[p])}",
         _order_margin(p, orders_ctrl[p]) < 0,
@@ -487,6 +478,7 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
         control_margin=-_order_margin(p, orders_ctrl[p]),
         model="gf",
         model_reason="the energy-dissipation identity is a statement about the gradient flow (docs/model.md)",
+        undecided=pre,
     )
 
 
@@ -497,11 +489,17 @@ def _edi_explain(r: _EdiRun, preds: list[Prediction]) -> None:
         if pred.ok:
             continue
         if name == "ou":
-            rms = rel["ou"]
-            local = np.log(rms[:-1] / rms[1:]) / np.log(np.array(dts[:-1]) / np.array(dts[1:]))
+            local = fits["ou"][2]
             x = np.log(np.array(dts))
             scatter = 1.0 / (np.sqrt(2.0 * len(seeds)) * np.sqrt(((x - x.mean()) ** 2).sum()))
-            pred.explanation = (
+            drift = (
+                f"the local orders drift by more than {ORDER_TOLERANCE['ou']:g} between the steps (bootstrap over "
+                "seeds): no asymptotic range of three steps, so no order is read (undecided; finer steps or more "
+                "seeds decide). "
+                if pred.undecided
+                else ""
+            )
+            pred.explanation = drift + (
                 f"the rms (over {len(seeds)} seeds) residual falls with local orders "
                 f"{', '.join(f'{v:.2f}' for v in local)} between successive steps (fitted {orders['ou']:.2f}, "
                 f"95% CI [{order_ci[0]:.2f}, {order_ci[1]:.2f}] over seeds; per-seed orders "

@@ -207,7 +207,7 @@ def hierarchical_bootstrap(
 
 
 def asymptotic_start(
-    local: np.ndarray, boots: np.ndarray, *, level: float = 0.95, min_points: int = 3, tol: float = 0.0
+    local: np.ndarray, boots: np.ndarray | None, *, level: float = 0.95, min_points: int = 3, tol: float = 0.0
 ) -> int | None:
     """Where a power law's asymptotic range starts: the first index ``i`` from which the local slopes
     ``local[i:]`` (:func:`local_slopes`) no longer drift, i.e. for every pair ``j < k`` in the range the
@@ -218,8 +218,12 @@ def asymptotic_start(
     band chosen in advance. ``tol``: a drift counts only when its interval also excludes ``[-tol, tol]``, the
     resolution of the claim the slopes are read for (a caller deciding between two laws passes half their gap:
     a drift smaller than that cannot move the verdict, and at ``tol = 0`` a correct law's slopes are called
-    drifting in ``1 - level`` of draws)."""
+    drifting in ``1 - level`` of draws). ``boots=None``: exact slopes (a deterministic convergence study, as
+    the EDI residuals of smooth weights): a drift is a difference of two slopes beyond ``tol``."""
     m = len(local)
+    if boots is None:
+        # One replicate, the slopes themselves: each interval is the point difference.
+        boots = np.asarray(local, float).reshape(1, m)
     b = np.asarray(boots, float).reshape(-1, m) if m else np.zeros((0, 0))
     for i in range(0, m - (min_points - 1) + 1):
         steady = True
@@ -236,6 +240,39 @@ def asymptotic_start(
         if steady:
             return i
     return None
+
+
+def asymptotic_fit(
+    xs: Sequence[float] | np.ndarray,
+    ys: Sequence[float] | np.ndarray,
+    *,
+    tol: float,
+    boots: np.ndarray | None = None,
+    floor: float = 0.0,
+    min_points: int = 3,
+) -> tuple[float, list[float], list[float]]:
+    """The exponent ``p`` of ``y ~ x^p`` fitted (:func:`loglog_fit`) over the asymptotic range of a convergence
+    study (``xs`` ordered toward the limit, e.g. decreasing steps).
+
+    Local slopes (:func:`local_slopes`) between successive points; pairs whose second ``y`` is at or below
+    ``floor`` (rounding) are dropped; the range is the longest run of the last remaining pairs whose slopes do
+    not drift (:func:`asymptotic_start` with ``tol`` and ``boots``, the slopes' replicates, or exact slopes).
+    Without a range of ``min_points`` points, the last pair alone (its slope: a pre-asymptotic study, told by
+    a range of two points). Returns the exponent (``nan`` without a usable pair), the range's ``xs`` and all
+    local slopes."""
+    x = np.asarray(xs, float)
+    y = np.maximum(np.asarray(ys, float), 1e-300)
+    local = [float(v) for v in local_slopes(x, y)]
+    valid = [i for i in range(len(local)) if y[i + 1] > floor]
+    if not valid:
+        return math.nan, [], local
+    last = first = valid[-1]
+    while first - 1 in valid:
+        first -= 1
+    reps = None if boots is None else np.asarray(boots, float)[:, first : last + 1]
+    start = asymptotic_start(np.array(local[first : last + 1]), reps, tol=tol, min_points=min_points)
+    first = last if start is None else first + start
+    return loglog_fit(x[first : last + 2], y[first : last + 2])[0], [float(v) for v in x[first : last + 2]], local
 
 
 def batches_needed(ci: Sequence[float], decisive_half_width: float, batches: int | float) -> float:
