@@ -87,3 +87,25 @@ def test_each_command_spells_the_hint_its_own_way():
     assert render_hint(Hint("where", "k=1"), FILE_OUT_FLAGS) is None
     assert render_hint(Hint("integration.dt"), SET_FLAGS) is None
     assert render_hint(Hint("force", True), SWEEP_PLOT_FLAGS) is None
+
+
+def test_report_and_plot_refusals_speak_cli(tmp_path, run_dir3):
+    """The file-writing commands (``report``, ``plot``) refused an existing file with the library's "pass
+    force=True to replace it. With this command: --force." (issue 43: a CLI message speaks CLI); now one
+    sentence naming --force. A command without a --force flag keeps the library's words (control)."""
+    from attnflow.cli.app import speak_cli
+
+    msg = "'x.html' already exists; choose another output, or pass force=True to replace it."
+    assert (
+        speak_cli(msg, FILE_OUT_FLAGS)
+        == "'x.html' already exists; choose another output, or add --force to replace it."
+    )
+    assert speak_cli(msg, SWEEP_PLOT_FLAGS) == msg  # control: sweep plot has no --force
+    assert speak_cli("log_x=True needs positive values", SWEEP_PLOT_FLAGS).startswith("--log-x needs")
+    page = tmp_path / "report.html"
+    assert CliRunner().invoke(app, ["report", str(run_dir3), "--out", str(page)]).exit_code == 0
+    r = CliRunner().invoke(app, ["report", str(run_dir3), "--out", str(page)])
+    flat = _flat(r.output)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "or add --force to replace it." in flat and "force=True" not in flat, flat
+    assert "With this command" not in flat  # the flag is in the sentence, not appended after it

@@ -137,6 +137,38 @@ def test_report_in_headless_chromium(browser, run_dir3, traj3):
     assert not errors, f"console errors: {errors}"
 
 
+_BOXES = """
+const box = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+const all = sel => [...document.querySelectorAll('#attnflow-report ' + sel)].map(box);
+return {title: all('.gtitle'), legend: all('.legend'), panels: all('.annotation-text')};
+"""
+
+
+def _overlap(a, b) -> float:
+    """Area shared by two boxes ``[left, top, right, bottom]`` (pixels)."""
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+@pytest.mark.parametrize("width", [1400, 1000, 800])
+def test_title_legend_and_panel_titles_do_not_overlap(browser, run_dir3, tmp_path, width):
+    """The page's title (two lines), the legend and the panels' titles each in their own place (issue 43: the
+    legend row used to run over the title's second line and the sphere's title). Seen to fail on the old
+    layout: the legend shared 13,700-21,100 px^2 with a title at 1400, 1000 and 800 px."""
+    page = write_report(run_dir3, tmp_path / "page.html", max_frames=5)
+    browser.set_window_size(width, 1100)
+    browser.get(page.resolve().as_uri())
+    assert _wait(lambda: browser.execute_script("return !!document.querySelector('#attnflow-report .legend')"))
+    time.sleep(0.5)
+    b = browser.execute_script(_BOXES)
+    assert b["title"] and b["legend"] and len(b["panels"]) >= 3, b
+    for legend in b["legend"]:
+        for other in b["title"] + b["panels"]:
+            assert _overlap(legend, other) < 1.0, (legend, other)
+    for title in b["title"]:
+        for panel in b["panels"]:
+            assert _overlap(title, panel) < 1.0, (title, panel)
+
+
 def test_the_checks_catch_a_broken_page(browser, tmp_path):
     """The detectors above do fail: a script error is logged as SEVERE, a blank canvas has no tokens."""
     page = tmp_path / "broken.html"

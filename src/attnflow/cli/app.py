@@ -236,9 +236,34 @@ def render_hint(hint: Any, flags: HintFlags | None) -> str | None:
     return make(hint.get("value"))
 
 
+#: Library wording (a keyword of a Python call) -> how a command line says it, where the command has the flag:
+#: the library's messages are written for Python callers, and a CLI message speaks CLI (issue 43).
+_PYTHON_WORDS: tuple[tuple[str, str, str], ...] = (
+    ("force", "pass force=True", "add {flag}"),
+    ("force", "(force=True)", "({flag})"),
+    ("force", "force=True", "{flag}"),
+    ("overwrite", "pass overwrite=True", "add {flag}"),
+    ("log_x", "log_x=True", "{flag}"),
+    ("log_y", "log_y=True", "{flag}"),
+)
+
+
+def speak_cli(message: str, flags: HintFlags | None) -> str:
+    """``message`` with each Python keyword of :data:`_PYTHON_WORDS` replaced by this command's flag for it
+    (``pass force=True`` -> ``add --force``); a keyword the command has no flag for stays as it is."""
+    for param, python, cli in _PYTHON_WORDS:
+        if python in message and flags is not None and (make := flags.get(param)) is not None:
+            if (flag := make(True)) is not None:
+                message = message.replace(python, cli.format(flag=flag))
+    return message
+
+
 def _with_hint(message: str, hint: Any, flags: HintFlags | None) -> str:
     flag = render_hint(hint, flags)
-    return f"{message.rstrip()} With this command: {flag}." if flag else message
+    spoken = speak_cli(message, flags)
+    if not flag or (spoken != message and flag in spoken):
+        return spoken
+    return f"{spoken.rstrip()} With this command: {flag}."
 
 
 def _show_warning(flags: HintFlags | None) -> Callable[..., None]:

@@ -346,11 +346,15 @@ def report_spec(
         },
     ]
     fig.update_layout(
-        title=dict(text=_title(traj, idx[0], all_labels[0], len(shown)), x=0.01),
-        height=980,
-        margin=dict(l=30, r=20, t=90, b=40),
+        # The title (two lines) at the top of the page and the legend in its own band below it, above the
+        # subplot titles: a horizontal legend at the plot area's edge wraps leftwards over both.
+        title=dict(
+            text=_title(traj, idx[0], all_labels[0], len(shown)), x=0.01, y=0.985, yref="container", yanchor="top"
+        ),
+        height=1100,
+        margin=dict(l=30, r=20, t=190, b=40),
         template="plotly_white",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0),
+        legend=dict(orientation="h", yanchor="bottom", y=1.03, xanchor="right", x=1.0),
         scene=dict(
             aspectmode="cube",
             xaxis_title=view.axis_titles[0],
