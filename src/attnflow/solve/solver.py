@@ -567,6 +567,7 @@ def _compiled_attempt(
             torch.from_numpy(y_np), err if ok else float("inf"), start=start,
             end=Evaluation(t + h, torch.from_numpy(ks[-1])) if pair.fsal else None,
             dense=None if out is None else out.at, dense_many=None if out is None else out.many,
+            on_sphere=ok and _guards.unit_rows(y_np),
         )  # fmt: skip
 
     return attempt
@@ -691,8 +692,9 @@ def _compiled_fixed_attempt(compiled: _CompiledStep, heads_at: Callable[[float],
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
         small_step = compiled.step(heads_at(t), model, 0.0, 1.0)
-        y_np, _, _, _ = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
-        return Trial(torch.from_numpy(y_np), 0.0)  # a non-finite state fails the loop's state guard
+        y_np, _, _, ok = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
+        # A non-finite state fails the loop's state guard (checked here already when it passes).
+        return Trial(torch.from_numpy(y_np), 0.0, on_sphere=ok and _guards.unit_rows(y_np))
 
     return attempt
 
