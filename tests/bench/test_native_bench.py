@@ -43,3 +43,12 @@ def test_a_row_for_information_is_shown_not_counted() -> None:
     nat["rows"][-1] = slow
     assert native_rows(nat)[-1][-1].startswith("FAIL (1.60 >= 1.5)")
     assert native_bottom_line(nat).startswith("native speed: 1/2 PASS")
+
+
+def test_the_diagnostics_read_row_says_what_it_times() -> None:
+    """The row that also reads every saved state's diagnostics (made on first read) is for information and says so."""
+    nat = _native(0.5, 30.0)
+    nat["rows"].append({**nat["rows"][0], "case": "N = 32, ..., diagnostics of every state read", "ratio": 0.9,
+                        "info": True, "reference": "scipy DOP853 rtol 1e-8, atol 1e-9 (the same), default output"})  # fmt: skip
+    assert native_rows(nat)[-1][-1] == "for information (0.90x: the diagnostics' bulk pass)"
+    assert "for information: with every diagnostic read 0.90x against scipy DOP853" in native_bottom_line(nat)
