@@ -257,12 +257,10 @@ class Saver:
         V = _stack_shared(self.Vs) if self.any_V else None
         out = {"t": np.array(self.ts), "x": x, "A": A, "V": V}
         if lazy is not None and self.deferred is not None and self.pending and len(self.pending) == len(self.rows):
-
-            def make() -> dict[str, np.ndarray]:
-                self.flush((x, A, V))
-                return self.table()
-
-            return {**out, "diagnostics": lazy(make)}
+            # What flush would do for every state, holding the stacks only (not the saver and its lists).
+            Xt, At, Vt = torch.from_numpy(x), torch.from_numpy(A), None if V is None else torch.from_numpy(V)
+            a, w, model, eps = self.a.to(torch.float64), self.w.to(torch.float64), self.deferred, self.cluster_eps
+            return {**out, "diagnostics": lazy(lambda: bulk_state_table(Xt, At, Vt, a, w, model, cluster_eps=eps))}
         self.flush((x, A, V))
         return {**out, "diagnostics": self.table()}
 
