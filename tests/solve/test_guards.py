@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from attnflow.solve.guards import (
     PrecisionWarning,
     StabilityWarning,
     stability_estimate,
+    state_problem,
     step_warning,
     suggested_step,
 )
@@ -193,3 +195,50 @@ def test_float32_check_of_an_euler_run_takes_only_row_passes(monkeypatch):
         warnings.simplefilter("ignore", PrecisionWarning)
         tr = simulate(x0, A, t_end=0.4, dt=0.02, method="rk4", save_every=10, dtype=torch.float32)
     assert tr.provenance["float32_check"]["flagged"] and len(full32) == 13  # 4 s - 3 for s = 4
+
+
+def test_unit_rows_is_the_guards_fast_verdict() -> None:
+    """A compiled step asks ``unit_rows`` instead of the guard (issue 43): it passes exactly the float64
+    states the guard passes at once; off the sphere by more than the fast bound, or NaN, it does not
+    (negative controls) and the guard then names the problem."""
+    from attnflow.solve.guards import unit_rows
+
+    x = np.random.default_rng(0).standard_normal((16, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    assert unit_rows(x) and state_problem(torch.from_numpy(x)) is None
+    off = x.copy()
+    off[3] *= 1.0 + 2e-6  # outside the fast bound (half of the tolerance 1e-6) and the tolerance itself
+    assert not unit_rows(off) and "token 3 left the unit sphere" in (state_problem(torch.from_numpy(off)) or "")
+    nan = x.copy()
+    nan[5, 1] = np.nan
+    assert not unit_rows(nan) and "NaN" in (state_problem(torch.from_numpy(nan)) or "")
+    assert not unit_rows(np.empty((0, 3)))
+
+
+def test_the_loop_checks_a_state_the_stepper_did_not() -> None:
+    """``Trial.on_sphere`` skips the default guard only: a trial off the sphere that claims it is checked
+    is still refused by a caller's own guard (the negative control: without the claim the default
+    guard refuses it)."""
+    from attnflow.solve.controllers import ConstantStep
+    from attnflow.solve.loop import StepFailed, Trial, integrate
+    from attnflow.solve.saveat import SaveAt
+
+    x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    bad = 2.0 * x
+
+    def run(on_sphere: bool, guard: Any = None) -> str | None:
+        def attempt(t: float, y: torch.Tensor, h: float, first: Any) -> Trial:
+            return Trial(bad, 0.0, on_sphere=on_sphere)
+
+        try:
+            kw = {} if guard is None else {"guard": guard}
+            integrate(
+                attempt, x, t=0.0, control=ConstantStep(0.1).start(0.0, 0.1), saves=SaveAt(every=1).start(0.0), **kw
+            )
+        except StepFailed as e:
+            return e.why
+        return None
+
+    assert "left the unit sphere" in (run(False) or "")
+    assert run(True) is None  # the stepper's word is taken (what the compiled step gives)
+    assert run(True, guard=lambda y: "own guard") == "own guard"

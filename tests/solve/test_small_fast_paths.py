@@ -109,3 +109,41 @@ def test_default_save_cadence_of_adaptive_runs() -> None:
     assert len(tr.t) == DEFAULT_ADAPTIVE_SAVES + 1 and tr.t[1] == pytest.approx(0.03)
     fixed = af.simulate(x0, A, model="mha", t_end=0.5, dt=0.01, method="rk4")
     assert len(fixed.t) == 51  # negative control: fixed steps keep every step
+
+
+def test_deferred_diagnostics_are_made_on_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with deferred diagnostics hands its trajectory the recipe (issue 43: a caller that reads only
+    the states does not pay for them): the bulk pass runs once, when ``traj.diagnostics`` is first
+    read, with the numbers of the table made at once; a pickled or copied trajectory carries them.
+    Control: a run through the torch kernel (no deferred diagnostics) makes them during the run."""
+    import copy
+    import pickle
+
+    from attnflow.solve import observers
+
+    calls: list[int] = []
+    real = observers.bulk_state_table
+
+    def counted(*args: object, **kw: object) -> dict[str, np.ndarray]:
+        calls.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(observers, "bulk_state_table", counted)
+    x0, A = _x0(12, 3), goe_heads(2, 3, 1.5, seed=1)
+    base = dict(model="mha", t_end=2.0, dt=0.05, method="dop853", rtol=1e-9)
+    traj = af.simulate(x0, A, **base)
+    assert traj.provenance["deferred_diagnostics"] and calls == [] and len(traj.t) == 41
+    table = traj.diagnostics
+    assert calls == [1] and traj.diagnostics is table and table["clusters"].dtype == np.int64
+    again = af.simulate(x0, A, **base)
+    assert calls == [1]
+    for other in (pickle.loads(pickle.dumps(again)), copy.deepcopy(af.simulate(x0, A, **base))):
+        assert set(other.diagnostics) == set(table)
+        for k in table:
+            assert np.array_equal(other.diagnostics[k], table[k]), k
+    assert calls == [1, 1, 1]
+    flash = af.simulate(x0, A, backend="flash", **base)
+    assert not flash.provenance["deferred_diagnostics"] and calls == [1, 1, 1]
+    assert "_deferred_diagnostics" not in vars(flash) and "diagnostics" in vars(flash)
+    with pytest.raises(AttributeError, match="no attribute 'diagnostic'"):
+        traj.diagnostic  # noqa: B018 - a misspelt attribute still fails as usual

@@ -179,6 +179,14 @@ def _row_norms(x: torch.Tensor) -> torch.Tensor:
 _FINE64 = ((1.0 - 0.5e-6) ** 2, (1.0 + 0.5e-6) ** 2)
 
 
+def unit_rows(x: Any) -> bool:
+    """Whether every row of the float64 array ``x`` ``(N, d)`` has ``| ||x_i||^2 - 1 |`` inside the fast
+    path's bounds (NaN fails): exactly when :func:`state_problem` (default tolerance, no diagnostics
+    row) passes a float64 CPU state at once. One compiled pass; a caller that holds the array (the
+    compiled small-cloud step) asks it instead of the guard."""
+    return bool(_small.AVAILABLE and x.shape[0] and _small.rows_within(x, *_FINE64))
+
+
 def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: float | None = None) -> str | None:
     """The sentence naming what is wrong with a state, or ``None`` when it is a usable point of the flow.
 
@@ -190,7 +198,7 @@ def state_problem(x: torch.Tensor, row: dict[str, float] | None = None, *, tol: 
     """
     if (
         tol is None and row is None and x.dtype == torch.float64 and x.ndim == 2 and _small.AVAILABLE
-        and x.device.type == "cpu" and x.shape[0] and not x.requires_grad and _small.rows_within(x.numpy(), *_FINE64)
+        and x.device.type == "cpu" and x.shape[0] and not x.requires_grad and unit_rows(x.numpy())
     ):  # fmt: skip
         return None  # the common case after every step of a small float64 run, in one compiled pass
     if tol is None:

@@ -60,6 +60,8 @@ class Trial:
     the stepper has one and the run saves through it (:func:`integrate`'s ``dense_saves``).
     ``dense_many``: the same at several times at once, ``[s_1, ..., s_m] -> (m, N, d)`` float64 array
     (a fresh one: the recorders may keep its rows), when the stepper makes them in one call.
+    ``on_sphere``: the stepper already checked ``y`` as the default state guard would and it passed
+    (:func:`attnflow.solve.guards.unit_rows`), so :func:`integrate` does not check it again.
     """
 
     y: torch.Tensor
@@ -68,6 +70,7 @@ class Trial:
     end: Evaluation | None = None
     dense: Callable[[float], torch.Tensor] | None = None
     dense_many: Callable[[list[float]], Any] | None = None
+    on_sphere: bool = False
 
 
 #: ``attempt(t, x, h, first) -> Trial``: one trial step from ``x`` at ``t``; ``first`` is the known
@@ -246,7 +249,8 @@ def integrate(
             start = time.perf_counter()
             trial = attempt(t, x, h, current if current is not None and current.t == t else None)
             costs.add("step", time.perf_counter() - start)
-            why = guard(trial.y)
+            # A state the stepper checked already (the compiled step) passes the default guard.
+            why = None if trial.on_sphere and guard is state_problem else guard(trial.y)
         except OverflowError as e:
             why = _reason(e)
         if trial is not None and trial.start is not None:

@@ -248,12 +248,21 @@ class Saver:
             "diagnostics": self.table(),
         }
 
-    def arrays(self) -> dict[str, Any]:
-        """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table."""
+    def arrays(self, lazy: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
+        """``t``, ``x``, ``A``, ``V`` (``None`` when ``V = A`` throughout) and the diagnostics table.
+
+        ``lazy``: when every saved state's diagnostics are still pending (deferred mode, not resumed),
+        the table is ``lazy(make)`` instead, ``make()`` making it on first use (the same numbers)."""
         x, A = np.stack(self.xs), _stack_shared(self.As)
         V = _stack_shared(self.Vs) if self.any_V else None
+        out = {"t": np.array(self.ts), "x": x, "A": A, "V": V}
+        if lazy is not None and self.deferred is not None and self.pending and len(self.pending) == len(self.rows):
+            # What flush would do for every state, holding the stacks only (not the saver and its lists).
+            Xt, At, Vt = torch.from_numpy(x), torch.from_numpy(A), None if V is None else torch.from_numpy(V)
+            a, w, model, eps = self.a.to(torch.float64), self.w.to(torch.float64), self.deferred, self.cluster_eps
+            return {**out, "diagnostics": lazy(lambda: bulk_state_table(Xt, At, Vt, a, w, model, cluster_eps=eps))}
         self.flush((x, A, V))
-        return {"t": np.array(self.ts), "x": x, "A": A, "V": V, "diagnostics": self.table()}
+        return {**out, "diagnostics": self.table()}
 
 
 def _stack_shared(arrays: list[np.ndarray]) -> np.ndarray:

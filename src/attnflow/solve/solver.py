@@ -32,7 +32,7 @@ from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
-from attnflow.io.trajectory import Trajectory
+from attnflow.io.trajectory import DeferredDiagnostics, Trajectory
 from attnflow.kernels import small as _small
 from attnflow.kernels.announce import announce
 from attnflow.kernels.dispatch import KernelOptions
@@ -159,10 +159,21 @@ def solve(
         )
     choice = problem.thread_choice()
     _log.info("threads: %s", choice.reason)
-    with ThreadPolicy(choice.threads).applied(problem.pairs):
+    policy = ThreadPolicy(choice.threads)
+
+    def deferred(make: Callable[[], dict[str, np.ndarray]]) -> DeferredDiagnostics:
+        # Made later, with the run's thread count (the same reductions, the same bits).
+        def under_the_runs_threads() -> dict[str, np.ndarray]:
+            with policy.applied(problem.pairs):
+                return make()
+
+        return DeferredDiagnostics(under_the_runs_threads)
+
+    with policy.applied(problem.pairs):
         traj = _solve(
-            problem, method, controller, saveat, record_steps, checkpoint, resume, progress, observers, config, spec
-        )
+            problem, method, controller, saveat, record_steps, checkpoint, resume, progress, observers, config, spec,
+            deferred,
+        )  # fmt: skip
     traj.provenance["threads"] = choice.as_dict()
     return traj
 
@@ -179,6 +190,7 @@ def _solve(
     extra_observers: Sequence[Observer],
     config: dict[str, Any] | None,
     spec: RunSpec | None,
+    deferred: Callable[[Callable[[], dict[str, np.ndarray]]], DeferredDiagnostics] | None = None,
 ) -> Trajectory:
     p = problem
     x, a, w, model, t0, t_end = p.x0, p.a, p.w, p.model, p.t0, p.t_end
@@ -392,7 +404,7 @@ def _solve(
     if spec is not None:
         provenance["spec"] = spec.as_dict()
     return Trajectory(
-        **saver.arrays(),
+        **saver.arrays(lazy=deferred),  # a deferred table is made when the trajectory's diagnostics are read
         token_weights=to_numpy(a).astype(np.float64),
         head_weights=to_numpy(w).astype(np.float64),
         model=model,
@@ -567,6 +579,7 @@ def _compiled_attempt(
             torch.from_numpy(y_np), err if ok else float("inf"), start=start,
             end=Evaluation(t + h, torch.from_numpy(ks[-1])) if pair.fsal else None,
             dense=None if out is None else out.at, dense_many=None if out is None else out.many,
+            on_sphere=ok and _guards.unit_rows(y_np),
         )  # fmt: skip
 
     return attempt
@@ -691,8 +704,9 @@ def _compiled_fixed_attempt(compiled: _CompiledStep, heads_at: Callable[[float],
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
         small_step = compiled.step(heads_at(t), model, 0.0, 1.0)
-        y_np, _, _, _ = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
-        return Trial(torch.from_numpy(y_np), 0.0)  # a non-finite state fails the loop's state guard
+        y_np, _, _, ok = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
+        # A non-finite state fails the loop's state guard (checked here already when it passes).
+        return Trial(torch.from_numpy(y_np), 0.0, on_sphere=ok and _guards.unit_rows(y_np))
 
     return attempt
 
