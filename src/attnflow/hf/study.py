@@ -56,6 +56,7 @@ from attnflow.core.errors import InputError
 from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.geometry import project_tangent
 from attnflow.core.heads import Heads
+from attnflow.core.memory import release_freed_memory
 from attnflow.hf.ablate import ABLATIONS, ablated_positions
 from attnflow.hf.flow import check_prompt, flow_through, real_positions, tokenize
 from attnflow.hf.importer import HFLayers, blocks, extract, load_model, norm_modules
@@ -788,6 +789,13 @@ def study_prompt(setup: StudySetup, ids: Sequence[int], index: int = 0) -> dict[
     }
 
 
+def _prompt_released(setup: StudySetup, ids: Sequence[int], index: int) -> dict[str, Any]:
+    """:func:`study_prompt`, then the heap's freed memory returned (:func:`~attnflow.core.memory.release_freed_memory`)."""
+    out = study_prompt(setup, ids, index)
+    release_freed_memory()
+    return out
+
+
 def run_study(
     path_or_name: str,
     prompts: Sequence[str],
@@ -822,17 +830,21 @@ def run_study(
         ids_all.append(ids)
     if not setup.layers.meta.pre_norm:  # post-norm: every prompt's head sequences are the same, built now
         processes(setup, np.ones(setup.layers.L))
+    # The heap's freed memory back to the system after the setup and after every prompt: without it
+    # the resident size grows with the prompts run (7.1 GB after 30 MiniLM prompts, 1.5 GB of them
+    # alive; attnflow.core.memory). No number changes.
+    release_freed_memory()
     setup_cpu = time.process_time() - start
     if use_dask:
         import dask
 
-        tasks = [dask.delayed(study_prompt)(setup, ids, k) for k, ids in enumerate(ids_all)]
+        tasks = [dask.delayed(_prompt_released)(setup, ids, k) for k, ids in enumerate(ids_all)]
         results = list(dask.compute(*tasks, scheduler="threads", num_workers=workers))
     else:
         results = []
         for k, ids in enumerate(ids_all):
             t0 = time.process_time()
-            results.append(study_prompt(setup, ids, k))
+            results.append(_prompt_released(setup, ids, k))
             if k == 0 and estimate is not None:
                 P = len(ids_all)
                 G = P if setup.gf_prompts is None else min(P, int(setup.gf_prompts))
