@@ -88,6 +88,90 @@ def test_hierarchical_ci_holds_the_draws_spread():
     assert 0.7 < (hi_v - lo_v) / 2 / draws_se < 1.3, ((hi_v - lo_v) / 2, draws_se)
 
 
+def _orders_values(P: int, K: int, rng: np.random.Generator, planted: dict[int, float] | None = None):
+    """Synthetic per-prompt statistics of ``flow`` ``(P,)`` and ``K`` layer orders ``(P, K)``: a prompt effect
+    (sd 0.05), an effect per order shared by every prompt (sd 0.05: the draws' spread, as in MiniLM's runs)
+    and noise (sd 0.01); ``planted``: draw -> a shift added to that order."""
+    prompt = rng.normal(0.0, 0.05, size=(P, 1))
+    draw = rng.normal(0.0, 0.05, size=(1, K))
+    for k, v in (planted or {}).items():
+        draw[0, k] += v
+    orders = 0.5 + prompt + draw + rng.normal(0.0, 0.01, size=(P, K))
+    return 0.6 + prompt[:, 0] + rng.normal(0.0, 0.01, size=P), orders
+
+
+def _orders_dataset(P: int, K: int, rng: np.random.Generator, planted: dict[int, float] | None = None):
+    """A study dataset of ``flow`` and ``K`` layer orders (:func:`_orders_values`), every measure the same numbers."""
+    import xarray as xr
+
+    from attnflow.hf.study import MEASURES
+
+    flow, orders = _orders_values(P, K, rng, planted)
+    vals = np.concatenate([flow[:, None], orders, orders.mean(1, keepdims=True)], 1)  # (P, V)
+    names = ["flow", *[f"shuffled_{k}" for k in range(K)], "shuffled"]
+    cube = np.repeat(vals[:, :, None], 3, axis=2)  # depths 0..2, the same value at each
+    return xr.Dataset(
+        {**{m: (("prompt", "variant", "depth"), cube) for m in MEASURES}, "n_tokens": (("prompt",), np.full(P, 10))},
+        coords={"prompt": np.arange(P), "variant": names, "depth": np.arange(3)},
+    )
+
+
+def test_split_half_control_contains_zero_only_when_the_ci_holds_the_draws():
+    """The control that can fail (issue 44): two random halves of the layer orders against each other,
+    expected 0. The hierarchical CI contains 0 at about its nominal rate; a prompt-only CI, which
+    ignores the orders' spread, excludes it almost always; a planted difference between the halves
+    makes the control fail."""
+    from attnflow.hf.study import bootstrap_ci, comparisons, hierarchical_ci, split_halves
+
+    P, K = 60, 100
+    # Through comparisons(): the row is the hierarchical CI of the paired halves, with 50 pairs of orders.
+    ds = _orders_dataset(P, K, np.random.default_rng(0))
+    rows = {(r.a, r.b, r.measure): r for r in comparisons(ds, n_boot=2000, seed=0, bands=False)}
+    ctrl = rows[("shuffled_half1", "shuffled_half2", "cos")]
+    a, b = split_halves(K, seed=0)
+    v = ds.cos.values[:, 1 : K + 1, 1:].mean(-1)  # (P, K): the orders' depth means
+    assert ctrl.draws == K // 2 and ctrl.n == P and abs(ctrl.diff - (v[:, a] - v[:, b]).mean()) < 1e-15
+    assert (ctrl.lo, ctrl.hi) == hierarchical_ci(v[:, a] - v[:, b], n_boot=2000, seed=0)
+    # Over 200 synthetic studies with no difference between the halves, the hierarchical CI contains 0
+    # at about its nominal rate, the prompt-only one rarely: the control fails a pipeline whose CI
+    # ignores the orders' spread. With a planted difference of 3 CI half-widths (each study's own) it
+    # fails the right pipeline too.
+    held = prompt_only = planted_found = 0
+    for rep in range(200):
+        _, v = _orders_values(P, K, np.random.default_rng(rep + 1))
+        a, b = split_halves(K, seed=rep)
+        d = v[:, a] - v[:, b]
+        lo, hi = hierarchical_ci(d, n_boot=400, seed=rep)
+        lo_p, hi_p = bootstrap_ci(d.mean(1), n_boot=400, seed=rep)
+        held += lo <= 0 <= hi
+        prompt_only += lo_p <= 0 <= hi_p
+        # A planted difference: the CI shifts with it (the bootstrap is translation-equivariant), so
+        # the shifted interval is the planted one's.
+        planted_found += lo + 3 * (hi - lo) / 2 > 0
+    assert 0.88 <= held / 200 <= 0.99, held  # 95% nominal; binomial sd 1.5%
+    assert prompt_only / 200 < 0.2, prompt_only
+    assert planted_found / 200 >= 0.95, planted_found
+    # The same planted difference through comparisons(), added to the orders of the first half.
+    shift = 3 * (ctrl.hi - ctrl.lo) / 2
+    first, _ = split_halves(K, seed=0)
+    planted = _orders_dataset(P, K, np.random.default_rng(0), {int(k): shift for k in first})
+    rows = {(r.a, r.b, r.measure): r for r in comparisons(planted, n_boot=2000, seed=0, bands=False)}
+    got = rows[("shuffled_half1", "shuffled_half2", "cos")]
+    assert abs(got.diff - ctrl.diff - shift) < 1e-12 and got.excludes_zero, (got, ctrl)
+    # Too few orders for 10 pairs: no split-half row (the tiny studies run 2 orders).
+    few = comparisons(_orders_dataset(P, 19, np.random.default_rng(0)), n_boot=200, bands=False)
+    assert not [r for r in few if r.a == "shuffled_half1"]
+
+
+def test_split_halves_are_disjoint_random_halves():
+    from attnflow.hf.study import split_halves
+
+    a, b = split_halves(101, seed=3)
+    assert len(a) == len(b) == 50 and not set(a) & set(b)
+    assert sorted(a) != list(range(50))  # at random, not the first half
+    assert [x.tolist() for x in split_halves(101, seed=3)] == [a.tolist(), b.tolist()]
+
+
 def test_low_rank_values_give_the_dense_field():
     from attnflow.core.heads import Heads
     from attnflow.hf.study import value_factors_of

@@ -339,7 +339,7 @@ _MEASURE = {
 _GROUPS = {
     "baseline": "flow vs baselines",
     "depth": "depth tests: does the layer order matter?",
-    "control": "control: identical layers (no order effect possible)",
+    "control": "controls: identical layers (zero by construction); two halves of the layer orders (expected 0)",
     "ablation": "ablations of the real network, and the flow, vs the model",
 }
 

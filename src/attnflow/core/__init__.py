@@ -20,7 +20,7 @@ _EXPORTS = {
     "Heads": "attnflow.core.heads",
     "as_heads": "attnflow.core.heads",
 }
-_SUBMODULES = ("arrays", "caller", "errors", "geometry", "heads", "threads", "tokens")
+_SUBMODULES = ("arrays", "caller", "errors", "geometry", "heads", "memory", "threads", "tokens")
 
 __all__ = [
     "Heads",
