@@ -28,6 +28,7 @@ import xarray as xr
 from attnflow.analysis.diagnostics import count_clusters
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import Heads
+from attnflow.core.trajectory import Trajectory
 from attnflow.dynamics.fields import velocity
 from attnflow.hf.importer import (
     HFImportError,
@@ -42,7 +43,6 @@ from attnflow.hf.importer import (
 from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
 from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
-from attnflow.io.trajectory import Trajectory
 from attnflow.io.zarr_guard import open_store
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import INTEGRATORS

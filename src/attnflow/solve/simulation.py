@@ -17,8 +17,8 @@ from attnflow.config.spec import RunSpec
 from attnflow.core.arrays import ArrayLike
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
-from attnflow.io.trajectory import Trajectory
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE
 from attnflow.solve.controllers import ConstantStep, PIController, positive, step_count

@@ -29,10 +29,10 @@ from attnflow.core.errors import FloatRangeError, Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
+from attnflow.core.trajectory import Trajectory
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
-from attnflow.io.trajectory import Trajectory
 from attnflow.kernels import small as _small
 from attnflow.kernels.announce import announce
 from attnflow.kernels.dispatch import KernelOptions

@@ -15,7 +15,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from attnflow.analysis.grid import CLUSTER_GRID_MAX_DIM, GRAM_BLOCK_TOKENS, component_labels_grid
-from attnflow.io.trajectory import Trajectory
+from attnflow.core.trajectory import Trajectory
 
 # Okabe-Ito-like qualitative palette, readable on white and for colour-blind viewers.
 PALETTE: tuple[str, ...] = (
