@@ -26,6 +26,7 @@ import torch
 import xarray as xr
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.config import defaults
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import Heads
 from attnflow.core.trajectory import Trajectory
@@ -302,7 +303,7 @@ def run_prompt(
     special_tokens: bool = True,
     steps_per_layer: int = 8,
     method: str = "euler",
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
     use_radius: bool = True,
     baseline_seed: int = 0,
     local_files_only: bool = True,

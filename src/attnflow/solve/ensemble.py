@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from attnflow.config import defaults
 from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
@@ -144,10 +145,10 @@ def simulate_ensemble(
     x0: ArrayLike,
     weights: WeightProcess | ArrayLike | Callable | Heads | Sequence[Any],
     *,
-    model: str = "gf",
+    model: str = defaults.MODEL,
     t_end: float,
     dt: float,
-    method: str = "rk4",
+    method: str = defaults.METHOD,
     save_every: int = 1,
     seeds: Sequence[int | None] | None = None,
     betas: ArrayLike | None = None,
@@ -218,7 +219,7 @@ def simulate_ensemble(
             method=method, save_every=every, token_weights=token_weights, head_weights=head_weights,
             options=options, progress=progress, threads=threads,
             controller=PIController(
-                1e-6 if rtol is None else rtol, 1e-9 if atol is None else atol, dt, dt_min, dt_max
+                defaults.RTOL if rtol is None else rtol, defaults.ATOL if atol is None else atol, dt, dt_min, dt_max
             ),
         )  # fmt: skip
     if any(v is not None for v in (rtol, atol, dt_min, dt_max)):
