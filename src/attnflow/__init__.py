@@ -3,8 +3,8 @@
 The mathematics is written out in ``docs/model.md``. The package is a pipeline, one subpackage a
 stage, each importing only the ones below it (``pyproject.toml``, ``[tool.importlinter]``)::
 
-    core -> weights -> config -> kernels -> dynamics -> schemes -> analysis -> io -> solve
-         -> pde -> viz -> runs -> sweep -> experiments | hf | bench -> cli
+    core -> weights -> kernels -> dynamics -> schemes -> config -> verdicts -> analysis -> io
+         -> solve -> pde -> viz -> runs -> sweep -> experiments | hf | bench -> cli
 
 The public API, re-exported here and loaded on first use (``import attnflow`` itself is cheap):
 

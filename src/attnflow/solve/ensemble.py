@@ -168,7 +168,11 @@ def simulate_ensemble(
 
     ``x0``: ``(B, N, d)`` or one ``(N, d)`` cloud shared by all members. ``weights``: one process
     (member ``b`` samples it with ``seeds[b]``) or a list of ``B`` processes. ``betas`` ``(B,)``
-    multiply every ``A_h`` (and ``V_h`` when ``V = A``). Member ``b`` equals
+    multiply every ``A_h`` (and ``V_h`` when ``V = A``; given values ``V_h`` are not scaled): ``beta``
+    has one meaning in attnflow, a factor of ``A_h``. A config's ``heads.beta`` is that factor folded
+    into the preset's matrices when they are built; ``betas[b]`` is a further factor on whatever
+    ``A_h`` the member is given, so member ``b`` of weights built at ``heads.beta = 4`` with
+    ``betas[b] = 0.5`` runs at ``A_h = 2 I`` (preset ``identity``). Member ``b`` equals
     ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the one loop of
     :func:`attnflow.simulate` (:func:`attnflow.solve.loop.integrate`, fixed steps): every state passes
     the state guard, float32 ensembles get the float32 check of each member; a failed state raises
