@@ -54,7 +54,10 @@ DESCRIPTIONS: dict[str, str] = {
     "heads.count": "Number of heads $H$.",
     "heads.preset": "Head matrices: `identity` ($A_h = \\beta I$), `gaussian` (not symmetric), `goe` "
     "(symmetric), or `file` (read from `heads.path`).",
-    "heads.beta": "Inverse temperature $\\beta$, folded into $A_h$.",
+    "heads.beta": "Inverse temperature $\\beta$, a factor folded into $A_h$ when the preset builds them "
+    "($\\beta I$, $\\beta G_h / \\sqrt{d}$, $\\beta$ times a GOE draw); not applied to `file` weights, "
+    "which are used as read. `simulate_ensemble(betas=...)` multiplies a member's $A_h$, this $\\beta$ "
+    "included, by a further factor.",
     "heads.path": "Weight file of `preset: file`: `.npy` holding $A$ of shape $(H, d, d)$, or `.npz` with "
     "`A` and an optional `V`; checked against `heads.count`, `tokens.d` and the model.",
     "heads.value": "Value matrices: $V_h = A_h$, $-A_h$ or $I$.",

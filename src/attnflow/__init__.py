@@ -3,8 +3,8 @@
 The mathematics is written out in ``docs/model.md``. The package is a pipeline, one subpackage a
 stage, each importing only the ones below it (``pyproject.toml``, ``[tool.importlinter]``)::
 
-    core -> weights -> config -> kernels -> dynamics -> schemes -> analysis -> io -> solve
-         -> pde -> viz -> runs -> sweep -> experiments | hf | bench -> cli
+    core -> weights -> kernels -> dynamics -> schemes -> config -> verdicts -> analysis -> io
+         -> solve -> pde -> viz -> runs -> sweep -> experiments | hf | bench -> cli
 
 The public API, re-exported here and loaded on first use (``import attnflow`` itself is cheap):
 
@@ -27,10 +27,13 @@ the flat paths of an unreleased earlier layout (``attnflow.fields``) do not exis
 
 from __future__ import annotations
 
+import os as _os
+from pathlib import Path as _Path
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from attnflow._version import __version__
 from attnflow.core.lazy import lazy_exports as _lazy_exports
+from attnflow.core.records import provide_format as _provide_format
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _EXPORTS: dict[str, str] = {
@@ -42,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "AttnflowError": "attnflow.core.errors",
     "INTEGRATORS": "attnflow.schemes.integrators",
     "simulate": "attnflow.solve.simulation",
-    "Trajectory": "attnflow.io.trajectory",
+    "Trajectory": "attnflow.core.trajectory",
     "load": "attnflow.io.trajectory",
     "edi_budget": "attnflow.analysis.edi",
     "EDIBudget": "attnflow.analysis.edi",
@@ -165,6 +168,34 @@ __all__ = [
 __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__, _SUBMODULES)
 
 
+class _RecordFormat:
+    """The :class:`Trajectory` record's conveniences that need the layers above it
+    (:class:`attnflow.core.records.RecordFormat`). The package root sits above every stage, so it
+    provides them here, importing each layer only when a convenience is used."""
+
+    def spec(self, raw: dict) -> object:
+        from attnflow.config.spec import RunSpec
+
+        return RunSpec.from_dict(raw)
+
+    def to_xarray(self, traj: Trajectory) -> object:
+        from attnflow.io.store import trajectory_to_dataset
+
+        return trajectory_to_dataset(traj)
+
+    def save(self, traj: Trajectory, path: str | _os.PathLike, *, overwrite: bool, figures: bool) -> _Path:
+        from attnflow.io.trajectory import save_trajectory
+
+        if not figures:
+            return save_trajectory(traj, path, overwrite=overwrite)
+        from attnflow.viz.plotting import plot_run
+
+        return save_trajectory(traj, path, overwrite=overwrite, figures=plot_run)
+
+
+_provide_format(_RecordFormat())
+
+
 if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
     from attnflow import hf, weights
     from attnflow.analysis.distances import (
@@ -179,6 +210,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     from attnflow.core import heads, tokens
     from attnflow.core.errors import AttnflowError
     from attnflow.core.heads import Heads
+    from attnflow.core.trajectory import Trajectory
     from attnflow.dynamics.fields import (
         energy,
         log_energy,
@@ -192,7 +224,7 @@ if _TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported 
     from attnflow.dynamics.infinite import GaussianHeads, GaussianOU, GaussianStatic
     from attnflow.hf import load_heads, to_gradient_flow
     from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
-    from attnflow.io.trajectory import Trajectory, load
+    from attnflow.io.trajectory import load
     from attnflow.kernels.dispatch import BACKENDS
     from attnflow.kernels.fastsum import FastSumResult, fast_attention_stats, fast_stats
     from attnflow.pde.growth import GrowthRates, linear_growth_rates

@@ -41,6 +41,13 @@ def test_import_contracts_hold():
     [
         ("core/geometry.py", "import attnflow.viz.plotting", "each stage imports only the stages below it BROKEN"),
         ("solve/guards.py", "from attnflow.solve import simulation", "No import cycle anywhere in the package BROKEN"),
+        # An annotation-only import counts too: the Trajectory record sits in core so that no stage
+        # below io needs one (dynamics.lipschitz had exactly this import before).
+        (
+            "dynamics/lipschitz.py",
+            "from typing import TYPE_CHECKING as _TC\nif _TC:\n    from attnflow.io.trajectory import load",
+            "each stage imports only the stages below it BROKEN",
+        ),
     ],
 )
 def test_import_contracts_reject_a_violation(tmp_path, module, line, broken):

@@ -16,6 +16,7 @@ from attnflow.analysis.grid import (
     _gram_tolerance,
     component_labels_grid,
 )
+from attnflow.config import defaults
 from attnflow.core.descriptions import DIAGNOSTICS
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import FieldStats, bulk_field_stats, field_stats
@@ -275,7 +276,7 @@ def state_diagnostics(
     w: torch.Tensor,
     v: torch.Tensor,
     *,
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
     options: KernelOptions | None = None,
     stats: FieldStats | None = None,
     gram_out: torch.Tensor | None = None,
@@ -327,7 +328,7 @@ def bulk_state_diagnostics(
     w: torch.Tensor,
     model: str,
     *,
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
 ) -> list[dict[str, float]]:
     """:func:`state_diagnostics` of ``S`` saved states at once: ``X`` ``(S, N, d)``, the plain heads'
     ``A`` and values ``V`` ``(S, H, d, d)`` (``None``: ``V = A``), the field of ``model`` made here.
@@ -353,7 +354,7 @@ def bulk_state_table(
     w: torch.Tensor,
     model: str,
     *,
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
 ) -> dict[str, np.ndarray]:
     """:func:`bulk_state_diagnostics` as columns, ``{name: (S,) float64}`` (the same numbers; no row
     dictionaries: what a trajectory keeps)."""

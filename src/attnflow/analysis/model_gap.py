@@ -15,7 +15,6 @@ statements, proven for ``gf``, transfer to ``mha`` only as far as this gap allow
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +23,7 @@ from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.core.arrays import ArrayLike
 from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
+from attnflow.core.trajectory import Trajectory
 from attnflow.dynamics.fields import field_stats, prepare
 
 
@@ -65,9 +65,9 @@ class TrajectoryGap:
         return float(self.max_angle.max())
 
 
-def trajectory_gap(gf: Any, mha: Any) -> TrajectoryGap:
+def trajectory_gap(gf: Trajectory, mha: Trajectory) -> TrajectoryGap:
     """Distance between two trajectories from the same tokens and heads, run with models ``gf`` and ``mha``
-    (anything with ``t``, ``x`` ``(S, N, d)``, ``token_weights`` and ``model``: a :class:`~attnflow.Trajectory`)."""
+    at the same saved times (a longer ``gf`` run over a shorter one's span: ``gf.first(len(mha.t))``)."""
     if getattr(gf, "model", "gf") != "gf" or getattr(mha, "model", "mha") != "mha":
         raise InputError(
             f"trajectory_gap compares a 'gf' run with an 'mha' run; got models {getattr(gf, 'model', '?')!r} and "

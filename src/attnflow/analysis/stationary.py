@@ -31,6 +31,7 @@ import torch
 from scipy.sparse.csgraph import connected_components
 
 from attnflow.analysis.diagnostics import CLUSTER_GRID_MAX_DIM, component_labels_grid
+from attnflow.config import defaults
 from attnflow.core.arrays import ArrayLike, like, to_tensor
 from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads
@@ -253,7 +254,7 @@ def classify_stationary(
     model: str = "gf",
     token_weights: ArrayLike | None = None,
     head_weights: ArrayLike | None = None,
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
     zero_rtol: float = 1e-6,
     stationary_tol: float = 1e-3,
     seed: int | None = None,

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.config import defaults
 from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.geometry import project_tangent
 from attnflow.core.tokens import uniform
@@ -64,7 +65,7 @@ class AdaptiveRun:
 
 def adaptive_run(
     x0: torch.Tensor, beta: float, t_end: float, rtol: float, atol: float, method: str = "dopri5",
-    save_times: list[float] | None = None, cluster_eps: float = 1e-3,
+    save_times: list[float] | None = None, cluster_eps: float = defaults.CLUSTER_EPS,
 ) -> AdaptiveRun:  # fmt: skip
     """Integrate with an embedded pair (FSAL stages reused); records the step sizes and cluster counts."""
     pair = ADAPTIVE[method]

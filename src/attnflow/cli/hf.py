@@ -13,6 +13,7 @@ from rich.table import Table
 
 from attnflow.cli.app import HF_RUN_FLAGS, HF_VERIFY_FLAGS, App, UserError, app, console, guarded, progress_bar, say
 from attnflow.cli.threads import threaded
+from attnflow.config import defaults
 
 hf = App(
     help=(
@@ -150,7 +151,9 @@ def run_(
     method: str = typer.Option(
         "euler", "--method", help="euler (default; its stages never see the next layer early), heun or rk4."
     ),
-    cluster_eps: float = typer.Option(1e-3, "--cluster-eps", help="Tokens with <x_i, x_j> > 1 - eps share a cluster."),
+    cluster_eps: float = typer.Option(
+        defaults.CLUSTER_EPS, "--cluster-eps", help="Tokens with <x_i, x_j> > 1 - eps share a cluster."
+    ),
     radius: bool = typer.Option(True, "--radius/--no-radius", help="Divide values by the real residual stream's size."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Write figures into the run folder."),

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from attnflow.config import defaults
 from attnflow.config.errors import ConfigError
 from attnflow.config.yamlsafe import YAMLLimitError, excerpt, load_yaml
 from attnflow.core.files import read_regular
@@ -147,10 +148,10 @@ class IntegrationConfig(_Strict):
 
     t_end: PositiveFloat = 10.0
     dt: PositiveFloat = 0.02
-    method: MethodName = "rk4"
+    method: MethodName = defaults.METHOD
     save_every: PositiveInt = 10
-    rtol: Annotated[float, Field(gt=0, lt=1)] = 1e-6
-    atol: Annotated[float, Field(ge=0)] = 1e-9
+    rtol: Annotated[float, Field(gt=0, lt=1)] = defaults.RTOL
+    atol: Annotated[float, Field(ge=0)] = defaults.ATOL
     dt_min: Annotated[float, Field(ge=0)] | None = None
     dt_max: PositiveFloat | None = None
 
@@ -183,14 +184,14 @@ class KernelConfig(_Strict):
 
 
 class DiagnosticsConfig(_Strict):
-    cluster_eps: Annotated[float, Field(gt=0, lt=2)] = 1e-3
+    cluster_eps: Annotated[float, Field(gt=0, lt=2)] = defaults.CLUSTER_EPS
 
 
 class RunConfig(_Strict):
     """A whole run: model, tokens, heads, weight process, integration, diagnostics, seed."""
 
     name: str = "run"
-    model: Literal["mha", "gf", "usa"] = "gf"
+    model: Literal["mha", "gf", "usa"] = defaults.MODEL
     seed: Annotated[int, Field(ge=0)] = 0
     dtype: Literal["float64", "float32"] = "float64"
     tokens: TokensConfig = TokensConfig()

@@ -21,6 +21,9 @@ DIAGNOSTICS: dict[str, str] = {
     "mean_inner": "mean_{i < j} <x_i, x_j>",
 }
 
+#: Diagnostics that count things: stored as integers, on disk and in a trajectory.
+INTEGER_DIAGNOSTICS = ("clusters",)
+
 #: The EDI per-step series (length = number of steps), name -> definition.
 STEP_SERIES: dict[str, str] = {
     "step_time": "t_{k+1}, the end of step k",

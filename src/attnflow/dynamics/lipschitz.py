@@ -20,16 +20,13 @@ rigorous; ``attnflow reproduce stability-input`` reports how far the measured gr
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnflow.core.arrays import ArrayLike
 from attnflow.core.errors import InputError
 from attnflow.core.heads import Heads, as_heads
-
-if TYPE_CHECKING:  # annotation only: trajectories are built two layers up
-    from attnflow.io.trajectory import Trajectory
+from attnflow.core.trajectory import Trajectory
 
 
 def lipschitz_bound(A: ArrayLike | Heads, V: ArrayLike | None = None, *, model: str = "gf") -> float:

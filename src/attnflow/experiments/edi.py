@@ -42,7 +42,6 @@ from typing import Annotated, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
-import xarray as xr
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.edi import edi_budget
@@ -64,8 +63,7 @@ from attnflow.experiments.common import (
     margin_below,
     margin_inside,
 )
-from attnflow.experiments.edi_variables import VARIABLES
-from attnflow.io.metadata import describe
+from attnflow.experiments.edi_variables import edi_dataset
 from attnflow.solve.simulation import simulate
 from attnflow.verdicts.stats import asymptotic_fit
 from attnflow.weights.processes import FromCallable, OrnsteinUhlenbeck, Oscillating, Sampled
@@ -145,10 +143,13 @@ def run_config(cfg: EdiParams | Mapping[str, Any], process: str, dt: float, seed
     weights = {
         "constant": {"process": "constant"},
         "oscillating": {
-            "process": "oscillating", "phase": "random", "shape": "goe", **p.oscillating.model_dump(mode="json")
+            "process": "oscillating",
+            "phase": "random",
+            "shape": "goe",
+            **p.oscillating.model_dump(mode="json"),
         },
         "ou": {"process": "ou", **p.ou.model_dump(mode="json", exclude={"seeds"})},
-    }[process]  # fmt: skip
+    }[process]
     return {
         "name": f"edi-{process}-dt{dt:g}-s{seed}",
         "model": "gf",
@@ -371,9 +372,25 @@ def _measure_edi(cfg: EdiParams | Mapping[str, Any], seed: int, progress: Progre
     cols = [dts.index(v) for v in fits["ou"][1]]
     order_ci = [float(v) for v in np.percentile([_order(fits["ou"][1], b[cols]) for b in boot_rel], [2.5, 97.5])]
     return _EdiRun(
-        params, dts, mid, seeds, total, cfgs, rel, ctrl, budgets, grid, refined, rel_ou,
-        per_seed, per_seed_ctrl, fits, orders, orders_ctrl, order_ci,
-    )  # fmt: skip
+        params,
+        dts,
+        mid,
+        seeds,
+        total,
+        cfgs,
+        rel,
+        ctrl,
+        budgets,
+        grid,
+        refined,
+        rel_ou,
+        per_seed,
+        per_seed_ctrl,
+        fits,
+        orders,
+        orders_ctrl,
+        order_ci,
+    )
 
 
 def _order_margin(p: str, order: float) -> float:
@@ -553,23 +570,6 @@ def _edi_figure(r: _EdiRun) -> Any:
     return fig
 
 
-def _edi_dataset(r: _EdiRun) -> xr.Dataset:
-    rel, ctrl = r.rel, r.ctrl
-    procs = list(PROCESSES)
-    all_dt = r.grid["constant"]  # the base steps, then the refined ones (OU: the base steps only, NaN beyond)
-    pad = lambda v: np.concatenate([v, np.full(len(all_dt) - len(v), np.nan)])
-    ds = xr.Dataset(
-        {
-            "relative_residual": (("process", "dt"), np.stack([pad(rel[p]) for p in procs])),
-            "control_relative_residual": (("process", "dt"), np.stack([pad(ctrl[p]) for p in procs])),
-            "ou_relative_residual": (("ou_seed", "dt"), np.stack([pad(row) for row in r.rel_ou])),
-        },
-        coords={"process": procs, "dt": all_dt, "ou_seed": r.seeds},
-    )
-    describe(ds, VARIABLES)
-    return ds
-
-
 def experiment_edi(
     cfg: EdiParams | Mapping[str, Any], *, seed: int = 0, progress: Progress | None = None
 ) -> ExperimentResult:
@@ -579,7 +579,7 @@ def experiment_edi(
     preds = [_edi_prediction(r, p) for p in PROCESSES]
     _edi_explain(r, preds)
     fig = _edi_figure(r)
-    ds = _edi_dataset(r)
+    ds = edi_dataset(list(PROCESSES), r.rel, r.ctrl, r.rel_ou, r.grid["constant"], r.seeds)
     res = ExperimentResult(
         "edi", headline, preds, figures={"edi": fig}, configs=r.cfgs, dataset=ds, parameters=r.params.to_dict()
     )

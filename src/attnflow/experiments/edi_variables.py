@@ -1,6 +1,14 @@
-"""The ``edi`` experiment's dataset variables (:mod:`attnflow.experiments.edi` writes them)."""
+"""The ``edi`` experiment's dataset: its variables and :func:`edi_dataset` (:mod:`attnflow.experiments.edi`
+writes it)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from attnflow.io.metadata import describe
 
 #: name -> (long_name, units, description) of the dataset's variables and coordinates.
 VARIABLES: dict[str, tuple[str, str, str]] = {
@@ -33,3 +41,27 @@ VARIABLES: dict[str, tuple[str, str, str]] = {
         "relative EDI residual of each OU seed's run (one Brownian path per seed, the same path for every dt)",
     ),
 }
+
+
+def edi_dataset(
+    procs: Sequence[str],
+    rel: Mapping[str, np.ndarray],
+    ctrl: Mapping[str, np.ndarray],
+    rel_ou: np.ndarray,
+    all_dt: Sequence[float],
+    seeds: Sequence[int],
+) -> xr.Dataset:
+    """The relative EDI residuals (:data:`VARIABLES`) per process and step ``dt`` (``rel_ou``: per OU seed,
+    ``(seeds, dts)``): ``all_dt`` the base steps
+    then the refined ones; a process measured on fewer steps (OU: the base steps only) is NaN beyond."""
+    pad = lambda v: np.concatenate([v, np.full(len(all_dt) - len(v), np.nan)])
+    ds = xr.Dataset(
+        {
+            "relative_residual": (("process", "dt"), np.stack([pad(rel[p]) for p in procs])),
+            "control_relative_residual": (("process", "dt"), np.stack([pad(ctrl[p]) for p in procs])),
+            "ou_relative_residual": (("ou_seed", "dt"), np.stack([pad(row) for row in rel_ou])),
+        },
+        coords={"process": list(procs), "dt": all_dt, "ou_seed": seeds},
+    )
+    describe(ds, VARIABLES)
+    return ds

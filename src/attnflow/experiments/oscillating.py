@@ -40,6 +40,7 @@ from attnflow.analysis.lockin import (
 from attnflow.analysis.lockin import design as lockin_design
 from attnflow.analysis.relaxation import Settling, Window
 from attnflow.core.errors import InputError
+from attnflow.core.trajectory import Trajectory
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt
 from attnflow.experiments.relax_figures import figure_lockin, figure_osc, figure_snapshots
 from attnflow.experiments.relax_runs import (
@@ -66,7 +67,6 @@ from attnflow.experiments.relax_runs import (
     slope_floor,
 )
 from attnflow.io.store import trajectory_to_dataset
-from attnflow.io.trajectory import Trajectory
 from attnflow.verdicts.margins import margin_above, margin_below, margin_inside
 from attnflow.weights.processes import OrnsteinUhlenbeck
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from attnflow.analysis.relaxation import (
     transient_window,
     window_indices,
 )
+from attnflow.core.trajectory import Trajectory
 from attnflow.dynamics.infinite import GaussianHeads
 from attnflow.experiments.common import ExperimentResult, Prediction, Progress, fmt
 from attnflow.experiments.relax_figures import figure_ou, figure_snapshots
@@ -60,7 +60,6 @@ from attnflow.experiments.relax_runs import (
 )
 from attnflow.experiments.settle_row import SETTLE_CONTINUATIONS, SettleStage, settle_row, undecided_looks
 from attnflow.io.store import trajectory_to_dataset
-from attnflow.io.trajectory import Trajectory
 from attnflow.verdicts.margins import MIN_MARGIN, margin_above, margin_below
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
@@ -235,7 +234,7 @@ def _measure_ou(cfg: RelaxationParams, seed: int, progress: Progress | None) -> 
     traj, osc, ou = trajs["ou"], trajs["oscillating"], procs["ou"]
     mha = runs["ou-mha"]
     m = len(mha.t)  # the mha twin runs t_end only: the gap is measured over that span
-    gap = trajectory_gap(SimpleNamespace(t=traj.t[:m], x=traj.x[:m], token_weights=traj.token_weights, model="gf"), mha)
+    gap = trajectory_gap(traj.first(m), mha)
     field_gaps = [field_gap(traj.x[k], traj.A[k]) for k in (0, len(traj.t) - 1)]
     if progress:
         progress(1, 2, "stationarity and settling")

@@ -50,6 +50,7 @@ from attnflow.analysis.relaxation import (
     slow_rate,
     window_indices,
 )
+from attnflow.config import defaults
 from attnflow.core.errors import InputError
 from attnflow.core.heads import goe_heads
 from attnflow.core.tokens import uniform
@@ -224,7 +225,7 @@ def continued(traj, process, t_add: float, it: RelaxIntegration | Mapping[str, A
     stepped with ``it``'s ``dt`` and ``save_every``."""
     it = _integration(it)
     nxt = simulate(
-        traj.x[-1], process, model=traj.model, t_end=t_add, dt=it.dt, method="rk4", save_every=it.save_every,
+        traj.x[-1], process, model=traj.model, t_end=t_add, dt=it.dt, method=defaults.METHOD, save_every=it.save_every,
         seed=seed,
     )  # fmt: skip
     shift = float(traj.t[-1])
@@ -271,10 +272,14 @@ def simulate_pair(cfg_yaml: str, seed: int):
     it = p.integration
     t_end, dt, save_every = it.t_end, it.dt, it.save_every
     trajs = {
-        "ou": simulate(x0, ou, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every, seed=s_noise),
-        "oscillating": simulate(x0, osc, model="gf", t_end=t_end, dt=dt, method="rk4", save_every=save_every),
+        "ou": simulate(
+            x0, ou, model="gf", t_end=t_end, dt=dt, method=defaults.METHOD, save_every=save_every, seed=s_noise
+        ),
+        "oscillating": simulate(x0, osc, model="gf", t_end=t_end, dt=dt, method=defaults.METHOD, save_every=save_every),
         # The same heads in real multi-head attention: the gf/mha gap is measured, not assumed away (over t_end).
-        "ou-mha": simulate(x0, ou, model="mha", t_end=t_end, dt=dt, method="rk4", save_every=save_every, seed=s_noise),
+        "ou-mha": simulate(
+            x0, ou, model="mha", t_end=t_end, dt=dt, method=defaults.METHOD, save_every=save_every, seed=s_noise
+        ),
     }
     # The run's length follows its own relaxation time: continue both runs (OU with fresh noise from its last
     # heads, a Markov continuation; the oscillating weights at their phase) while the late window would hold
@@ -354,7 +359,7 @@ def wander_scale(traj, ou: OrnsteinUhlenbeck, k: int, replicas: int, dt: float, 
     # One batched run (member r equals the single run with seed r's noise): the replicas cost one loop.
     ens = simulate_ensemble(
         traj.x[k], OrnsteinUhlenbeck(ou.A_bar, ou.rate, ou.sigma, A0=traj.A[k]), model=traj.model, t_end=n * dt,
-        dt=dt, method="rk4", save_every=n, seeds=[segment_seed(seed, 1000 + r) for r in range(replicas)],
+        dt=dt, method=defaults.METHOD, save_every=n, seeds=[segment_seed(seed, 1000 + r) for r in range(replicas)],
     )  # fmt: skip
     return np.array([float(wasserstein_sphere(traj.x[-1], xr, a=a, b=a).value) for xr in ens.x[-1]])
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.config import RunConfig, build, parse_config
-from attnflow.io.trajectory import Trajectory
+from attnflow.core.trajectory import Trajectory
 from attnflow.solve.simulation import simulate
 from attnflow.verdicts.stats import early_mean, late_mean  # noqa: F401  (their home is verdicts.stats)
 

@@ -24,6 +24,7 @@ from attnflow.analysis.relaxation import (
     settling,
     settling_window,
 )
+from attnflow.config import defaults
 from attnflow.experiments.common import fmt
 from attnflow.experiments.relax_runs import (
     ParamsLike,
@@ -196,7 +197,7 @@ def _settle_row_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
     s_ctrl = segment_seed(s_noise, 700)
     proc_c = control_process(ou, turn, s_ctrl)
     c = simulate(
-        o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method="rk4", save_every=it.save_every,
+        o.x[0], proc_c, model="gf", t_end=float(o.t[-1]), dt=dt, method=defaults.METHOD, save_every=it.save_every,
         seed=s_ctrl,
     )  # fmt: skip
     # Look 0: the runs every other row uses, with the window and replicas of settled_runs (the same numbers), unless the

@@ -26,8 +26,10 @@ import torch
 import xarray as xr
 
 from attnflow.analysis.diagnostics import count_clusters
+from attnflow.config import defaults
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import Heads
+from attnflow.core.trajectory import Trajectory
 from attnflow.dynamics.fields import velocity
 from attnflow.hf.importer import (
     HFImportError,
@@ -42,7 +44,6 @@ from attnflow.hf.importer import (
 from attnflow.hf.measures import head_activity, measure_path, random_heads, relative_jumps
 from attnflow.hf.sphere import on_sphere, value_factors
 from attnflow.io.metadata import describe
-from attnflow.io.trajectory import Trajectory
 from attnflow.io.zarr_guard import open_store
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import INTEGRATORS
@@ -302,7 +303,7 @@ def run_prompt(
     special_tokens: bool = True,
     steps_per_layer: int = 8,
     method: str = "euler",
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
     use_radius: bool = True,
     baseline_seed: int = 0,
     local_files_only: bool = True,

@@ -20,6 +20,7 @@ import numpy as np
 import xarray as xr
 import yaml
 
+from attnflow.core.trajectory import Trajectory
 from attnflow.hf.flow import COMPARISON, Comparison
 from attnflow.hf.plot import plot_comparison, plot_heads
 from attnflow.io.readers import FACTORED, factored_heads
@@ -33,7 +34,6 @@ from attnflow.io.store import (
     trajectory_to_dataset,
     write_dataset,
 )
-from attnflow.io.trajectory import Trajectory
 from attnflow.viz.plotting import plot_run
 from attnflow.weights.processes import Layers
 

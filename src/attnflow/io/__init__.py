@@ -1,5 +1,5 @@
-"""Run folders and checkpoint files: the :class:`Trajectory` record (:mod:`.trajectory`), the saved
-format (:mod:`.store`: Zarr dataset, config, provenance, atomic writes) and checkpoints
+"""Run folders and checkpoint files: the disk format of the :class:`Trajectory` record
+(:mod:`.trajectory`; the record itself is :mod:`attnflow.core.trajectory`), the saved format (:mod:`.store`: Zarr dataset, config, provenance, atomic writes) and checkpoints
 (:mod:`.checkpoint`). Nothing here draws figures.
 
 Loaded on first use (PEP 562): checking a folder (:mod:`.safety`, :mod:`.store`'s folder checks,
@@ -31,14 +31,13 @@ _EXPORTS: dict[str, str] = {
         ],
         "attnflow.io.store",
     ),
-    **dict.fromkeys(["FIGURE_WRITER", "Trajectory", "dataset_to_trajectory", "load"], "attnflow.io.trajectory"),
+    **dict.fromkeys(["Trajectory", "dataset_to_trajectory", "load", "save_trajectory"], "attnflow.io.trajectory"),
 }
 
 __all__ = [
     "CONFIG",
     "DATASET",
     "FIGURES",
-    "FIGURE_WRITER",
     "PROVENANCE",
     "Checkpoint",
     "Checkpointer",
@@ -52,6 +51,7 @@ __all__ = [
     "provenance_record",
     "save_checkpoint",
     "save_run",
+    "save_trajectory",
     "trajectory_to_dataset",
     "write_dataset",
 ]
@@ -75,4 +75,4 @@ if _TYPE_CHECKING:
         trajectory_to_dataset,
         write_dataset,
     )
-    from attnflow.io.trajectory import FIGURE_WRITER, Trajectory, dataset_to_trajectory, load
+    from attnflow.io.trajectory import Trajectory, dataset_to_trajectory, load, save_trajectory

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attnflow.core.descriptions import DIAGNOSTICS, STEP_SERIES
+from attnflow.core.descriptions import INTEGER_DIAGNOSTICS as _INTEGER_DIAGNOSTICS
 
 #: The attributes each variable and coordinate carries.
 REQUIRED_ATTRS = ("long_name", "units", "description")
@@ -60,8 +61,8 @@ RUN_VARIABLES: dict[str, tuple[str, str, str]] = {
     **{k: (_STEP_NAMES.get(k, k), "1", v) for k, v in STEP_SERIES.items()},
 }
 
-#: Diagnostics that count things: stored as integers.
-INTEGER_DIAGNOSTICS = ("clusters",)
+#: Diagnostics that count things: stored as integers (defined beside the diagnostics, re-exported here).
+INTEGER_DIAGNOSTICS = _INTEGER_DIAGNOSTICS
 
 
 def describe(ds: Any, table: Mapping[str, tuple[str, str, str]]) -> Any:

@@ -43,6 +43,7 @@ import yaml
 
 from attnflow._version import __version__
 from attnflow.core.errors import Hint, InputError, UnsafeInputError, hinted
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.metadata import INTEGER_DIAGNOSTICS, RUN_VARIABLES, describe, jsonable_attr
 from attnflow.io.safety import (
     MAX_TEXT,
@@ -58,10 +59,8 @@ from attnflow.io.safety import (
     scan_folder,
 )
 
-if TYPE_CHECKING:  # the record type only; a trajectory module imports this one
+if TYPE_CHECKING:
     import xarray as xr
-
-    from attnflow.io.trajectory import Trajectory
 
 #: The global ``Conventions`` attribute of every dataset attnflow writes (CF metadata conventions).
 CF_CONVENTIONS = "CF-1.10"

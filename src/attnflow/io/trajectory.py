@@ -1,19 +1,18 @@
-"""The simulated flow as data: :class:`Trajectory`, and :func:`load` to read a run folder back.
+"""The disk format of a :class:`Trajectory`: :func:`save_trajectory` writes a run folder,
+:func:`load` reads one back.
 
-A trajectory knows how to write its data (:mod:`attnflow.io.store`). Figures belong to the figure
-layer (:mod:`attnflow.viz`), which sits above this one: ``traj.save(path, figures=True)`` calls the
-fixed writer :data:`FIGURE_WRITER`, imported only when figures are asked for, so the data layer
-never imports the figures. Nothing read from a folder names code: a dataset that stores its heads
+The record itself is :class:`attnflow.core.trajectory.Trajectory` (re-exported here, so
+``from attnflow.io.trajectory import Trajectory`` keeps working). Figures belong to the figure layer
+(:mod:`attnflow.viz`), which sits above this one: :func:`save_trajectory` takes the figure writer as
+a function and names none. Nothing read from a folder names code: a dataset that stores its heads
 compactly chooses a reader from the closed registry :data:`attnflow.io.readers.HEADS_READERS`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +20,10 @@ import numpy as np
 import yaml
 
 from attnflow.config.errors import ConfigError
-from attnflow.config.spec import RunSpec
 from attnflow.config.yamlsafe import load_yaml
 from attnflow.core.descriptions import DIAGNOSTICS, STEP_SERIES
 from attnflow.core.errors import InputError, UnsafeInputError
+from attnflow.core.trajectory import DeferredDiagnostics, Trajectory  # noqa: F401  (re-exported: their home is core)
 from attnflow.io.readers import heads_reader
 from attnflow.io.safety import check_name, check_text, scan_folder
 from attnflow.io.store import (
@@ -38,7 +37,6 @@ from attnflow.io.store import (
     read_json,
     read_small_text,
     save_run,
-    trajectory_to_dataset,
     verify_run,
     zarr_metadata,
 )
@@ -47,160 +45,25 @@ from attnflow.io.zarr_guard import check_store, open_store
 if TYPE_CHECKING:  # torch and xarray load where a trajectory is rebuilt or read, not at import
     import xarray as xr
 
-    from attnflow.core.heads import Heads
 
-#: The ``writer(traj, folder)`` that ``Trajectory.save(figures=True)`` calls to draw ``figures/``
-#: (:func:`attnflow.viz.plotting.plot_run`). A constant of the code, never read from data.
-FIGURE_WRITER = "attnflow.viz.plotting:plot_run"
-
-
-def figure_writer() -> Callable[[Any, Path], Any]:
-    """The figure writer ``traj.save(figures=True)`` calls (:data:`FIGURE_WRITER`, a fixed function)."""
-    module, _, name = FIGURE_WRITER.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-class DeferredDiagnostics:
-    """The diagnostics table of a :class:`Trajectory`, made on first use: ``make()`` returns it.
-
-    A run whose saved states' diagnostics are made in bulk (``provenance["deferred_diagnostics"]``)
-    hands this to its trajectory instead of the table, so a caller that reads only the states does
-    not pay for them (issue 43: at ``N = 32`` with 301 saves, 2.7 ms of a 9.3 ms run). The numbers
-    are the same whenever they are made."""
-
-    __slots__ = ("make",)
-
-    def __init__(self, make: Callable[[], dict[str, np.ndarray]]) -> None:
-        self.make = make
-
-
-@dataclass
-class Trajectory:
-    """A simulated token flow at its save times.
-
-    ``t`` ``(S,)``; ``x`` ``(S, N, d)``; ``A`` and ``V`` ``(S, H, d, d)`` the heads at those times
-    (``V = None`` when ``V = A`` throughout); ``diagnostics[name]`` ``(S,)`` (see
-    :data:`attnflow.diagnostics.DIAGNOSTICS`); masses ``token_weights`` ``(N,)``, ``head_weights`` ``(H,)``.
-    ``diagnostics`` may be given as a :class:`DeferredDiagnostics`: the table is then made when
-    ``traj.diagnostics`` is first read (or the trajectory is pickled or copied).
-    """
-
-    t: np.ndarray
-    x: np.ndarray
-    A: np.ndarray
-    V: np.ndarray | None
-    diagnostics: dict[str, np.ndarray]
-    token_weights: np.ndarray
-    head_weights: np.ndarray
-    model: str
-    method: str
-    dt: float
-    seed: int | None = None
-    config: dict[str, Any] | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    #: Per-step series (length = number of steps) for the EDI budget, see :data:`attnflow.edi.STEP_SERIES`.
-    steps: dict[str, np.ndarray] = field(default_factory=dict)
-    steps_info: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.diagnostics, DeferredDiagnostics):  # made on first read (__getattr__)
-            self.__dict__["_deferred_diagnostics"] = self.__dict__.pop("diagnostics")
-            return
-        self._whole_counts()
-
-    def __getattr__(self, name: str) -> Any:
-        # Called only for attributes not set: a deferred table is made here, once.
-        deferred = self.__dict__.pop("_deferred_diagnostics", None) if name == "diagnostics" else None
-        if deferred is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        self.__dict__["diagnostics"] = deferred.make()
-        self._whole_counts()
-        return self.__dict__["diagnostics"]
-
-    def __getstate__(self) -> dict[str, Any]:
-        """A pickled (or copied) trajectory carries its diagnostics, not the recipe for them."""
-        self.diagnostics  # noqa: B018 - made here if deferred
-        return self.__dict__
-
-    def _whole_counts(self) -> None:
-        # Counts (clusters) are whole numbers, as on disk: integers here too, unless a value is missing.
-        from attnflow.io.metadata import INTEGER_DIAGNOSTICS
-
-        for name in INTEGER_DIAGNOSTICS:
-            values = self.diagnostics.get(name)
-            if values is not None and np.all(np.isfinite(values)):
-                self.diagnostics[name] = np.rint(np.asarray(values)).astype(np.int64)
-
-    def __repr__(self) -> str:
-        """A one-line summary (the arrays are in the fields: ``traj.x``, ``traj.diagnostics``, ...)."""
-        t = self.t
-        span = f"t={t[0]:g}..{t[-1]:g}" if len(t) else "t=()"
-        steps = self.provenance.get("steps")
-        if steps is None and self.steps:
-            steps = len(next(iter(self.steps.values())))
-        return (
-            f"Trajectory(model={self.model!r}, method={self.method!r}, N={self.N}, d={self.d}, H={self.H}, "
-            f"{span}, saved_times={len(t)}, dt={self.dt:g}{'' if steps is None else f', steps={steps}'}, "
-            f"seed={self.seed})"
-        )
-
-    def _repr_html_(self) -> str:
-        """The notebook view: sizes, times, model, and the first and last value of each diagnostic."""
-        from attnflow.core.html import html_table
-
-        t = self.t
-        rows: list[tuple[str, object]] = [
-            ("model, method", f"{self.model}, {self.method} (dt = {self.dt:g})"),
-            ("tokens N, dimension d, heads H", f"{self.N}, {self.d}, {self.H}"),
-            ("saved times", f"{len(t)}: t = {t[0]:g} .. {t[-1]:g}" if len(t) else "none"),
-            ("seed", self.seed),
-        ]
-        rows += [(name, np.asarray(v)) for name, v in self.diagnostics.items()]
-        return html_table("Trajectory", rows)
-
-    @property
-    def spec(self) -> RunSpec | None:
-        """The typed record of every parameter the run was made with (:class:`~attnflow.config.spec.RunSpec`),
-        ``None`` for runs that did not record one (made before it existed, or assembled by hand)."""
-        raw = self.provenance.get("spec")
-        return None if raw is None else RunSpec.from_dict(raw)
-
-    @property
-    def N(self) -> int:
-        return int(self.x.shape[1])
-
-    @property
-    def d(self) -> int:
-        return int(self.x.shape[2])
-
-    @property
-    def H(self) -> int:
-        return int(self.A.shape[1])
-
-    def heads_at(self, k: int) -> Heads:
-        """The heads at save index ``k`` as a :class:`Heads`."""
-        import torch
-
-        from attnflow.core.heads import Heads
-
-        A = torch.from_numpy(self.A[k])
-        return Heads(K=A, V=None if self.V is None else torch.from_numpy(self.V[k]))
-
-    def to_xarray(self) -> xr.Dataset:
-        """An ``xarray.Dataset`` with dims ``time, token, dim, head, row, col``."""
-        return trajectory_to_dataset(self)
-
-    def save(self, path: str | os.PathLike, *, overwrite: bool = False, figures: bool = True) -> Path:
-        """Write the run folder (Zarr dataset, config YAML, provenance and, with ``figures``, the
-        figures of :data:`FIGURE_WRITER`) atomically."""
-        draw = figure_writer() if figures else None
-        return save_run(
-            self,
-            path,
-            overwrite=overwrite,
-            extra=None if draw is None else lambda tmp: draw(self, tmp / FIGURES),
-            summary=write_summary,
-        )
+def save_trajectory(
+    traj: Trajectory,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    figures: Callable[[Trajectory, Path], object] | None = None,
+) -> Path:
+    """Write ``traj`` as a run folder (Zarr dataset, config YAML, provenance, ``summary.json``)
+    atomically; ``figures(traj, folder)``, when given, draws ``figures/`` before the folder is sealed
+    (the data layer names no figure code: ``traj.save(figures=True)`` passes
+    :func:`attnflow.viz.plotting.plot_run`)."""
+    return save_run(
+        traj,
+        path,
+        overwrite=overwrite,
+        extra=None if figures is None else lambda tmp: figures(traj, tmp / FIGURES),
+        summary=write_summary,
+    )
 
 
 def check_attrs(attrs: dict, config: dict | None, where: str) -> dict[str, Any]:

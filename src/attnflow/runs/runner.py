@@ -26,25 +26,23 @@ import yaml
 
 from attnflow.config import ConfigError, RunConfig, build, load_config
 from attnflow.core.caller import AttnflowWarning
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.checkpoint import CHECKPOINT, Checkpoint, Checkpointer, load_checkpoint, save_checkpoint
 from attnflow.io.lock import output_lock, refuse_if_busy
 from attnflow.io.safety import atomic_write, scan_folder
 from attnflow.io.store import (
     CONFIG,
     DATASET,
-    FIGURES,
     PROVENANCE,
     clean_leftovers,
     folder_kind,
     provenance_record,
     read_provenance,
     read_small_text,
-    save_run,
     trajectory_to_dataset,
     what_it_is,
     write_dataset,
 )
-from attnflow.io.trajectory import Trajectory
 from attnflow.runs.folders import check_out, folder_status
 from attnflow.solve.guards import NumericalInstability, PrecisionWarning, StabilityWarning, trajectory_problem
 from attnflow.solve.preflight import Estimate, estimate, preflight
@@ -114,10 +112,9 @@ def _simulate_into(
             trajectory=e.trajectory,
         ) from None
     traj.seed = cfg.seed
-    from attnflow.io.trajectory import write_summary
+    from attnflow.io.trajectory import save_trajectory
 
-    draw = (lambda tmp: plot_run(traj, tmp / FIGURES)) if figures else None
-    save_run(traj, final, overwrite=True, extra=draw, summary=write_summary)
+    save_trajectory(traj, final, overwrite=True, figures=plot_run if figures else None)
     if final != out:
         shutil.rmtree(out, ignore_errors=True)
     return traj

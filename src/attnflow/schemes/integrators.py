@@ -11,40 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
 
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import retract
-from attnflow.core.heads import Heads
-from attnflow.kernels.dispatch import KernelOptions
+from attnflow.schemes.field import Field
 from attnflow.schemes.jko import jko_field_step
-
-
-class Field(Protocol):
-    """What a stepper is given: the field ``v_t(x)`` plus what defines it (for implicit schemes)."""
-
-    # Read-only members, so that frozen dataclasses qualify too.
-    @property
-    def model(self) -> str: ...
-
-    @property
-    def a(self) -> torch.Tensor:
-        """Token masses ``(N,)``."""
-
-    @property
-    def w(self) -> torch.Tensor:
-        """Head masses ``(H,)``."""
-
-    @property
-    def options(self) -> KernelOptions | None:
-        """How the kernel evaluates the field (``None``: the defaults)."""
-
-    def __call__(self, t: float, x: torch.Tensor) -> torch.Tensor: ...
-
-    def heads_at(self, t: float) -> Heads: ...
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ lower ``F + cost``, and the cost is non-negative).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,9 +26,7 @@ from attnflow.core.geometry import geodesic_distance_sq, project_tangent, retrac
 from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import field_stats, prepare
 from attnflow.kernels.dispatch import KernelOptions
-
-if TYPE_CHECKING:  # annotation only: the integrators module registers this stepper
-    from attnflow.schemes.integrators import Field
+from attnflow.schemes.field import Field
 
 
 def _energy_t(

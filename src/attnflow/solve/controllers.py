@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from attnflow.config import defaults
 from attnflow.core.errors import Hint, InputError
 
 __all__ = ["ConstantStep", "PIController", "PIState", "FixedState", "positive"]
@@ -55,8 +56,8 @@ class PIController:
     ``dt_min`` / ``dt_max`` bound the step (``dt_max``: the save spacing when ``None``, see
     :func:`attnflow.solve.solver.solve`)."""
 
-    rtol: float = 1e-6
-    atol: float = 1e-9
+    rtol: float = defaults.RTOL
+    atol: float = defaults.ATOL
     dt0: float = 0.01
     dt_min: float | None = None
     dt_max: float | None = None

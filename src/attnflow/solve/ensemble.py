@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from attnflow.config import defaults
 from attnflow.core.arrays import ArrayLike, to_numpy
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
@@ -144,10 +145,10 @@ def simulate_ensemble(
     x0: ArrayLike,
     weights: WeightProcess | ArrayLike | Callable | Heads | Sequence[Any],
     *,
-    model: str = "gf",
+    model: str = defaults.MODEL,
     t_end: float,
     dt: float,
-    method: str = "rk4",
+    method: str = defaults.METHOD,
     save_every: int = 1,
     seeds: Sequence[int | None] | None = None,
     betas: ArrayLike | None = None,
@@ -167,7 +168,11 @@ def simulate_ensemble(
 
     ``x0``: ``(B, N, d)`` or one ``(N, d)`` cloud shared by all members. ``weights``: one process
     (member ``b`` samples it with ``seeds[b]``) or a list of ``B`` processes. ``betas`` ``(B,)``
-    multiply every ``A_h`` (and ``V_h`` when ``V = A``). Member ``b`` equals
+    multiply every ``A_h`` (and ``V_h`` when ``V = A``; given values ``V_h`` are not scaled): ``beta``
+    has one meaning in attnflow, a factor of ``A_h``. A config's ``heads.beta`` is that factor folded
+    into the preset's matrices when they are built; ``betas[b]`` is a further factor on whatever
+    ``A_h`` the member is given, so member ``b`` of weights built at ``heads.beta = 4`` with
+    ``betas[b] = 0.5`` runs at ``A_h = 2 I`` (preset ``identity``). Member ``b`` equals
     ``simulate(x0[b], beta_b * weights, seed=seeds[b], ...)``. The steps run in the one loop of
     :func:`attnflow.simulate` (:func:`attnflow.solve.loop.integrate`, fixed steps): every state passes
     the state guard, float32 ensembles get the float32 check of each member; a failed state raises
@@ -218,7 +223,7 @@ def simulate_ensemble(
             method=method, save_every=every, token_weights=token_weights, head_weights=head_weights,
             options=options, progress=progress, threads=threads,
             controller=PIController(
-                1e-6 if rtol is None else rtol, 1e-9 if atol is None else atol, dt, dt_min, dt_max
+                defaults.RTOL if rtol is None else rtol, defaults.ATOL if atol is None else atol, dt, dt_min, dt_max
             ),
         )  # fmt: skip
     if any(v is not None for v in (rtol, atol, dt_min, dt_max)):

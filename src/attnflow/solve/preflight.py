@@ -25,6 +25,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from attnflow.config import defaults
 from attnflow.config.errors import ConfigError
 from attnflow.config.schema import RunConfig
 from attnflow.schemes.integrators import evaluations_per_step
@@ -106,7 +107,7 @@ def estimate(cfg: RunConfig | dict, *, available_bytes: float | None = None) -> 
     saved = math.floor(steps / float(integ["save_every"])) + 2.0 if math.isfinite(steps) else math.inf
     item = 8.0 if c.get("dtype", "float64") == "float64" else 4.0
     recorded = 3.0 * saved * (N * d + 2.0 * H * d * d + 16.0) * 8.0
-    stages = evaluations_per_step(str(integ.get("method", "rk4")))
+    stages = evaluations_per_step(str(integ.get("method", defaults.METHOD)))
     working = (stages + 6.0) * N * d * item + 4.0 * H * N * d * item + 6.0 * H * d * d * 8.0
     if N <= GRAM_TOKENS:
         working += N * N * (item + 1.0)
@@ -117,7 +118,7 @@ def estimate(cfg: RunConfig | dict, *, available_bytes: float | None = None) -> 
         # Fast summation: the query-side products W phi (H (d + 1) rows of FAST_FEATURES features per
         # token; d + 1 for model gf, whose rows are summed over the heads first) and the key moments
         # (d + 1 columns), 2 flops per term, at the BLAS rate.
-        rows = (d + 1.0) * (1.0 if c.get("model", "gf") == "gf" else H)
+        rows = (d + 1.0) * (1.0 if c.get("model", defaults.MODEL) == "gf" else H)
         seconds_per_eval = 2.0 * N * FAST_FEATURES * (rows + d + 1.0) / FAST_FLOPS_PER_SECOND
     else:
         seconds_per_eval = H * N * N * (d + 20.0) / FLOPS_PER_SECOND

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.config import defaults
 from attnflow.core.arrays import ArrayLike, to_tensor
 from attnflow.core.caller import caller_stacklevel
 from attnflow.core.errors import Hint, InputError
@@ -135,7 +136,7 @@ class Problem:
     t_end: float
     seed: int | None
     options: KernelOptions
-    cluster_eps: float = 1e-3
+    cluster_eps: float = defaults.CLUSTER_EPS
     threads: int | None = None
 
     @classmethod
@@ -144,7 +145,7 @@ class Problem:
         x0: ArrayLike,
         weights: WeightProcess | ArrayLike | Callable | Heads,
         *,
-        model: str = "gf",
+        model: str = defaults.MODEL,
         t_end: float,
         t0: float = 0.0,
         seed: int | None = None,
@@ -152,7 +153,7 @@ class Problem:
         head_weights: ArrayLike | None = None,
         dtype: Any = None,
         options: KernelOptions | None = None,
-        cluster_eps: float = 1e-3,
+        cluster_eps: float = defaults.CLUSTER_EPS,
         threads: int | None = None,
     ) -> Problem:
         """Validate the inputs (one sentence each) and build the problem."""

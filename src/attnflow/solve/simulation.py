@@ -13,12 +13,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from attnflow.config import defaults
 from attnflow.config.spec import RunSpec
 from attnflow.core.arrays import ArrayLike
 from attnflow.core.errors import Hint, InputError
 from attnflow.core.heads import Heads
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.checkpoint import Checkpoint, Checkpointer
-from attnflow.io.trajectory import Trajectory
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE
 from attnflow.solve.controllers import ConstantStep, PIController, positive, step_count
@@ -30,23 +31,23 @@ from attnflow.weights.processes import WeightProcess
 __all__ = ["simulate", "TimeField", "step_count", "save_grid"]
 
 #: The keywords that apply to adaptive methods only (with their defaults there).
-ADAPTIVE_OPTIONS: dict[str, float] = {"rtol": 1e-6, "atol": 1e-9}
+ADAPTIVE_OPTIONS: dict[str, float] = {"rtol": defaults.RTOL, "atol": defaults.ATOL}
 
 
 def simulate(
     x0: ArrayLike,
     weights: WeightProcess | ArrayLike | Callable | Heads,
     *,
-    model: str = "gf",
+    model: str = defaults.MODEL,
     t_end: float,
     dt: float,
-    method: str = "rk4",
+    method: str = defaults.METHOD,
     save_every: int | None = None,
     seed: int | None = None,
     token_weights: ArrayLike | None = None,
     head_weights: ArrayLike | None = None,
     t0: float = 0.0,
-    cluster_eps: float = 1e-3,
+    cluster_eps: float = defaults.CLUSTER_EPS,
     dtype: Any = None,
     progress: Callable[[int, int], None] | None = None,
     config: dict[str, Any] | None = None,

@@ -29,10 +29,10 @@ from attnflow.core.errors import FloatRangeError, Hint, InputError
 from attnflow.core.geometry import project_tangent, retract
 from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
+from attnflow.core.trajectory import DeferredDiagnostics, Trajectory
 from attnflow.dynamics.fields import FieldStats, check_model, field_stats, identity_values, mixed_field, split_means
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
-from attnflow.io.trajectory import DeferredDiagnostics, Trajectory
 from attnflow.kernels import small as _small
 from attnflow.kernels.announce import announce
 from attnflow.kernels.dispatch import KernelOptions
@@ -178,63 +178,82 @@ def solve(
     return traj
 
 
-def _solve(
-    problem: Problem,
-    method: Stepper,
-    controller: ConstantStep | PIController,
-    saveat: SaveAt,
-    record_steps: bool | None,
-    checkpoint: Checkpointer | None,
-    resume: Checkpoint | str | None,
-    progress: Callable[[int, int], None] | None,
-    extra_observers: Sequence[Observer],
-    config: dict[str, Any] | None,
-    spec: RunSpec | None,
-    deferred: Callable[[Callable[[], dict[str, np.ndarray]]], DeferredDiagnostics] | None = None,
-) -> Trajectory:
-    p = problem
-    x, a, w, model, t0, t_end = p.x0, p.a, p.w, p.model, p.t0, p.t_end
-    adaptive = isinstance(controller, PIController)
+@dataclass
+class _Schedule:
+    """How one run steps and saves: the stepper, the controller's state, the save times, the weights' sampler."""
+
+    adaptive: bool
+    #: The embedded pair (``None`` for a fixed-step scheme) and the fixed-step view of the method.
+    pair: EmbeddedPair | None
+    integrator: Integrator
+    name: str
+    dt: float
+    every: int | None
+    control: Any
+    save_at: SaveAt
+    sampler: WeightSampler
+    n_steps: int
+    #: Saves through the pair's dense output (dop853, see :func:`_schedule`).
+    dense: bool
+    #: ``(dt_min, dt_max)`` of an adaptive run, else ``None``.
+    bounds: tuple[float, float] | None
+
+
+def _schedule(
+    p: Problem, method: Stepper, controller: ConstantStep | PIController, saveat: SaveAt, recording: bool
+) -> _Schedule:
+    """The run's schedule. Fixed steps: ``t_end - t0`` in whole steps of ``dt``, saved every ``every``.
+    Adaptive: the save times ``t0 + j k dt0`` and ``t_end``, the step bounds, the OU grid sampler."""
     pair = method if isinstance(method, EmbeddedPair) else None
     integrator = method.integrator() if isinstance(method, EmbeddedPair) else method
-    name = method.name
     every = saveat.every
-    dt = controller.dt if isinstance(controller, ConstantStep) else float(controller.dt0)
-    run = _Run(t=t0)
-
-    recording = bool(record_steps or (record_steps is None and model == "gf"))
-    compiled = _compiled_step(pair, p.process, x, a, w, p.options, recording) if adaptive and pair else None
+    x = p.x0
+    if not isinstance(controller, PIController):
+        if every is None:
+            raise InputError("fixed steps save every k steps: use SaveAt(every=k)", hint=Hint("save_every"))
+        control: Any = controller.start(p.t0, p.t_end)
+        return _Schedule(
+            False, pair, integrator, method.name, controller.dt, every, control, saveat, p.process.sampler(p.seed),
+            control.total, False, None,
+        )  # fmt: skip
+    assert pair is not None
+    dt = float(controller.dt0)
     # Saves through the pair's dense output where it has one (dop853): steps no longer stop at save
     # times, nor are they bounded by the save spacing (the default dt_max is then t_end - t0). Not with
     # the EDI step recorder (its rows are the steps') nor in float32 (the float32 check runs at saves).
-    dense = (
-        _saveat.DENSE_SAVES and pair is not None and adaptive and pair.dense_arrays() is not None
-        and not recording and x.dtype == torch.float64
+    dense = _saveat.DENSE_SAVES and pair.dense_arrays() is not None and not recording and x.dtype == torch.float64
+    # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly, or interpolated
+    # with dense saves) and t_end.
+    span = p.t_end - p.t0
+    spacing = dt * every if every is not None else span
+    bounds = controller.bounds(span if dense else spacing)
+    control = controller.start(p.t_end, min(pair.order, pair.embedded_order), span if dense else spacing)
+    times = save_grid(p.t0, p.t_end, spacing) if saveat.times is None else [*saveat.times, float(p.t_end)]
+    save_at = SaveAt(times=tuple(sorted(set(times))))
+    return _Schedule(
+        True, pair, integrator, method.name, dt, every, control, save_at, p.process.adaptive_sampler(p.seed, dt), 0,
+        dense, bounds,
     )  # fmt: skip
-    if isinstance(controller, PIController):
-        assert pair is not None
-        # SaveAt(every=k) of an adaptive run: the times t0 + j k dt0 (hit exactly, or interpolated
-        # with dense saves) and t_end.
-        spacing = dt * every if every is not None else t_end - t0
-        lo, hi = controller.bounds(t_end - t0 if dense else spacing)
-        control: Any = controller.start(t_end, min(pair.order, pair.embedded_order), t_end - t0 if dense else spacing)
-        times = save_grid(t0, t_end, spacing) if saveat.times is None else [*saveat.times, float(t_end)]
-        save_at = SaveAt(times=tuple(sorted(set(times))))
-        sampler: WeightSampler = p.process.adaptive_sampler(p.seed, dt)
-        n_steps = 0
-    else:
-        if every is None:
-            raise InputError("fixed steps save every k steps: use SaveAt(every=k)", hint=Hint("save_every"))
-        control = controller.start(t0, t_end)
-        n_steps = control.total
-        save_at = saveat
-        sampler = p.process.sampler(p.seed)
 
-    f = TimeField(model, sampler, a, w, x.dtype, x.device, p.options)
-    heads_at = f.heads_at
-    check_model(model, heads_at(t0))
-    recorder: StepRecorder | None = None
+
+def _compiled_path(p: Problem, method: Stepper, s: _Schedule, recording: bool) -> _CompiledStep | None:
+    """The compiled small-cloud step's inputs when it serves this run (adaptive: :func:`_compiled_step`;
+    fixed: :func:`_compiled_fixed`), else ``None``."""
+    if s.adaptive:
+        assert s.pair is not None
+        return _compiled_step(s.pair, p.process, p.x0, p.a, p.w, p.options, recording)
+    return _compiled_fixed(method, p, p.x0, p.a, p.w, recording)
+
+
+def _step_recorder(
+    p: Problem, f: TimeField, s: _Schedule, run: _Run, recording: bool
+) -> tuple[StepRecorder | None, list[torch.Tensor]]:
+    """The EDI step recorder (when ``recording``) and the box where its adaptive steps leave the
+    error estimate of the step they made (:func:`_adaptive_attempt` reads it)."""
     err_box: list[torch.Tensor] = []
+    if not recording:
+        return None, err_box
+    pair = s.pair
 
     def pair_step(g: Any, t: float, y: torch.Tensor, h: float, k1: torch.Tensor | None = None) -> torch.Tensor:
         assert pair is not None
@@ -244,103 +263,124 @@ def _solve(
         err_box[:] = [e]
         return y1
 
-    if record_steps or (record_steps is None and model == "gf"):
-        inner = Integrator(pair.name, pair.order, pair_step, pair.b) if adaptive and pair is not None else integrator
-        recorder = StepRecorder(f, p.process.derivative, inner, p.process.derivative_source)
-    options = p.options
+    inner = Integrator(pair.name, pair.order, pair_step, pair.b) if s.adaptive and pair is not None else s.integrator
+    return StepRecorder(f, p.process.derivative, inner, p.process.derivative_source), err_box
+
+
+def _saver(p: Problem, f: TimeField, recording: bool) -> Saver:
+    """The saver of the states and their diagnostics; in bulk at the end where :func:`_deferred_saves` allows."""
+    model, heads_at = p.model, f.heads_at
 
     def reuse(t: float, known: Evaluation) -> bool:
         # The recorder's end-of-step pass holds the A-only statistics for model gf with plain heads.
         return known.stats is not None and model == "gf" and heads_at(t).plain
 
-    saver = Saver(
-        f.evaluate, heads_at, a, w, p.cluster_eps, check_gf=model == "gf", options=options, reuse=reuse,
+    return Saver(
+        f.evaluate, heads_at, p.a, p.w, p.cluster_eps, check_gf=model == "gf", options=p.options, reuse=reuse,
         deferred=model if _deferred_saves(p, recording) else None,
     )  # fmt: skip
-    if not adaptive and compiled is None:
-        compiled = _compiled_fixed(method, p, x, a, w, recording)
-    if compiled is not None or saver.deferred is not None:  # the first use may compile: say so (if asked)
-        announce("the small-cloud steps", (_small._attempt, _small._bulk_stats, _small.gram_batch))
-    monitor = _guards.Float32Monitor() if x.dtype == torch.float32 else None
-    precision = (
-        None
-        if monitor is None
-        else PrecisionCheck(
-            monitor, integrator.step, model, heads_at, a, w, None if adaptive else every, options,
-            one_stage=integrator.weights is not None and len(integrator.weights) == 1,
-        )
+
+
+def _precision_check(
+    p: Problem, s: _Schedule, heads_at: Callable[[float], Heads]
+) -> tuple[_guards.Float32Monitor | None, PrecisionCheck | None]:
+    """The float32 monitor and its check at the saves (``None, None`` in float64)."""
+    if p.x0.dtype != torch.float32:
+        return None, None
+    monitor = _guards.Float32Monitor()
+    weights = s.integrator.weights
+    return monitor, PrecisionCheck(
+        monitor, s.integrator.step, p.model, heads_at, p.a, p.w, None if s.adaptive else s.every, p.options,
+        one_stage=weights is not None and len(weights) == 1,
     )  # fmt: skip
 
-    start = _time.perf_counter()
-    costs = Costs({})  # wall time by part (the initial state's diagnostics count as diagnostics)
+
+def _run_fingerprint(
+    p: Problem, s: _Schedule, controller: ConstantStep | PIController, heads0: Heads, wanted: bool
+) -> str:
+    """The fingerprint a checkpoint carries (``""`` when no checkpoint is written or read): every
+    input that decides the run, so that a checkpoint resumes only the run that wrote it."""
+    if not wanted:
+        return ""
     ident: dict[str, Any] = dict(
-        x0=to_numpy(x), a=to_numpy(a), w=to_numpy(w), model=model, method=name, dt=float(dt), t0=float(t0),
+        x0=to_numpy(p.x0), a=to_numpy(p.a), w=to_numpy(p.w), model=p.model, method=s.name, dt=float(s.dt),
+        t0=float(p.t0), save_every=int(s.every or 0), seed=p.seed, cluster_eps=p.cluster_eps,
+        process=p.process.describe(), heads0=to_numpy(heads0.values), backend=p.options.backend,
+        fast_tol=p.options.tol,
     )  # fmt: skip
-    if adaptive:
-        assert isinstance(controller, PIController)
-        ident.update(t_end=float(t_end), save_every=int(every or 0))
+    if isinstance(controller, PIController):
+        assert s.bounds is not None
+        ident.update(t_end=float(p.t_end), tolerances=[float(controller.rtol), float(controller.atol), *s.bounds])
     else:
-        ident.update(n_steps=n_steps, save_every=int(every or 0))
-    ident.update(
-        seed=p.seed, cluster_eps=p.cluster_eps, process=p.process.describe(), heads0=to_numpy(heads_at(t0).values),
-        backend=options.backend, fast_tol=options.tol,
-    )  # fmt: skip
-    if adaptive:
-        assert isinstance(controller, PIController)
-        ident["tolerances"] = [float(controller.rtol), float(controller.atol), lo, hi]
-    run_id = _fingerprint(**ident) if checkpoint is not None or resume is not None else ""
+        ident.update(n_steps=s.n_steps)
+    return _fingerprint(**ident)
 
-    def snapshot(k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
+
+@dataclass
+class _Snapshots:
+    """``snapshot(k, y, stopped=None)``: the :class:`Checkpoint` of the run at step ``k`` in state ``y``
+    (loop state, sampler, saved trajectory, float32 check, EDI rows)."""
+
+    s: _Schedule
+    run: _Run
+    saver: Saver
+    recorder: StepRecorder | None
+    monitor: _guards.Float32Monitor | None
+    precision: PrecisionCheck | None
+    run_id: str
+    start: float
+
+    def __call__(self, k: int, y: torch.Tensor, stopped: str | None = None) -> Checkpoint:
+        s, run = self.s, self.run
         extra: dict[str, Any] = {}
-        if adaptive:
+        if s.adaptive:
             extra["adaptive"] = {
-                "t": run.t, "controller": control.state(), "stats": run.stats.as_dict(), "evaluations": run.evaluations,
+                "t": run.t, "controller": s.control.state(), "stats": run.stats.as_dict(), "evaluations": run.evaluations,
             }  # fmt: skip
-        if monitor is not None:
+        if self.monitor is not None:
             extra["float32"] = {
-                **monitor.summary(),
-                **({"last_check_step": precision.last_k} if adaptive and precision else {}),
+                **self.monitor.summary(),
+                **({"last_check_step": self.precision.last_k} if s.adaptive and self.precision else {}),
             }
-        if recorder is not None:
+        if self.recorder is not None:
             # The EDI rows so far (JSON floats round-trip exactly), so a resumed run has the whole budget.
-            extra["edi_rows"] = [list(r) for r in (recorder.rows if adaptive else recorder.rows[:k])]
+            rows = self.recorder.rows if s.adaptive else self.recorder.rows[:k]
+            extra["edi_rows"] = [list(r) for r in rows]
         return Checkpoint(
-            step=k, n_steps=n_steps, x=to_numpy(y).copy(), sampler_state=sampler.get_state(),
-            **saver.checkpoint_fields(),
-            wall_time_s=run.wall0 + _time.perf_counter() - start, fingerprint=run_id, stopped=stopped, extra=extra,
+            step=k, n_steps=s.n_steps, x=to_numpy(y).copy(), sampler_state=s.sampler.get_state(),
+            **self.saver.checkpoint_fields(),
+            wall_time_s=run.wall0 + _time.perf_counter() - self.start, fingerprint=self.run_id, stopped=stopped,
+            extra=extra,
         )  # fmt: skip
 
-    first: Evaluation | None = None
-    if resume is None:
-        if not adaptive and (msg := _guards.step_warning(dt, name, heads_at(t0), model, t_end - t0)) is not None:
-            _guards.warn(msg, _guards.StabilityWarning)
-        tic = _time.perf_counter()
-        first = saver.record(float(t0), x)
-        costs.add(saver.name, _time.perf_counter() - tic)
-        # Deferred diagnostics (mha, gf) are finite at every finite state on the sphere: the tokens decide.
-        if (why := _guards.state_problem(x, None if saver.deferred else saver.rows[0])) is not None:
-            raise InputError(f"the initial state cannot be simulated: {why}", hint=Hint("x0"))
-    else:
-        x = _restore(resume, run, x, n_steps, run_id, adaptive, control, sampler, saver, monitor, precision, recorder)
-    if checkpoint is not None and resume is None:
-        checkpoint.write(snapshot(0, x))
 
-    if adaptive:
-        assert pair is not None
+def _attempt(
+    s: _Schedule, compiled: _CompiledStep | None, f: TimeField, recorder: StepRecorder | None, run: _Run,
+    err_box: list[torch.Tensor], model: str,
+) -> Any:  # fmt: skip
+    """The loop's ``attempt(t, y, h, first) -> Trial``: compiled or torch, adaptive or fixed."""
+    if s.adaptive:
+        assert s.pair is not None
         if compiled is not None:
-            attempt = _compiled_attempt(pair, compiled, heads_at, model, control, run, dense)
-        else:
-            attempt = _adaptive_attempt(pair, f, recorder, control, run, err_box, dense)
-    elif compiled is not None:
-        attempt = _compiled_fixed_attempt(compiled, heads_at, model)
-    else:
-        attempt = _fixed_attempt(integrator, f, recorder)
+            return _compiled_attempt(s.pair, compiled, f.heads_at, model, s.control, run, s.dense)
+        return _adaptive_attempt(s.pair, f, recorder, s.control, run, err_box, s.dense)
+    if compiled is not None:
+        return _compiled_fixed_attempt(compiled, f.heads_at, model)
+    return _fixed_attempt(s.integrator, f, recorder)
+
+
+def _breaks(
+    s: _Schedule, recorder: StepRecorder | None, run: _Run, heads_at: Callable[[float], Heads]
+) -> tuple[Callable[[float], Callable[[], None]], Callable[[float, float, bool], bool] | None]:
+    """The loop's ``rollback(t) -> undo`` (a rejected trial leaves the sampler and the EDI rows as
+    they were) and, for adaptive runs, ``on_accept(t, h, hit_break)`` (True where the weights jumped)."""
+    sampler = s.sampler
 
     def rollback(t: float) -> Callable[[], None]:
-        if adaptive:
+        if s.adaptive:
             sampler.forget_before(t)
         before = sampler.get_state()
-        mark = recorder.mark() if recorder is not None and adaptive else None
+        mark = recorder.mark() if recorder is not None and s.adaptive else None
 
         def undo() -> None:
             sampler.set_state(before)
@@ -357,62 +397,140 @@ def _solve(
             return True
         return False
 
+    return rollback, on_accept if s.adaptive else None
+
+
+def _observers(
+    p: Problem, s: _Schedule, run: _Run, precision: PrecisionCheck | None, checkpoint: Checkpointer | None,
+    snapshot: _Snapshots, progress: Callable[[int, int], None] | None, extra: Sequence[Observer],
+) -> list[Observer]:  # fmt: skip
+    """What sees every accepted state: the float32 check, the checkpoint writer, progress (permille
+    of ``[t0, t_end]`` for adaptive runs), then the caller's observers."""
     observers: list[Observer] = [] if precision is None else [precision]
     if checkpoint is not None:
         observers.append(CheckpointWriter(checkpoint, snapshot))
     if progress is not None:
-        if adaptive:
-            span, report = float(t_end) - float(t0), progress
+        if s.adaptive:
+            t0, span, report = p.t0, float(p.t_end) - float(p.t0), progress
             observers.append(ProgressReport(lambda k, n: report(int(1000 * (run.t - t0) / span), 1000)))
         else:
             observers.append(ProgressReport(progress))
-    observers.extend(extra_observers)
-    t_start = run.t if adaptive else t0 + run.k0 * dt
-    try:
-        x = integrate(
-            attempt, x, t=t_start, control=control, saves=save_at.start(t_start), k0=run.k0,
-            first=first, next_break=sampler.next_break if adaptive else (lambda t: float("inf")),
-            recorders=[saver], observers=observers, rollback=rollback, on_accept=on_accept if adaptive else None,
-            costs=costs, stats=run.stats, dense_saves=dense,
-        )  # fmt: skip
-    except StepFailed as e:
-        raise _instability(
-            e, saver, snapshot, recorder, p, name, dt, n_steps, adaptive, control, config, spec
-        ) from None
-    if monitor is not None and monitor.flagged:
-        _guards.warn(monitor.message(), _guards.PrecisionWarning)
-    wall = run.wall0 + _time.perf_counter() - start
+    observers.extend(extra)
+    return observers
+
+
+def _provenance(
+    s: _Schedule, controller: ConstantStep | PIController, run: _Run, x: torch.Tensor, costs: Costs, wall: float,
+    compiled: _CompiledStep | None, saver: Saver, resumed: bool, monitor: _guards.Float32Monitor | None,
+    spec: RunSpec | None,
+) -> dict[str, Any]:  # fmt: skip
+    """What the run records about itself: wall time, steps, dtype, costs, the paths it took, the
+    adaptive controller's statistics, the float32 check and the typed spec."""
     provenance: dict[str, Any] = {
         "wall_time_s": wall,
-        "steps": run.stats.accepted if adaptive else n_steps,
+        "steps": run.stats.accepted if s.adaptive else s.n_steps,
         "dtype": str(x.dtype).replace("torch.", ""),
         "seconds": costs.rounded(),
         "compiled_steps": compiled is not None,
         "deferred_diagnostics": saver.deferred is not None,
     }
-    if adaptive:
-        assert isinstance(controller, PIController)
+    if isinstance(controller, PIController):
+        assert s.bounds is not None
+        lo, hi = s.bounds
         provenance["adaptive"] = {
             **run.stats.as_dict(), "field_evaluations": run.evaluations, "rtol": float(controller.rtol),
-            "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "dt_next": control.dt,
-            "compiled": compiled is not None, "dense_saves": dense,
+            "atol": float(controller.atol), "dt_min": lo, "dt_max": hi, "dt_next": s.control.dt,
+            "compiled": compiled is not None, "dense_saves": s.dense,
         }  # fmt: skip
-    if resume is not None:
+    if resumed:
         provenance["resumed_from_step"] = run.k0
     if monitor is not None:
         provenance["float32_check"] = monitor.summary()
     if spec is not None:
         provenance["spec"] = spec.as_dict()
+    return provenance
+
+
+def _solve(
+    p: Problem,
+    method: Stepper,
+    controller: ConstantStep | PIController,
+    saveat: SaveAt,
+    record_steps: bool | None,
+    checkpoint: Checkpointer | None,
+    resume: Checkpoint | str | None,
+    progress: Callable[[int, int], None] | None,
+    extra_observers: Sequence[Observer],
+    config: dict[str, Any] | None,
+    spec: RunSpec | None,
+    deferred: Callable[[Callable[[], dict[str, np.ndarray]]], DeferredDiagnostics] | None = None,
+) -> Trajectory:
+    """The run assembled from its named parts (schedule, field, recorders, saver, fingerprint,
+    checkpoints, observers), integrated by the one loop, and recorded as a :class:`Trajectory`."""
+    x, model = p.x0, p.model
+    recording = bool(record_steps or (record_steps is None and model == "gf"))
+    s = _schedule(p, method, controller, saveat, recording)
+    compiled = _compiled_path(p, method, s, recording)
+    run = _Run(t=p.t0)
+    f = TimeField(model, s.sampler, p.a, p.w, x.dtype, x.device, p.options)
+    heads_at = f.heads_at
+    check_model(model, heads_at(p.t0))
+    recorder, err_box = _step_recorder(p, f, s, run, recording)
+    saver = _saver(p, f, recording)
+    if compiled is not None or saver.deferred is not None:  # the first use may compile: say so (if asked)
+        announce("the small-cloud steps", (_small._attempt, _small._bulk_stats, _small.gram_batch))
+    monitor, precision = _precision_check(p, s, heads_at)
+
+    start = _time.perf_counter()
+    costs = Costs({})  # wall time by part (the initial state's diagnostics count as diagnostics)
+    run_id = _run_fingerprint(p, s, controller, heads_at(p.t0), checkpoint is not None or resume is not None)
+    snapshot = _Snapshots(s, run, saver, recorder, monitor, precision, run_id, start)
+
+    first: Evaluation | None = None
+    if resume is None:
+        if not s.adaptive and (msg := _guards.step_warning(s.dt, s.name, heads_at(p.t0), model, p.t_end - p.t0)):
+            _guards.warn(msg, _guards.StabilityWarning)
+        tic = _time.perf_counter()
+        first = saver.record(float(p.t0), x)
+        costs.add(saver.name, _time.perf_counter() - tic)
+        # Deferred diagnostics (mha, gf) are finite at every finite state on the sphere: the tokens decide.
+        if (why := _guards.state_problem(x, None if saver.deferred else saver.rows[0])) is not None:
+            raise InputError(f"the initial state cannot be simulated: {why}", hint=Hint("x0"))
+        if checkpoint is not None:
+            checkpoint.write(snapshot(0, x))
+    else:
+        x = _restore(
+            resume, run, x, s.n_steps, run_id, s.adaptive, s.control, s.sampler, saver, monitor, precision, recorder
+        )
+
+    rollback, on_accept = _breaks(s, recorder, run, heads_at)
+    observers = _observers(p, s, run, precision, checkpoint, snapshot, progress, extra_observers)
+    t_start = run.t if s.adaptive else p.t0 + run.k0 * s.dt
+    try:
+        x = integrate(
+            _attempt(s, compiled, f, recorder, run, err_box, model), x, t=t_start, control=s.control,
+            saves=s.save_at.start(t_start), k0=run.k0, first=first,
+            next_break=s.sampler.next_break if s.adaptive else (lambda t: float("inf")), recorders=[saver],
+            observers=observers, rollback=rollback, on_accept=on_accept, costs=costs, stats=run.stats,
+            dense_saves=s.dense,
+        )  # fmt: skip
+    except StepFailed as e:
+        raise _instability(
+            e, saver, snapshot, recorder, p, s.name, s.dt, s.n_steps, s.adaptive, s.control, config, spec
+        ) from None
+    if monitor is not None and monitor.flagged:
+        _guards.warn(monitor.message(), _guards.PrecisionWarning)
+    wall = run.wall0 + _time.perf_counter() - start
     return Trajectory(
         **saver.arrays(lazy=deferred),  # a deferred table is made when the trajectory's diagnostics are read
-        token_weights=to_numpy(a).astype(np.float64),
-        head_weights=to_numpy(w).astype(np.float64),
+        token_weights=to_numpy(p.a).astype(np.float64),
+        head_weights=to_numpy(p.w).astype(np.float64),
         model=model,
-        method=name,
-        dt=float(dt),
+        method=s.name,
+        dt=float(s.dt),
         seed=p.seed,
         config=config,
-        provenance=provenance,
+        provenance=_provenance(s, controller, run, x, costs, wall, compiled, saver, resume is not None, monitor, spec),
         steps={} if recorder is None else recorder.series(),
         steps_info={} if recorder is None else recorder.info(),
     )
@@ -543,13 +661,9 @@ def _compiled_step(
         return None
     if x.device.type != "cpu" or x.shape[0] ** 2 * process.H > COMPILED_MAX_PAIRS or x.shape[1] > COMPILED_MAX_D:
         return None
-    if isinstance(process, Constant):
-        all_heads = [process.heads]
-    elif isinstance(process, Layers):
-        all_heads = process.layers
-    else:
-        return None
-    if not all(_small.supported(h, "cpu", x.dtype) for h in all_heads):
+    # The heads' selection is _plain_constant_heads' (which also asks h.plain: for Heads that is what
+    # _small.supported asks, tests/solve/test_compiled_selection.py; merging changed no run's path).
+    if _plain_constant_heads(process, x) is None:
         return None
     return _CompiledStep(
         pair.arrays(), to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64), pair.dense_arrays()

@@ -21,8 +21,8 @@ from matplotlib.lines import Line2D
 
 from attnflow.core.figures import FIGURE_DPI
 from attnflow.core.text import plain_label
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.safety import atomic_write, refuse_link
-from attnflow.io.trajectory import Trajectory
 from attnflow.viz.views import (
     camera,
     cluster_colouring,

@@ -29,10 +29,11 @@ from attnflow._version import __version__
 from attnflow.analysis.budget import edi_budget
 from attnflow.core.errors import InputError
 from attnflow.core.text import html_text
+from attnflow.core.trajectory import Trajectory
 from attnflow.io.lock import output_lock
 from attnflow.io.safety import atomic_write
 from attnflow.io.store import REPORT_MARK, check_file_out
-from attnflow.io.trajectory import Trajectory, load
+from attnflow.io.trajectory import load
 from attnflow.viz.views import (
     PALETTE,
     cluster_colouring,

@@ -15,7 +15,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from attnflow.analysis.grid import CLUSTER_GRID_MAX_DIM, GRAM_BLOCK_TOKENS, component_labels_grid
-from attnflow.io.trajectory import Trajectory
+from attnflow.config import defaults
+from attnflow.core.trajectory import Trajectory
 
 # Okabe-Ito-like qualitative palette, readable on white and for colour-blind viewers.
 PALETTE: tuple[str, ...] = (
@@ -89,7 +90,7 @@ def cluster_labels(x: np.ndarray, eps: float = 1e-3) -> np.ndarray:
     return np.argsort(np.argsort(first))[labels]
 
 
-def cluster_eps_of(traj: Trajectory, default: float = 1e-3) -> float:
+def cluster_eps_of(traj: Trajectory, default: float = defaults.CLUSTER_EPS) -> float:
     """The ``cluster_eps`` the run's diagnostics used (its spec, else its config), else ``default`` (also
     when the recorded value is not a positive finite number: a folder's config is data, checked before use)."""
     spec = traj.spec
