@@ -10,7 +10,7 @@ exactly for the band-limited part. The coefficients evolve by the Galerkin (weak
 
     ``d c_k / dt = int rho v . grad_S Y_k  =  sum_i a_i v(x_i) . grad_S Y_k(x_i)``,
 
-stepped with classical Runge-Kutta 4. Mass is ``c_0 |S|^{1/2}`` and ``grad Y_0 = 0``, so it is
+stepped with classical Runge-Kutta 4 (the schemes' tableau, :data:`attnflow.schemes.integrators.RK4_TABLEAU`). Mass is ``c_0 |S|^{1/2}`` and ``grad Y_0 = 0``, so it is
 conserved to rounding. The solution is trusted while the density is resolved: after every step the
 solver checks that ``rho > 0`` on the grid and that the top third of the degrees holds less than
 ``tail_tol`` of ``sum_k c_k^2``; otherwise it raises :class:`~attnflow.core.errors.NumericalError`
@@ -34,6 +34,7 @@ from attnflow.core.heads import Heads
 from attnflow.dynamics.fields import MODELS, FieldStats, check_model, field_stats, identity_values, split_means
 from attnflow.kernels.dispatch import BACKENDS, KernelOptions
 from attnflow.pde.basis import Basis, make_basis
+from attnflow.schemes.integrators import RK4_TABLEAU, explicit_rk_step
 from attnflow.weights.processes import WeightProcess, as_process
 
 
@@ -293,13 +294,15 @@ def solve_pde(
     t = 0.0
     for k in range(n):
         heads_k = heads_at(t)
-        k1 = fld.rate(c, heads_k)
-        hm = heads_at(t + h / 2)
-        k2 = fld.rate(c + (h / 2) * k1, hm)
-        k3 = fld.rate(c + (h / 2) * k2, hm)
-        h1 = heads_at(t + h)
-        k4 = fld.rate(c + h * k3, h1)
-        c_new = c + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+        stage_heads = {t: heads_k}  # the heads at each stage time, sampled once a step
+
+        def rate(s: float, y: torch.Tensor, at: dict[float, Heads] = stage_heads) -> torch.Tensor:
+            if s not in at:
+                at[s] = heads_at(s)
+            return fld.rate(y, at[s])
+
+        c_new = explicit_rk_step(rate, t, c, h, RK4_TABLEAU)
+        h1 = stage_heads[t + h]
         c_new[0] = c[0]  # grad Y_0 = 0: the mass mode does not move (kept bit-exact)
         t_new = (k + 1) * h
         res = _resolution(b, c_new, tail_tol)

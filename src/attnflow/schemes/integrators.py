@@ -49,6 +49,41 @@ class Integrator:
         return float(len(self.weights)) if self.weights else float(self.cost or 1.0)
 
 
+@dataclass(frozen=True)
+class Tableau:
+    """An explicit Runge-Kutta (Butcher) tableau: nodes ``c_i``, stage matrix ``a_ij`` (row ``i`` holds
+    ``j < i``) and weights ``b_i``; stage ``k_i = f(t + c_i h, y + h sum_j a_ij k_j)``, step
+    ``y + h sum_i b_i k_i`` (:func:`explicit_rk_step`)."""
+
+    c: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]
+    b: tuple[float, ...]
+
+
+#: The classical fourth-order tableau: the stages of :func:`_rk4` and the weights of ``INTEGRATORS["rk4"]``.
+RK4_TABLEAU = Tableau(
+    c=(0.0, 0.5, 0.5, 1.0),
+    a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+    b=(1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0),
+)
+
+
+def explicit_rk_step(
+    rate: Callable[[float, torch.Tensor], torch.Tensor], t: float, y: torch.Tensor, h: float, tableau: Tableau
+) -> torch.Tensor:
+    """One step ``y_{n+1} = y_n + h sum_i b_i k_i`` of ``dy/dt = rate(t, y)`` by ``tableau``, in a linear
+    space (no retraction: the PDE's Galerkin coefficients; the particles' steppers retract onto the sphere)."""
+    ks: list[torch.Tensor] = []
+    for ci, row in zip(tableau.c, tableau.a):
+        yi = y
+        for aij, kj in zip(row, ks):
+            if aij != 0.0:
+                yi = yi + (h * aij) * kj
+        ks.append(rate(t + ci * h, yi))
+    increment = sum(bi * ki for bi, ki in zip(tableau.b, ks) if bi != 0.0)
+    return y + h * increment
+
+
 def _euler(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
     return retract(x + dt * (f(t, x) if k1 is None else k1))
 
@@ -75,7 +110,7 @@ def _jko(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None
 INTEGRATORS: dict[str, Integrator] = {
     "euler": Integrator("euler", 1, _euler, (1.0,), stable_dt_l=1.0),
     "heun": Integrator("heun", 2, _heun, (0.5, 0.5), stable_dt_l=1.0),
-    "rk4": Integrator("rk4", 4, _rk4, (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0), stable_dt_l=1.39),
+    "rk4": Integrator("rk4", 4, _rk4, RK4_TABLEAU.b, stable_dt_l=1.39),
 }
 
 #: Implicit steppers (model ``gf`` only), kept apart from the explicit schemes above.
