@@ -4,8 +4,8 @@ with its peak memory bounded by a 2-prompt run's.
 It runs ``hf study --corpus heldout.txt`` on the whole corpus (77 prompts) with fewer draws than the
 defaults (:data:`HELDOUT_FLAGS`: 20 layer orders, the fewest the split-half control takes, 2 random-heads
 seeds, 2 OU draws, the gf flow on 2 prompts, 100 weight-fit resamples, 500 CI resamples): about 260 s
-of CPU where the defaults took 285 s of wall time and 8.3 GB. It is not in .ci/run yet (CI's 20
-minutes would not hold it: docs/hf.md, "The held-out study as a test"); the default study on it, whose numbers docs/hf.md quotes, is run by hand (docs/hf.md,
+of CPU where the defaults took 285 s of wall time and 8.3 GB. CI runs it (.ci/run, beside the wheel
+test: docs/hf.md, "The held-out study as a test"); the default study on it, whose numbers docs/hf.md quotes, is run by hand (docs/hf.md,
 "Results on both corpora").
 """
 
