@@ -200,11 +200,15 @@ def asymptotic_order(
     return asymptotic_fit(dts, rel, tol=tol, boots=boots, floor=ROUNDOFF)
 
 
-def _pre_asymptotic(dts: list[float], rel: np.ndarray, tol: float) -> bool:
-    """The asymptotic range of ``rel`` (:func:`asymptotic_order`) holds a single pair of steps while the finest
-    residual is above rounding: the coarser local orders disagree with the finest one (pre-asymptotic steps)."""
-    _, steps, _ = asymptotic_order(dts, rel, tol)
+def _short_range(steps: list[float], rel: np.ndarray) -> bool:
+    """An asymptotic range of ``steps`` (from :func:`asymptotic_order`) holding a single pair while the finest
+    residual ``rel[-1]`` is above rounding: the coarser local orders disagree with the finest one."""
     return len(steps) < 3 and float(np.asarray(rel)[-1]) > ROUNDOFF
+
+
+def _pre_asymptotic(dts: list[float], rel: np.ndarray, tol: float) -> bool:
+    """The asymptotic range of ``rel`` (:func:`asymptotic_order`) is short (:func:`_short_range`): pre-asymptotic steps."""
+    return _short_range(asymptotic_order(dts, rel, tol)[1], rel)
 
 
 def _needs_refinement(dts: list[float], rel: np.ndarray, proc: str) -> bool:
@@ -214,9 +218,9 @@ def _needs_refinement(dts: list[float], rel: np.ndarray, proc: str) -> bool:
     Local orders that agree with each other but still drift (4.71, 4.61 where the limit is 4) are not yet
     asymptotic; a FAIL is read on the finest grid the budget allows, never on a coarser one."""
     tol = ORDER_TOLERANCE[proc]
-    if _pre_asymptotic(dts, rel, tol):
+    order, steps, _ = asymptotic_order(dts, rel, tol)
+    if _short_range(steps, rel):
         return True
-    order = asymptotic_order(dts, rel, tol)[0]
     return bool(abs(order - EXPECTED_ORDER[proc]) > (1.0 - MIN_MARGIN) * tol and float(np.asarray(rel)[-1]) > ROUNDOFF)
 
 
@@ -446,7 +450,7 @@ def _edi_prediction(r: _EdiRun, p: str) -> Prediction:
     order_ci, seeds = r.order_ci, r.seeds
     steps = fits[p][1]
     # Local orders that drift down to the finest pair: no asymptotic range to read an order on (undecided).
-    pre = len(steps) < 3 and float(rel[p][-1]) > ROUNDOFF
+    pre = _short_range(steps, rel[p])
     j = grid[p].index(steps[-1]) if steps else len(grid[p]) - 1
     m_order = _order_margin(p, orders[p])
     if p == "callable":
@@ -528,7 +532,7 @@ def _edi_explain(r: _EdiRun, preds: list[Prediction]) -> None:
                 f"{orders_ctrl['ou']:.2f}), as a wrong weight contribution must."
             )
         else:
-            still = _pre_asymptotic(grid[name], rel[name], ORDER_TOLERANCE[name])
+            still = _short_range(fits[name][1], rel[name])
             short = (
                 f" The residual is still not in its asymptotic range at dt = {grid[name][-1]:g} (local orders "
                 f"{', '.join(f'{v:.2f}' for v in fits[name][2])} disagree; the grid was refined {refined} time(s), at "
