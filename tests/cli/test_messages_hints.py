@@ -101,6 +101,7 @@ def test_report_and_plot_refusals_speak_cli(tmp_path, run_dir3):
         == "'x.html' already exists; choose another output, or add --force to replace it."
     )
     assert speak_cli(msg, SWEEP_PLOT_FLAGS) == msg  # control: sweep plot has no --force
+    assert speak_cli(msg, SET_FLAGS) == msg  # nor is `--set force=True` a flag for it
     assert speak_cli("log_x=True needs positive values", SWEEP_PLOT_FLAGS).startswith("--log-x needs")
     page = tmp_path / "report.html"
     assert CliRunner().invoke(app, ["report", str(run_dir3), "--out", str(page)]).exit_code == 0

@@ -252,8 +252,10 @@ def speak_cli(message: str, flags: HintFlags | None) -> str:
     """``message`` with each Python keyword of :data:`_PYTHON_WORDS` replaced by this command's flag for it
     (``pass force=True`` -> ``add --force``); a keyword the command has no flag for stays as it is."""
     for param, python, cli in _PYTHON_WORDS:
-        if python in message and flags is not None and (make := flags.get(param)) is not None:
-            if (flag := make(True)) is not None:
+        # `param in flags`: a flag the command names (not `--set`'s catch-all, which would spell a keyword
+        # as `--set force=True`).
+        if python in message and flags is not None and param in flags:
+            if (flag := flags[param](True)) is not None:
                 message = message.replace(python, cli.format(flag=flag))
     return message
 
