@@ -80,13 +80,36 @@ def test_existing_figure_library_names_force_and_cli_plot_renders_the_flag(tmp_p
 def test_each_command_spells_the_hint_its_own_way():
     assert render_hint(Hint("where", "heads.count=VALUE"), SWEEP_PLOT_FLAGS) == "--where heads.count=VALUE"
     assert render_hint(Hint("log_x", False), SWEEP_PLOT_FLAGS) == "no --log-x"
-    assert render_hint(Hint("resume", "runs/a"), RUN_FLAGS) == "attnflow run --resume runs/a (or --force to replace it)"
+    assert render_hint(Hint("resume", "runs/a"), RUN_FLAGS) == "attnflow run --resume runs/a"
     assert render_hint(Hint("integration.dt", 0.02), RUN_FLAGS) == "--set integration.dt=0.02"  # still --set
     assert render_hint(Hint("ids"), HF_RUN_FLAGS) is not None and "--ids" in render_hint(Hint("ids"), HF_RUN_FLAGS)
     # controls: a parameter the command has no flag for, or a --set hint without a value, renders nothing
     assert render_hint(Hint("where", "k=1"), FILE_OUT_FLAGS) is None
     assert render_hint(Hint("integration.dt"), SET_FLAGS) is None
     assert render_hint(Hint("force", True), SWEEP_PLOT_FLAGS) is None
+
+
+def test_resume_call_and_out_folder_speak_cli(tmp_path):
+    """``resume_folder('DIR')`` is ``'attnflow run --resume DIR'`` on every command line (a folder with a space
+    is quoted for the shell), and "another out folder" names ``--out`` only where the command has it; the
+    library's own message keeps its Python words (control)."""
+    from attnflow.cli.app import OUT_FLAGS, speak_cli
+    from attnflow.runs.folders import folder_status
+
+    msg = "it stopped; continue it with resume_folder('runs/my run'), or choose another out folder."
+    for flags in (None, FILE_OUT_FLAGS, RUN_FLAGS):
+        assert "continue it with attnflow run --resume 'runs/my run', or" in speak_cli(msg, flags)
+        assert "resume_folder(" not in speak_cli(msg, flags)
+    assert "another --out folder" in speak_cli(msg, OUT_FLAGS) and "another --out folder" in speak_cli(msg, RUN_FLAGS)
+    assert "another out folder" in speak_cli(msg, None)  # control: a command without --out keeps the words
+    assert speak_cli("not a run folder. Choose a new folder.", RUN_FLAGS).endswith("Choose a new --out folder.")
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.yaml").write_text("name: x\n")
+    assert "resume_folder(" in folder_status(half)  # control: the library speaks Python
+    r = CliRunner().invoke(app, ["show", str(half)])
+    flat = _flat(r.output)
+    assert r.exit_code == 2 and f"'attnflow run --resume {half}'" in flat and "resume_folder(" not in flat, flat
 
 
 def test_report_and_plot_refusals_speak_cli(tmp_path, run_dir3):

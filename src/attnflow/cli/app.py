@@ -18,6 +18,7 @@ import functools
 import inspect
 import math
 import re
+import shlex
 import sys
 import traceback
 import warnings
@@ -245,19 +246,32 @@ _PYTHON_WORDS: tuple[tuple[str, str, str], ...] = (
     ("overwrite", "pass overwrite=True", "add {flag}"),
     ("log_x", "log_x=True", "{flag}"),
     ("log_y", "log_y=True", "{flag}"),
+    ("out", "another out folder", "another --out folder"),
+    ("out", "a new out folder", "a new --out folder"),
+    ("out", "Choose a new folder", "Choose a new --out folder"),
 )
+
+#: The library's ``resume_folder('DIR')``: on any command line that is another command, ``attnflow run --resume DIR``.
+_RESUME_CALL = re.compile(r"""resume_folder\((?P<q>['"])(?P<dir>.*?)(?P=q)\)""")
 
 
 def speak_cli(message: str, flags: HintFlags | None) -> str:
     """``message`` with each Python keyword of :data:`_PYTHON_WORDS` replaced by this command's flag for it
-    (``pass force=True`` -> ``add --force``); a keyword the command has no flag for stays as it is."""
+    (``pass force=True`` -> ``add --force``); a keyword the command has no flag for stays as it is. The call
+    ``resume_folder('DIR')`` becomes ``'attnflow run --resume DIR'`` whatever the command."""
     for param, python, cli in _PYTHON_WORDS:
         # `param in flags`: a flag the command names (not `--set`'s catch-all, which would spell a keyword
         # as `--set force=True`).
         if python in message and flags is not None and param in flags:
             if (flag := flags[param](True)) is not None:
                 message = message.replace(python, cli.format(flag=flag))
-    return message
+    return _RESUME_CALL.sub(lambda m: _resume_command(m["dir"]), message)
+
+
+def _resume_command(folder: str) -> str:
+    """``'attnflow run --resume DIR'``; a folder the shell must quote is quoted and the command left bare."""
+    quoted = shlex.quote(folder)
+    return f"'attnflow run --resume {folder}'" if quoted == folder else f"attnflow run --resume {quoted}"
 
 
 def _with_hint(message: str, hint: Any, flags: HintFlags | None) -> str:
@@ -369,16 +383,13 @@ FILE_OUT_FLAGS: HintFlags = {
 
 class _SetAndOut(_SetFlags):
     """``--set param=value`` for config parameters, plus the folder flags of :data:`OUT_FLAGS` and
-    ``--resume`` (``resume``: the unfinished run folder to continue)."""
-
-    def __missing__(self, param: str) -> Callable[[Any], str | None]:
-        if param == "resume":
-            return lambda v: f"attnflow run --resume {v} (or --force to replace it)" if v is not None else None
-        return OUT_FLAGS.get(param) or _set_flag(param)
+    ``--resume`` (``resume``: the unfinished run folder to continue), named so that :func:`speak_cli` finds them."""
 
 
 #: ``attnflow run``: ``--set`` for config parameters, ``--out``/``--force``/``--resume`` for the folder.
-RUN_FLAGS: HintFlags = _SetAndOut()
+RUN_FLAGS: HintFlags = _SetAndOut(
+    OUT_FLAGS, resume=lambda v: f"attnflow run --resume {shlex.quote(str(v))}" if v is not None else None
+)
 
 #: ``attnflow hf verify``: a prompt is ``--text``; without it the check uses random tokens.
 HF_VERIFY_FLAGS: HintFlags = {
@@ -404,15 +415,6 @@ SWEEP_PLOT_FLAGS: HintFlags = {
     "log_y": lambda v: "--log-y" if v else "no --log-y",
     "out": lambda v: f"attnflow sweep SWEEP.yaml --out {v}" if v is not None else "attnflow sweep SWEEP.yaml --out DIR",
 }
-
-
-def run_folder_status(run_dir: Any) -> str:
-    """:func:`attnflow.runs.folders.folder_status` as a command line says it: the library's
-    ``resume_folder('DIR')`` becomes ``'attnflow run --resume DIR'``."""
-    from attnflow.runs.folders import folder_status
-
-    call = f"resume_folder({str(run_dir)!r})"
-    return folder_status(run_dir).replace(call, f"'attnflow run --resume {run_dir}'")
 
 
 def _print_version(value: bool) -> None:

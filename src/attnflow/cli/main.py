@@ -24,7 +24,6 @@ from attnflow.cli.app import (
     confirm_heavy,
     guarded,
     progress_bar,
-    run_folder_status,
     say,
     warn,
 )
@@ -110,7 +109,9 @@ def run(
     overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    _check_out(out, force)
+    from attnflow.runs.folders import check_out
+
+    check_out(out, force)
     from attnflow.runs.runner import run_estimate, run_to_folder
 
     confirm_heavy(run_estimate(cfg), f"run {cfg.name!r}", yes)
@@ -128,32 +129,6 @@ def run(
         )
     say(f"wrote {out}  ({traj.provenance['wall_time_s']:.1f} s, {len(traj.t)} saved times)")
     _summary(out)
-
-
-def _check_out(out: Path, force: bool) -> None:
-    """:func:`attnflow.runs.folders.check_out`, its refusals worded with this command's flags."""
-    from attnflow.io.store import folder_kind
-    from attnflow.runs.folders import check_out
-
-    try:
-        check_out(out, force)
-    except FileExistsError:
-        kind, name = folder_kind(out), repr(str(out))
-        if kind == "run":
-            raise UserError(
-                f"{name} already holds a finished run; choose another --out folder, or add --force to replace it "
-                "(the old run stays in place until the new one has finished)."
-            ) from None
-        if kind == "unfinished":
-            raise UserError(
-                f"{name} holds an unfinished run: continue it with 'attnflow run --resume {out}', or add --force to "
-                "start it again from the beginning."
-            ) from None
-        if kind == "empty":
-            raise UserError(
-                f"{name} is an existing empty folder; choose a new --out folder, or add --force to use it."
-            ) from None
-        raise
 
 
 class Terminated(KeyboardInterrupt):
@@ -367,6 +342,7 @@ def show(
 
     from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
+    from attnflow.runs.folders import folder_status
 
     wanted = _parse_times(times)
     if folder_kind(run_dir) == "missing":
@@ -374,7 +350,7 @@ def show(
     if run_dir.is_dir():
         scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
-        raise UserError(run_folder_status(run_dir))
+        raise UserError(folder_status(run_dir))
     rec = summary_record(run_dir, wanted)
     if json_out:
         print(json.dumps(rec, indent=2, default=str))

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.cli.app import UserError, app, guarded, run_folder_status, say
+from attnflow.cli.app import UserError, app, guarded, say
 
 #: Clusters listed in the table (the JSON output has them all).
 MAX_ROWS = 20
@@ -43,11 +43,12 @@ def stationary(
     from attnflow.analysis.stationary import classify_stationary, describe, token_clusters
     from attnflow.io.store import folder_kind, is_complete
     from attnflow.io.trajectory import load
+    from attnflow.runs.folders import folder_status
 
     if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}.")
     if not is_complete(run_dir):
-        raise UserError(run_folder_status(run_dir))
+        raise UserError(folder_status(run_dir))
     if escape_out is not None and escape_out.suffix != ".npy":
         raise UserError(f"--escape-out must name a .npy file; got {str(escape_out)!r}.")
     if escape_out is not None and escape_out.exists():

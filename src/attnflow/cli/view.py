@@ -7,20 +7,21 @@ from typing import Optional
 
 import typer
 
-from attnflow.cli.app import FILE_OUT_FLAGS, UserError, app, guarded, run_folder_status, say
+from attnflow.cli.app import FILE_OUT_FLAGS, UserError, app, guarded, say
 from attnflow.cli.threads import run_pairs, threaded
 
 
 def _complete_run(run_dir: Path) -> None:
     from attnflow.io.safety import scan_folder
     from attnflow.io.store import folder_kind, is_complete
+    from attnflow.runs.folders import folder_status
 
     if folder_kind(run_dir) == "missing":
         raise UserError(f"no run folder at {str(run_dir)!r}; make one with 'attnflow run --preset ou --out {run_dir}'.")
     if run_dir.is_dir():
         scan_folder(run_dir)  # a link, sparse or oversized file is named before anything is read
     if not is_complete(run_dir):
-        raise UserError(run_folder_status(run_dir))
+        raise UserError(folder_status(run_dir))
 
 
 @app.command()
