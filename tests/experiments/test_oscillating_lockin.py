@@ -99,6 +99,7 @@ def test_no_relaxation_row_is_either_test_with_its_own_control():
     from attnflow.analysis.relaxation import Settling
     from attnflow.experiments.floors import Window
     from attnflow.experiments.oscillating import _no_relaxation_row
+    from attnflow.experiments.relax_runs import LockInPair
 
     def fit(amplitude: float, se: float = 0.01):
         return SimpleNamespace(amplitude=amplitude, se=se, periods=4.0, text=lambda: f"A = {amplitude}")
@@ -108,7 +109,7 @@ def test_no_relaxation_row_is_either_test_with_its_own_control():
 
     def row(lock_osc: float, osc: Settling, ou: Settling, lock_ou: float = 0.01):
         pair = (fit(lock_osc), fit(lock_ou))
-        lk = {"oscillating": pair[0], "ou": pair[1], "window": (10.0, 40.0), "looks": [pair]}
+        lk = LockInPair((10.0, 40.0), 0.0, {}, [pair], *pair)
         return _no_relaxation_row(lk, 1.0, 0.3, osc, ou, win)
 
     by_lockin = row(0.2, settled, settled)  # a small forced swing the position test cannot see

@@ -27,6 +27,7 @@ from attnflow.experiments.common import MIN_MARGIN, margin_above
 from attnflow.experiments.floors import Window
 from attnflow.experiments.lockin import lockin_fit
 from attnflow.experiments.oscillating import _no_relaxation_row
+from attnflow.experiments.relax_runs import LockInPair
 
 DT, OMEGA, PHI, SIGMA, M = 0.1, 1.3, 0.8, 0.5, 3
 #: Samples of the longest look (16 periods) and one more.
@@ -114,7 +115,7 @@ def test_a_forced_swing_too_weak_for_four_periods_is_decided_by_the_extension():
     rng = np.random.default_rng(1000)
     looks = sequential_lockin(_fitter(_forced(rng, amplitude), _noise(rng)), position_decided=False)
     settled, win = Settling(0.05, 1.0, 0.1), Window(10.0, 40.0, 1.0)
-    lk = {"oscillating": looks[-1][0], "ou": looks[-1][1], "window": (0.0, float(T[-1])), "looks": looks}
+    lk = LockInPair((0.0, float(T[-1])), 0.0, {}, looks, *looks[-1])
     row = _no_relaxation_row(lk, OMEGA, 0.2, settled, settled, win)
     assert row.ok and row.margin == pytest.approx(lockin_margins(*looks[-1])[0])
     assert f"{len(looks)} looks of at most 16 periods" in row.measured, row.measured
@@ -158,7 +159,7 @@ def test_an_empty_settling_window_is_no_position_test():
     moving, zero = Settling(2.0, 1.0, 0.1), Settling(0.0, 1.31, 0.0)
     assert position_margins(moving, zero, empty) is None and not position_decides(moving, zero, empty)
     pair = (fit(0.001), fit(0.001))
-    lk = {"oscillating": pair[0], "ou": pair[1], "window": (12.0, 28.8), "looks": [pair]}
+    lk = LockInPair((12.0, 28.8), 0.0, {}, [pair], *pair)
     row = _no_relaxation_row(lk, 1.5, 0.03, moving, zero, empty)
     assert not row.ok
     assert "no position test: the settling window [12, 12] is empty" in row.measured, row.measured

@@ -108,12 +108,12 @@ def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
     cfg = experiment_config("ou", quick=True, sets=SMALL)
     trajs, _ = relax_runs.pair_runs(cfg, 0)
     st = relax_runs.settled_runs(cfg, 0)
-    o, win = trajs["ou"], st["window"]
-    assert win.ok and st["wander"] > 0 and len(st["replicas"]) == relax_runs.WANDER_REPLICAS
-    assert st["ou"].ratio < 1.0 <= st["oscillating"].ratio
+    o, win = trajs["ou"], st.window
+    assert win.ok and st.wander > 0 and len(st.replicas) == relax_runs.WANDER_REPLICAS
+    assert st.ou.ratio < 1.0 <= st.oscillating.ratio
     # A planted non-stationary run: the same clouds turned about an axis, the angle growing through the window
     # by twice the bound (in radians, the distance it moves a cluster on the great circle at most).
-    ang = np.clip((o.t - win.start) / (o.t[-1] - win.start), 0, 1) * 2.0 * st["ou"].bound
+    ang = np.clip((o.t - win.start) / (o.t[-1] - win.start), 0, 1) * 2.0 * st.ou.bound
     ang = ang[-1] - ang  # the planted drift ends at the final state
     c, s = np.cos(ang), np.sin(ang)
     R = np.zeros((len(o.t), 3, 3))
@@ -121,7 +121,7 @@ def test_settling_allows_the_finite_h_wander_and_fails_a_planted_drift():
     axis = np.linalg.svd(o.x[-1] - o.x[-1].mean(0))[2][-1]  # a frame in which the final cloud moves when turned
     frame = np.linalg.qr(np.stack([o.x[-1].mean(0), axis, np.cross(o.x[-1].mean(0), axis)], 1))[0]
     planted = dataclasses.replace(o, x=np.einsum("ij,tjk,lk,tnl->tni", frame, R, frame, o.x))
-    drift = settling(planted, win.start, st["wander"])
+    drift = settling(planted, win.start, st.wander)
     assert drift.ratio > 1.0, drift.text()
     # The bound itself: a fraction of the displacement plus the wander allowance.
     assert Settling(0.3, 2.0, 0.1).bound == pytest.approx(0.1 * 2.0 + 2.0 * 0.1)

@@ -164,15 +164,15 @@ def test_slope_floor_separates_ou_from_oscillating():
     cfg = relax_runs.default_config(True)
     trajs, procs = relax_runs.pair_runs(cfg, 0)
     fl = relax_runs.slope_floor(trajs, procs["ou"], cfg, 0)
-    assert fl["scale"] > 0
-    assert fl["ou"]["ratio"] <= FLOOR_FACTOR < 10 * FLOOR_FACTOR < fl["oscillating"]["ratio"]
+    assert fl.scale > 0
+    assert fl.runs["ou"].ratio <= FLOOR_FACTOR < 10 * FLOOR_FACTOR < fl.runs["oscillating"].ratio
     # One window for both runs, in units of the OU run's own relaxation time: [max(3 tau, T/2), T].
-    assert fl["ou"]["window"] == fl["oscillating"]["window"]
+    assert fl.runs["ou"].window == fl.runs["oscillating"].window
     saved = cfg["integration"]["dt"] * cfg["integration"]["save_every"]
     T = float(trajs["ou"].t[-1])  # t_end, or longer when the run continued to hold its relaxation time
     assert T >= cfg["integration"]["t_end"]
-    assert fl["ou"]["window"][0] == pytest.approx(max(3 * fl["tau"], T / 2), abs=saved)
-    assert fl["window_ok"] and 0 < fl["tau"] < T / 3
+    assert fl.runs["ou"].window[0] == pytest.approx(max(3 * fl.tau, T / 2), abs=saved)
+    assert fl.window_ok and 0 < fl.tau < T / 3
 
 
 def test_edi_order_is_the_order_of_the_rms_over_paths():

@@ -48,9 +48,12 @@ from attnflow.experiments.relax_runs import (
     HYPOTHESES,
     RUNS_NOTE,
     SEE_FIGURES,
+    LockInPair,
+    PairSettling,
     ParamsLike,
     RelaxationParams,
     RunLength,
+    SlopeFloor,
     continue_both,
     floor_keys,
     floor_note,
@@ -151,11 +154,11 @@ def _lockin_of(tr, start: float, omega: float) -> LockIn:
 
 
 @functools.lru_cache(maxsize=2)
-def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
+def _lockin_cached(cfg_yaml: str, seed: int) -> LockInPair:
     params, trajs, procs, length, st, it = pair_start(cfg_yaml, seed)
     omega = float(params.oscillating.omega)
     runs = {"ou": trajs["ou"], "oscillating": trajs["oscillating"]}
-    T0, start = float(runs["ou"].t[-1]), float(st["window"].start)
+    T0, start = float(runs["ou"].t[-1]), float(st.window.start)
     spacing = it.dt * it.save_every
     # From the first saved time in the window (the window's start need not be on the save grid).
     o = runs["ou"]
@@ -182,9 +185,9 @@ def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
             runs.update(ou=o, oscillating=c)
         return _lockin_of(c, start, omega), _lockin_of(o, start, omega)
 
-    decided = position_decides(st["oscillating"], st["ou"], st["window"])
+    decided = position_decides(st.oscillating, st.ou, st.window)
     looks = sequential_lockin(fit, decided)
-    fits = dict(zip(("oscillating", "ou"), looks[-1]))
+    fits = dict(zip(("oscillating", "ou"), looks[-1]))  # the last look's fits, by run
     series = {}
     for name, tr in runs.items():
         # For the figure: the coordinate that swings most, without its fitted constant and drift, and its sinusoid.
@@ -196,22 +199,20 @@ def _lockin_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
         coef = np.linalg.lstsq(X, y[:, j], rcond=None)[0]
         series[name] = (tr.t[idx], y[:, j] - X[:, :2] @ coef[:2], X[:, 2:] @ coef[2:])
     T = float(runs["ou"].t[-1])
-    return {"window": (start, T), "extended_by": T - T0, "series": series, "looks": looks, **fits}
+    return LockInPair((start, T), T - T0, series, looks, *looks[-1])
 
 
-def lockin_pair(cfg: ParamsLike, seed: int) -> dict[str, Any]:
+def lockin_pair(cfg: ParamsLike, seed: int) -> LockInPair:
     """The lock-in fits (:func:`attnflow.experiments.lockin.lockin_fit`) of the OU and the oscillating run at the
     oscillating weights' ``omega`` over ``[settling window start, T']``, ``T' >= T`` long enough to hold
     :data:`LOCKIN_PERIODS` periods, or up to :data:`LOCKIN_MAX_PERIODS` while row #5 is undecided
-    (:func:`sequential_lockin`; both runs continued for it): ``{"window", "extended_by", "ou", "oscillating",
-    "looks", "series"}`` (``ou``, ``oscillating``: the last look's fits; ``looks``: every look's ``(oscillating,
-    OU)`` fits; ``series``: each run's most swinging coordinate and its fit, for the figure)."""
+    (:func:`sequential_lockin`; both runs continued for it): a :class:`~attnflow.experiments.relax_runs.LockInPair`."""
     return _lockin_cached(params_key(relaxation_params(cfg)), seed)
 
 
-def _looks_text(lk: dict[str, Any]) -> str:
+def _looks_text(lk: LockInPair) -> str:
     """The sequential lock-in's looks: how many, their periods and ``A / s``."""
-    looks = lk["looks"]
+    looks = lk.looks
     zs = ", ".join(
         f"{osc.periods:.3g} periods: {amplitude_over(osc.amplitude, lockin_scales(osc, ou)[0]):.3g} s"
         for osc, ou in looks
@@ -229,13 +230,13 @@ def _position_text(s_osc: Settling, swin: Window) -> str:
     return f"position over t in [{swin.start:.3g}, {swin.end:.3g}]: {s_osc.text()}{short}"
 
 
-def _lockin_note(lk: dict[str, Any], g: float, omega: float, position: Settling, swin: Window) -> str:
+def _lockin_note(lk: LockInPair, g: float, omega: float, position: Settling, swin: Window) -> str:
     """Why row #5 (or its control) failed, from the lock-in numbers."""
-    osc, ou = lk["oscillating"], lk["ou"]
+    osc, ou = lk.oscillating, lk.ou
     scale, scale_ou = lockin_scales(osc, ou)
     if osc.periods < LOCKIN_PERIODS * (1.0 - 1e-6):
         return (
-            f"Window too short: the lock-in window [{lk['window'][0]:.4g}, {lk['window'][1]:.4g}] holds "
+            f"Window too short: the lock-in window [{lk.window[0]:.4g}, {lk.window[1]:.4g}] holds "
             f"{osc.periods:.4g} periods of omega = {fmt(omega)}, fewer than {LOCKIN_PERIODS:g}. Inconclusive, counted "
             "as a FAIL."
         )
@@ -254,7 +255,7 @@ def _lockin_note(lk: dict[str, Any], g: float, omega: float, position: Settling,
 
 
 def _no_relaxation_row(
-    lk: dict[str, Any], omega: float, g: float, s_osc: Settling, s_ou: Settling, swin: Window
+    lk: LockInPair, omega: float, g: float, s_osc: Settling, s_ou: Settling, swin: Window
 ) -> Prediction:
     """Row #5, either of two tests, each with its own control (stated with both; a false PASS needs one of
     them to pass a settled cloud, so its chance is at most the sum of theirs): the lock-in at ``omega``
@@ -263,14 +264,14 @@ def _no_relaxation_row(
     nothing (motion not locked to ``omega``: non-sinusoidal, or at other frequencies), the position test
     (``max_t W2(mu_t, mu_T)`` beyond the settling bound; control: the OU run within it, conclusive only when the
     OU run settled over a long enough window; no test over an empty window)."""
-    lk_osc, lk_ou = lk["oscillating"], lk["ou"]
+    lk_osc, lk_ou = lk.oscillating, lk.ou
     lk_scale, _ = lockin_scales(lk_osc, lk_ou)
     lk_margin, lk_ctrl = lockin_margins(lk_osc, lk_ou)
     pm = position_margins(s_osc, s_ou, swin)
     use_position = position_decides(s_osc, s_ou, swin) and not lockin_decides(lk_osc, lk_ou)
     lock_text = (
         f"lock-in c0 + c1 t + a cos(omega t) + b sin(omega t) of every token's coordinates over t in "
-        f"[{lk['window'][0]:.3g}, {lk['window'][1]:.3g}] (omega = {fmt(omega)}): {lk_osc.text()}; noise scale "
+        f"[{lk.window[0]:.3g}, {lk.window[1]:.3g}] (omega = {fmt(omega)}): {lk_osc.text()}; noise scale "
         f"s = {fmt(lk_scale)} (the larger of this and the OU run's SE), A = {amplitude_over(lk_osc.amplitude, lk_scale):.3g} s "
         f"(g / omega = {g / omega:.2g}); sequential: {_looks_text(lk)}"
     )
@@ -311,12 +312,12 @@ class _OscRun:
 
     params: RelaxationParams
     trajs: dict[str, Trajectory]
-    fl: dict[str, Any]
+    fl: SlopeFloor
     window: Window
     length: RunLength
-    st: dict[str, Any]
+    st: PairSettling
     swin: Window
-    lk: dict[str, Any]
+    lk: LockInPair
     pos_empty: bool
     omega: float
     g: float
@@ -347,10 +348,10 @@ def _measure_oscillating(cfg: RelaxationParams, seed: int, progress: Progress | 
     window = run_window(trajs["ou"])
     length = run_length(cfg, seed)
     st = settled_runs(cfg, seed)
-    swin = st["window"]
-    s_ou, s_osc = st["ou"], st["oscillating"]
+    swin = st.window
+    s_ou, s_osc = st.ou, st.oscillating
     lk = lockin_pair(cfg, seed)
-    lk_osc, lk_ou = lk["oscillating"], lk["ou"]
+    lk_osc, lk_ou = lk.oscillating, lk.ou
     lk_scale, lk_scale_ou = lockin_scales(lk_osc, lk_ou)
     pos_empty = position_margins(s_osc, s_ou, swin) is None
     omega = float(cfg.oscillating.omega)
@@ -390,10 +391,10 @@ def _oscillating_headline(r: _OscRun) -> dict[str, Any]:
         "settled_fraction_ou": None if r.pos_empty else r.s_ou.late / r.s_ou.displacement,
         "settling_over_bound": None if r.pos_empty else r.s_osc.ratio,
         "settling_over_bound_ou": None if r.pos_empty else r.s_ou.ratio,
-        "wander_scale": r.st["wander"],
+        "wander_scale": r.st.wander,
         "settling_window": [r.swin.start, r.swin.end],
-        "lockin_window": list(r.lk["window"]),
-        "lockin_extended_by": r.lk["extended_by"],
+        "lockin_window": list(r.lk.window),
+        "lockin_extended_by": r.lk.extended_by,
         "lockin_periods": r.lk_osc.periods,
         "lockin_amplitude": r.lk_osc.amplitude,
         "lockin_se": r.lk_osc.se,
@@ -402,17 +403,15 @@ def _oscillating_headline(r: _OscRun) -> dict[str, Any]:
         "lockin_scale": r.lk_scale,
         "lockin_over_scale": amplitude_over(r.lk_osc.amplitude, r.lk_scale),
         "lockin_over_scale_ou": amplitude_over(r.lk_ou.amplitude, r.lk_scale_ou),
-        "lockin_looks": len(r.lk["looks"]),
+        "lockin_looks": len(r.lk.looks),
         "lockin_max_periods": LOCKIN_MAX_PERIODS,
-        "lockin_look_periods": [osc.periods for osc, _ in r.lk["looks"]],
-        "lockin_look_over_scale": [
-            amplitude_over(osc.amplitude, lockin_scales(osc, ou)[0]) for osc, ou in r.lk["looks"]
-        ],
-        "lockin_look_over_scale_ou": [amplitude_over(ou.amplitude, ou.se) for _, ou in r.lk["looks"]],
-        "lockin_look_amplitude": [osc.amplitude for osc, _ in r.lk["looks"]],
-        "lockin_look_se": [osc.se for osc, _ in r.lk["looks"]],
-        "lockin_look_amplitude_ou": [ou.amplitude for _, ou in r.lk["looks"]],
-        "lockin_look_se_ou": [ou.se for _, ou in r.lk["looks"]],
+        "lockin_look_periods": [osc.periods for osc, _ in r.lk.looks],
+        "lockin_look_over_scale": [amplitude_over(osc.amplitude, lockin_scales(osc, ou)[0]) for osc, ou in r.lk.looks],
+        "lockin_look_over_scale_ou": [amplitude_over(ou.amplitude, ou.se) for _, ou in r.lk.looks],
+        "lockin_look_amplitude": [osc.amplitude for osc, _ in r.lk.looks],
+        "lockin_look_se": [osc.se for osc, _ in r.lk.looks],
+        "lockin_look_amplitude_ou": [ou.amplitude for _, ou in r.lk.looks],
+        "lockin_look_se_ou": [ou.se for _, ou in r.lk.looks],
         "lockin_tau_int": r.lk_osc.tau_int,
         "lockin_tau_int_ou": r.lk_ou.tau_int,
         "lockin_trusted": r.lk_osc.trusted,
@@ -487,16 +486,16 @@ def _oscillating_predictions(r: _OscRun) -> list[Prediction]:
         Prediction(
             "oscillating",
             "Oscillating weights: the slope |dF|(mu_t, Theta_t) does not decay to a finite-H floor",
-            f"rms slope over t in [{r.fl['oscillating']['window'][0]:.3g}, {r.fl['oscillating']['window'][1]:.3g}] = "
-            f"{fmt(r.fl['oscillating']['rms'])} = {fmt(r.fl['oscillating']['ratio'])} s_H (floor scale s_H = "
-            f"{fmt(r.fl['scale'])})",
+            f"rms slope over t in [{r.fl.runs['oscillating'].window[0]:.3g}, {r.fl.runs['oscillating'].window[1]:.3g}] = "
+            f"{fmt(r.fl.runs['oscillating'].rms)} = {fmt(r.fl.runs['oscillating'].ratio)} s_H (floor scale s_H = "
+            f"{fmt(r.fl.scale)})",
             f"> {FLOOR_FACTOR:g} s_H",
-            bool(r.fl["oscillating"]["ratio"] > FLOOR_FACTOR),
+            bool(r.fl.runs["oscillating"].ratio > FLOOR_FACTOR),
             "the OU run",
-            f"{fmt(r.fl['ou']['ratio'])} s_H",
-            not bool(r.fl["ou"]["ratio"] > FLOOR_FACTOR),
-            margin=margin_above(r.fl["oscillating"]["ratio"], FLOOR_FACTOR),
-            control_margin=margin_below(r.fl["ou"]["ratio"], FLOOR_FACTOR),
+            f"{fmt(r.fl.runs['ou'].ratio)} s_H",
+            not bool(r.fl.runs["ou"].ratio > FLOOR_FACTOR),
+            margin=margin_above(r.fl.runs["oscillating"].ratio, FLOOR_FACTOR),
+            control_margin=margin_below(r.fl.runs["ou"].ratio, FLOOR_FACTOR),
             model="gf",
             model_reason="the theory's slope |dF| is the gradient flow's (docs/model.md)",
         ),

@@ -47,6 +47,7 @@ from attnflow.experiments.relax_runs import (
     ParamsLike,
     RelaxationParams,
     RunLength,
+    SlopeFloor,
     floor_keys,
     floor_note,
     length_note,
@@ -188,7 +189,7 @@ class _OuRun:
     law_inf: GaussianHeads
     slope_inf: np.ndarray
     slope_0: np.ndarray
-    fl: dict[str, Any]
+    fl: SlopeFloor
     window: Window
     length: RunLength
     sq: dict[str, Any]
@@ -257,11 +258,11 @@ def _measure_ou(cfg: RelaxationParams, seed: int, progress: Progress | None) -> 
     w2_ou, _ = settling_distances(o2, sidx)
     w2_c, _ = settling_distances(c2, sidx_c)
     s_ou, s_ctrl = fin.ou, fin.control
-    s_osc = st["oscillating"]
+    s_osc = st.oscillating
     turned = sq["turn"] * (swin.end - swin.start)  # the control's turn over the settling window, radians
     d = traj.diagnostics
     win = f"t in [{traj.t[idx[0]]:.3g}, {traj.t[-1]:.3g}] (from {WINDOW_TAUS:g} tau, tau = {fmt(window.tau)})"
-    s_H = fl["scale"]
+    s_H = fl.scale
     # Row 1's scale: a settled single cluster (or antipodal pair) follows its heads, so for the limit law it shows
     # s_follow <= s_H (linear response, following_scale; the same draws as s_H); anything else falls back to s_H.
     fs = following_scale(traj.x[-1], ou, FLOOR_DRAWS, run_seeds(seed)[5] + 3)
@@ -464,15 +465,15 @@ def _ou_predictions(r: _OuRun) -> list[Prediction]:
         Prediction(
             "ou",
             "OU weights: the slope |dF|(mu_t, Theta_t) decays to its finite-H floor",
-            f"rms slope over t in [{r.fl['ou']['window'][0]:.3g}, {r.fl['ou']['window'][1]:.3g}] = "
-            f"{fmt(r.fl['ou']['rms'])} = {fmt(r.fl['ou']['ratio'])} s_H (floor scale s_H = {fmt(r.fl['scale'])}){short}",
+            f"rms slope over t in [{r.fl.runs['ou'].window[0]:.3g}, {r.fl.runs['ou'].window[1]:.3g}] = "
+            f"{fmt(r.fl.runs['ou'].rms)} = {fmt(r.fl.runs['ou'].ratio)} s_H (floor scale s_H = {fmt(r.fl.scale)}){short}",
             f"<= {FLOOR_FACTOR:g} s_H",
-            bool(r.fl["ou"]["ratio"] <= FLOOR_FACTOR) and r.window.ok,
+            bool(r.fl.runs["ou"].ratio <= FLOOR_FACTOR) and r.window.ok,
             "the oscillating run (same cloud and means, non-integrable weights)",
-            f"{fmt(r.fl['oscillating']['ratio'])} s_H",
-            not bool(r.fl["oscillating"]["ratio"] <= FLOOR_FACTOR),
-            margin=margin_below(r.fl["ou"]["ratio"], FLOOR_FACTOR),
-            control_margin=margin_above(r.fl["oscillating"]["ratio"], FLOOR_FACTOR),
+            f"{fmt(r.fl.runs['oscillating'].ratio)} s_H",
+            not bool(r.fl.runs["oscillating"].ratio <= FLOOR_FACTOR),
+            margin=margin_below(r.fl.runs["ou"].ratio, FLOOR_FACTOR),
+            control_margin=margin_above(r.fl.runs["oscillating"].ratio, FLOOR_FACTOR),
             model="gf",
             model_reason=why_model,
         ),
@@ -503,7 +504,7 @@ def _ou_explain(r: _OuRun, preds: list[Prediction]) -> None:
             f"limit's mean away from it, the heads start {r.params.ou.init_spread} x GOE from their means and "
             f"their average moves by about that over sqrt({r.ou.H}): {fmt(r.st_0)} {r.scale_name} on the late states.)"
         )
-    settle_note = _settle_note(r.params, r.sq, r.fl["ou"]["ratio"])
+    settle_note = _settle_note(r.params, r.sq, r.fl.runs["ou"].ratio)
     notes = [
         (_position_note(r.pos, r.fs_pos) if r.swin.ok else length_note(r.sq["length"], r.swin)) if r.pos else stat_note,
         settle_note,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import matplotlib.pyplot as plt
 import numpy as np
 
 from attnflow.analysis.lockin import amplitude_over, lockin_scales
-from attnflow.experiments.relax_runs import FLOOR_FACTOR
+from attnflow.experiments.relax_runs import FLOOR_FACTOR, LockInPair
 from attnflow.viz.plotting import snapshot_indices
 
 
@@ -64,9 +62,9 @@ def figure_ou(traj, rel_inf, rel_0, idx, settle_ou, settle_ctrl, osc, fl, unit=(
     fig, ax = plt.subplots(1, 4 if position is not None else 3, figsize=(20 if position is not None else 15, 4))
     ax[0].semilogy(traj.t, np.maximum(traj.diagnostics["slope"], 1e-300), label="OU")
     ax[0].semilogy(osc.t, np.maximum(osc.diagnostics["slope"], 1e-300), label="oscillating (control)", alpha=0.6)
-    ax[0].axhline(fl["scale"], color="k", lw=0.8, label=r"floor scale $s_H$")
-    ax[0].axhline(FLOOR_FACTOR * fl["scale"], color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} $s_H$")
-    ax[0].axvspan(fl["ou"]["window"][0], fl["ou"]["window"][1], color="0.92")
+    ax[0].axhline(fl.scale, color="k", lw=0.8, label=r"floor scale $s_H$")
+    ax[0].axhline(FLOOR_FACTOR * fl.scale, color="k", ls=":", label=f"criterion {FLOOR_FACTOR:g} $s_H$")
+    ax[0].axvspan(fl.runs["ou"].window[0], fl.runs["ou"].window[1], color="0.92")
     ax[0].set_title(r"slope $|\partial F|(\mu_t, \Theta_t)$")
     ax[1].semilogy(traj.t, rel_inf, label=r"$\Theta_\infty$ (the limiting law)")
     ax[1].semilogy(traj.t, rel_0, label=r"$\Theta_0$ (the t = 0 law)")
@@ -122,14 +120,14 @@ def figure_osc(trajs: dict, laws: dict):
     return fig
 
 
-def figure_lockin(lk: dict[str, Any]):
+def figure_lockin(lk: LockInPair):
     """Row #5's evidence: each run's most swinging token coordinate over the lock-in window (constant and drift
     removed) with its fitted ``a cos(omega t) + b sin(omega t)``."""
-    scales = dict(zip(("oscillating", "ou"), lockin_scales(lk["oscillating"], lk["ou"])))
+    scales = dict(zip(("oscillating", "ou"), lockin_scales(lk.oscillating, lk.ou)))
     fig, ax = plt.subplots(1, 2, figsize=(12, 3.6))
     for a, name in zip(ax, ("oscillating", "ou")):
-        t, y, fit = lk["series"][name]
-        f = lk[name]
+        t, y, fit = lk.series[name]
+        f = lk.fit(name)
         a.plot(t, y, lw=0.8, label="token coordinate, constant and drift removed")
         a.plot(t, fit, "--", lw=1.2, label=r"fitted $a\cos\omega t + b\sin\omega t$")
         a.set_title(f"{name}: A = {f.amplitude:.3g} ({amplitude_over(f.amplitude, scales[name]):.3g} noise scales)")

@@ -39,9 +39,11 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.distances import wasserstein_sphere
 from attnflow.analysis.following import floor_scale
+from attnflow.analysis.lockin import LockIn
 from attnflow.analysis.relaxation import (
     MIN_WINDOW_TAUS,
     WINDOW_TAUS,
+    Settling,
     Window,
     late_window,
     relaxation_time,
@@ -364,22 +366,48 @@ def wander_scale(traj, ou: OrnsteinUhlenbeck, k: int, replicas: int, dt: float, 
     return np.array([float(wasserstein_sphere(traj.x[-1], xr, a=a, b=a).value) for xr in ens.x[-1]])
 
 
+@dataclasses.dataclass(frozen=True)
+class PairSettling:
+    """The settling of the pair's runs (:func:`settle_cached`): the settling ``window``, the replicas' start time
+    ``replicas_from``, their distances ``W2(mu^r_T, mu_T)`` (``replicas``) and ``w_H`` (``wander``, their rms), and
+    each run's :func:`~attnflow.analysis.relaxation.settling` check over the window."""
+
+    window: Window
+    replicas_from: float
+    replicas: np.ndarray
+    wander: float
+    ou: Settling
+    oscillating: Settling
+
+
+@dataclasses.dataclass(frozen=True)
+class LockInPair:
+    """Row #5's lock-in of the pair (:func:`attnflow.experiments.oscillating.lockin_pair`): the window ``[start, T']``,
+    how far the runs were continued for it (``extended_by``), every look's ``(oscillating, OU)`` fits (``looks``),
+    the last look's fits (``oscillating``, ``ou``) and, per run, its most swinging coordinate with the fitted
+    sinusoid (``series``: ``t``, the coordinate less its constant and drift, the fit; for the figure)."""
+
+    window: tuple[float, float]
+    extended_by: float
+    series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    looks: list[tuple[LockIn, LockIn]]
+    oscillating: LockIn
+    ou: LockIn
+
+    def fit(self, run: str) -> LockIn:
+        """The last look's fit of ``run`` (``"oscillating"`` or ``"ou"``)."""
+        return self.oscillating if run == "oscillating" else self.ou
+
+
 @functools.lru_cache(maxsize=2)
-def settle_cached(cfg_yaml: str, seed: int) -> dict[str, Any]:
+def settle_cached(cfg_yaml: str, seed: int) -> PairSettling:
     p = _from_key(cfg_yaml)
     trajs, procs, length = simulate_pair(cfg_yaml, seed)
     o = trajs["ou"]
     # The settling window is in units of the longer of the two relaxation times: the energy's and the slow mode's.
     win = settling_window(o.t, length.tau, length.tau_slow)
     t_from, reps, w = settle_wander(o, procs["ou"], win, p.integration.dt, run_seeds(seed)[5] + 4)
-    return {
-        "window": win,
-        "replicas_from": t_from,
-        "replicas": reps,
-        "wander": w,
-        "ou": settling(o, win.start, w),
-        "oscillating": settling(trajs["oscillating"], win.start, w),
-    }
+    return PairSettling(win, t_from, reps, w, settling(o, win.start, w), settling(trajs["oscillating"], win.start, w))
 
 
 def settle_wander(o, ou: OrnsteinUhlenbeck, win: Window, dt: float, seed: int) -> tuple[float, np.ndarray, float]:
@@ -395,7 +423,7 @@ def settle_wander(o, ou: OrnsteinUhlenbeck, win: Window, dt: float, seed: int) -
     return float(o.t[k]), reps, float(np.sqrt(np.mean(reps**2)))
 
 
-def settled_runs(cfg: ParamsLike, seed: int) -> dict[str, Any]:
+def settled_runs(cfg: ParamsLike, seed: int) -> PairSettling:
     """The settling of :func:`pair_runs` (:func:`settle_cached`)."""
     return settle_cached(params_key(relaxation_params(cfg)), seed)
 
@@ -408,30 +436,50 @@ def pair_start(cfg_yaml: str, seed: int):
     return p, trajs, procs, length, settle_cached(cfg_yaml, seed), p.integration
 
 
-def floor_keys(fl: dict[str, Any], own: str, other: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class RunFloor:
+    """One run's late-window rms slope ``rms``, its ``ratio`` to the floor scale ``s_H``, and the window ``[t0, T]``."""
+
+    rms: float
+    ratio: float
+    window: list[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class SlopeFloor:
+    """:func:`slope_floor`: the floor scale ``s_H`` (``scale``), the OU run's relaxation time ``tau`` and whether its
+    late window is long enough (``window_ok``), and each run's :class:`RunFloor` by run name (``runs``)."""
+
+    scale: float
+    tau: float
+    window_ok: bool
+    runs: dict[str, RunFloor]
+
+
+def floor_keys(fl: SlopeFloor, own: str, other: str) -> dict[str, Any]:
     """The slope-floor entries of one experiment's ``results.json`` (``own`` run, ``other`` its control):
     the same keys in ``ou`` and ``oscillating``, each naming its own run plainly and the other by suffix."""
     return {
-        "slope_floor_scale": fl["scale"],
-        "slope_late_rms": fl[own]["rms"],
-        f"slope_late_rms_{other}": fl[other]["rms"],
-        "slope_floor_ratio": fl[own]["ratio"],
-        f"slope_floor_ratio_{other}": fl[other]["ratio"],
-        "slope_window": fl[own]["window"],
+        "slope_floor_scale": fl.scale,
+        "slope_late_rms": fl.runs[own].rms,
+        f"slope_late_rms_{other}": fl.runs[other].rms,
+        "slope_floor_ratio": fl.runs[own].ratio,
+        f"slope_floor_ratio_{other}": fl.runs[other].ratio,
+        "slope_window": fl.runs[own].window,
     }
 
 
-def slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: ParamsLike | None, seed: int) -> dict[str, Any]:
+def slope_floor(trajs: dict, ou: OrnsteinUhlenbeck, cfg: ParamsLike | None, seed: int) -> SlopeFloor:
     """Late-window rms slope of each run over the floor scale ``s_H`` (at the OU run's final cloud). ``cfg`` is not
     read (the window and ``s_H`` come from the runs and ``seed``); it stays for the callers that pass it."""
     win = run_window(trajs["ou"])
     s_H = floor_scale(trajs["ou"].x[-1], ou, FLOOR_DRAWS, run_seeds(seed)[5] + 3)
-    out: dict[str, Any] = {"scale": s_H, "tau": win.tau, "window_ok": win.ok}
+    runs: dict[str, RunFloor] = {}
     for k, t in trajs.items():
         idx = window_indices(t, win)
         rms = float(np.sqrt(np.mean(t.diagnostics["slope"][idx] ** 2)))
-        out[k] = {"rms": rms, "ratio": rms / s_H, "window": [float(t.t[idx[0]]), float(t.t[-1])]}
-    return out
+        runs[k] = RunFloor(rms, rms / s_H, [float(t.t[idx[0]]), float(t.t[-1])])
+    return SlopeFloor(s_H, win.tau, win.ok, runs)
 
 
 SEE_FIGURES = "See the figures: the measured value and its control are side by side."
@@ -457,9 +505,9 @@ def length_note(length: RunLength, window: Window) -> str:
     )
 
 
-def floor_note(fl: dict[str, Any]) -> str:
+def floor_note(fl: SlopeFloor) -> str:
     """Why a slope-floor row failed, from its numbers."""
-    o, c = fl["ou"]["ratio"], fl["oscillating"]["ratio"]
+    o, c = fl.runs["ou"].ratio, fl.runs["oscillating"].ratio
     if o > FLOOR_FACTOR:
         return (
             f"the OU run's late rms slope is {o:.3g} s_H: above the finite-H floor, so the cloud has not settled "
