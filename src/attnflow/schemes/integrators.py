@@ -257,9 +257,12 @@ class DOP853Pair(EmbeddedPair):
     """Dormand & Prince's 8th-order pair DOP853 (Hairer, Norsett & Wanner I, II.10), FSAL.
 
     Twelve stages give the order-8 solution; the 13th is ``v_{t+dt}`` at the new point. The error
-    estimate combines the 5th-order (``b - b_hat``) and 3rd-order (``e3``) estimates as Hairer's code
-    does, ``e = e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``, which behaves like the local error of an
-    order-7 method (``embedded_order = 7``). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
+    estimate combines the 5th-order (``b - b_hat``) and 3rd-order (``e3``) estimates by Hairer's formula
+    ``e = e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``, which behaves like the local error of an order-7 method
+    (``embedded_order = 7``). One difference from Hairer's code (and SciPy's): the damping factor is taken
+    from the norms of the unscaled estimates, and the step controller then scales ``e`` by
+    ``atol + rtol |y|``; theirs takes both norms after that scaling. With one scale for every component the
+    two agree; with mixed scales the factor differs (SciPy's form moved the trial steps by 0.5%, docs/adaptive.md). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
     :mod:`attnflow.schemes._dop853_tableau` and tested equal to SciPy's to the bit).
     """
 
