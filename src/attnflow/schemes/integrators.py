@@ -262,7 +262,8 @@ class DOP853Pair(EmbeddedPair):
     (``embedded_order = 7``). One difference from Hairer's code (and SciPy's): the damping factor is taken
     from the norms of the unscaled estimates, and the step controller then scales ``e`` by
     ``atol + rtol |y|``; theirs takes both norms after that scaling. With one scale for every component the
-    two agree; with mixed scales the factor differs (SciPy's form moved the trial steps by 0.5%, docs/adaptive.md). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
+    two agree; with mixed scales the factor differs (SciPy's form moved the trial steps by 0.5%,
+    docs/adaptive.md). The coefficients are SciPy's (``solve_ivp(method="DOP853")``, kept in
     :mod:`attnflow.schemes._dop853_tableau` and tested equal to SciPy's to the bit).
     """
 
