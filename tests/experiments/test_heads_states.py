@@ -132,7 +132,7 @@ def test_heads_seed_floors_enter_a_two_cluster_seed_with_its_own_constant():
     two as one cluster all settle; the pair carries its own predicted constant (Monte Carlo at its own cloud, no
     closed form) and its index 2, and its ``tau_int`` is pooled with the other pair only. Control: a seed whose
     clusters merge inside the window is in transition and left out, with its reason."""
-    from attnflow.experiments.heads import Members, _seed_floors
+    from attnflow.experiments.heads import HeadsParams, HeadsSection, Members, TokensParams, _seed_floors
 
     rng = np.random.default_rng(3)
     t = np.arange(0.0, 24.0 + 1e-9, 0.1)
@@ -152,7 +152,7 @@ def test_heads_seed_floors_enter_a_two_cluster_seed_with_its_own_constant():
         slope[:, b] = (0.3 if b < 2 else 0.2) + z
     energy = np.tile((-1.0 + np.exp(-t))[:, None], (1, 5))  # tau = 1: the window is [12, 24]
     mem = Members(t, slope, energy, x, identity_heads(H, 3, 2.0), 0.35)
-    cfg = {"heads": {"beta": 2.0}, "tokens": {"d": 3}, "draws": 16}
+    cfg = HeadsParams(heads=HeadsSection(beta=2.0), tokens=TokensParams(d=3), draws=16)
     rows = _seed_floors(mem, cfg, H, list(range(5)), 0)
     pair, single, merging = rows[:2], rows[2:4], rows[4]
     for r in pair:

@@ -269,6 +269,15 @@ def _safe_exps(vs: list[float]) -> list[float]:
     return [math.exp(v) if v < 709.0 else math.inf for v in vs]
 
 
+def energy_and_slope(log_abs_energy: np.ndarray, log_slope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``F = -exp(log |F|)`` and ``|dF| = exp(log |dF|)`` from their logs (arrays of any shape, e.g. an ensemble's
+    ``(S, B)`` diagnostics), converted as a trajectory's ``energy`` and ``slope`` are (:func:`_safe_exps`: ``inf``
+    past the float range, not an overflow)."""
+    F, s = np.asarray(log_abs_energy, dtype=np.float64), np.asarray(log_slope, dtype=np.float64)
+    energy = -np.array(_safe_exps(F.ravel().tolist()), dtype=np.float64).reshape(F.shape)
+    return energy, np.array(_safe_exps(s.ravel().tolist()), dtype=np.float64).reshape(s.shape)
+
+
 def state_diagnostics(
     x: torch.Tensor,
     heads: Heads,

@@ -1,9 +1,9 @@
 """``heads``: the late slope floor under OU weights, per seed against its predicted constant, and ``1/H``.
 
 For each parameter set, each ``H`` and each seed, a ``gf`` run with ``H`` OU heads around
-``beta I``. Seeds of one ``(set, H)`` run as one batched ensemble
-(:class:`attnflow.solve.ensemble.EnsembleField`), each member with its own initial cloud and weight
-path. Per seed (:mod:`attnflow.experiments.floors`):
+``beta I``. Seeds of one ``(set, H)`` run as one batched ensemble (:func:`attnflow.simulate_ensemble`, fixed
+``rk4`` steps; its diagnostics give each member's ``|dF|`` and energy at the saved times), each member with its
+own initial cloud and weight path. Per seed (:mod:`attnflow.experiments.floors`):
 
 * the run's own relaxation time ``tau`` (the energy's ``1/e`` time) and the late window
   ``[max(3 tau, T/2), T]``; the run's length ``T`` is ``t_end`` at ``d >= 3`` and ``2 t_end`` on the circle
@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, cast
+from typing import Any
 
 import numpy as np
-import torch
 import xarray as xr
-from pydantic import Field, PositiveFloat, PositiveInt
 
+from attnflow.analysis.diagnostics import energy_and_slope
 from attnflow.analysis.floor_fit import (  # noqa: F401  (their home; the old names stay importable from here)
     BOOTSTRAP,
     COMPETING,
@@ -79,14 +79,7 @@ from attnflow.analysis.seed_state import window_state
 from attnflow.core.errors import Hint, InputError, NumericalError
 from attnflow.core.heads import goe_heads, identity_heads
 from attnflow.core.tokens import cap, uniform
-from attnflow.dynamics.fields import FieldStats, masses
-from attnflow.experiments.common import (
-    ExperimentParams,
-    ExperimentResult,
-    Prediction,
-    Progress,
-    Section,
-)
+from attnflow.experiments.common import ExperimentResult, Prediction, Progress
 from attnflow.experiments.floors import (
     MIN_TAUS,
     correlated_means,
@@ -96,14 +89,19 @@ from attnflow.experiments.floors import (
     single_cluster_constant,
     time_average,
 )
+from attnflow.experiments.heads_params import (  # noqa: F401  (their home; the names stay importable from here)
+    HeadsParams,
+    HeadsSection,
+    IntegrationParams,
+    OUParams,
+    SetResult,
+    TokensParams,
+    heads_params,
+)
 from attnflow.experiments.heads_report import figure, headline, notes, set_predictions
 from attnflow.io.metadata import describe
-from attnflow.schemes.integrators import Field as _Field
-from attnflow.schemes.integrators import get_integrator
-from attnflow.solve.controllers import FixedState
-from attnflow.solve.ensemble import EnsembleField
-from attnflow.solve.loop import StepFailed, StepState, Trial, integrate
-from attnflow.solve.saveat import SaveAt
+from attnflow.solve.ensemble import simulate_ensemble
+from attnflow.solve.guards import NumericalInstability
 from attnflow.weights.processes import OrnsteinUhlenbeck
 
 #: The tangent dimension ``d - 1`` for which ``integration.t_end`` is sized: the default sphere ``S^2``, where the
@@ -159,51 +157,6 @@ def variables(sets: list[str]) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-class TokensParams(Section):
-    n: PositiveInt = 16
-    d: Annotated[int, Field(ge=2)] = 3
-    init: Literal["cap", "uniform"] = "cap"
-    angle: Annotated[float, Field(gt=0, le=math.pi)] = math.pi / 2
-
-
-class HeadsSection(Section):
-    counts: Annotated[list[PositiveInt], Field(min_length=2)] = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    beta: PositiveFloat = 2.0
-
-
-class OUParams(Section):
-    rate: PositiveFloat = 1.0
-    sigma: PositiveFloat = 0.5
-    init_spread: Annotated[float, Field(ge=0)] = 0.5
-
-
-class IntegrationParams(Section):
-    #: The run's length at ``d >= 3``; below, :func:`run_length` lengthens it (``tangent_scaled``).
-    t_end: PositiveFloat = 24.0
-    dt: PositiveFloat = 0.05
-    save_every: PositiveInt = 2
-    #: Lengthen the run below ``d = 3`` so that each seed's window is as precise as at ``d = 3``
-    #: (:func:`run_length`); ``false``: every ``d`` runs to ``t_end``.
-    tangent_scaled: bool = True
-
-
-class HeadsParams(ExperimentParams):
-    """The parameters of ``attnflow reproduce heads``."""
-
-    tokens: TokensParams = TokensParams()
-    heads: HeadsSection = HeadsSection()
-    weights: OUParams = OUParams()
-    integration: IntegrationParams = IntegrationParams()
-    seeds: Annotated[int, Field(ge=3)] = 8
-    tail: Annotated[int, Field(ge=2)] = 3
-    #: The sequential design's cap on batches of ``seeds`` seeds at the tail's H (:data:`SEED_BATCHES`).
-    seed_batches: Annotated[int, Field(ge=1)] = SEED_BATCHES
-    #: Monte Carlo draws of the H heads behind each seed's predicted floor.
-    draws: Annotated[int, Field(ge=8)] = 256
-    #: Further parameter sets: overrides of the parameters above (``--set`` applies on top of each).
-    sets: dict[str, dict[str, Any]] = {}
-
-
 def default_params(quick: bool) -> HeadsParams:
     """The parameters of ``attnflow reproduce heads`` (``--quick``: the tail only, one set)."""
     if quick:
@@ -238,20 +191,21 @@ def run_length(t_end: float, d: int, scaled: bool = True) -> float:
     return float(t_end) * (max(1.0, TANGENT_REF / (d - 1)) if scaled else 1.0)
 
 
-def _config_run_length(cfg: dict[str, Any]) -> float:
-    """:func:`run_length` of one set's config (``integration.t_end``, ``tokens.d``, ``integration.tangent_scaled``)."""
-    it = cfg["integration"]
-    return run_length(float(it["t_end"]), int(cfg["tokens"]["d"]), bool(it.get("tangent_scaled", True)))
+def _config_run_length(p: HeadsParams) -> float:
+    """:func:`run_length` of one set's parameters (``integration.t_end``, ``tokens.d``, ``integration.tangent_scaled``)."""
+    return run_length(p.integration.t_end, p.tokens.d, p.integration.tangent_scaled)
 
 
-def _set_configs(cfg: dict[str, Any], user_sets: list[str]) -> dict[str, dict[str, Any]]:
-    base = HeadsParams.parse(cfg)
+def _set_configs(cfg: HeadsParams | Mapping[str, Any], user_sets: list[str]) -> dict[str, HeadsParams]:
+    """The parameter sets of one run: ``base`` (``cfg`` without its ``sets``) and each of ``cfg.sets`` applied on top of
+    it, the user's ``--set`` overrides (``user_sets``) applied again on top of each."""
+    base = heads_params(cfg)
     plain = base.model_copy(update={"sets": {}})
-    out = {"base": plain.to_dict()}
+    out = {"base": plain}
     again = [u for u in user_sets if not u.strip().startswith("sets")]
     for name, changes in base.sets.items():
         items = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in changes.items()]
-        out[str(name)] = plain.with_sets(items + again).to_dict()
+        out[str(name)] = plain.with_sets(items + again)
     return out
 
 
@@ -279,62 +233,36 @@ class Members:
         )
 
 
-def _run_members(cfg: dict[str, Any], H: int, seeds: list[int]) -> Members:
-    """The runs of one ``(set, H)``: one batched ensemble of ``len(seeds)`` members."""
-    tk, w, it = cfg["tokens"], cfg["weights"], cfg["integration"]
-    d, N = int(tk["d"]), int(tk["n"])
-    A_bar = identity_heads(H, d, float(cfg["heads"]["beta"]))
-    x0, samplers = [], []
+def _run_members(p: HeadsParams, H: int, seeds: list[int]) -> Members:
+    """The runs of one ``(set, H)``: one batched ensemble of ``len(seeds)`` members (:func:`attnflow.simulate_ensemble`,
+    model ``gf``, fixed ``rk4`` steps), member ``b`` with its own cloud, initial heads and OU noise, each drawn from
+    ``SeedSequence([seeds[b], H])``."""
+    tk, w, it = p.tokens, p.weights, p.integration
+    d, N = tk.d, tk.n
+    A_bar = identity_heads(H, d, p.heads.beta)
+    x0, processes, noise = [], [], []
     for s in seeds:
         ss = np.random.SeedSequence([s, H]).spawn(3)
         seed_tok, seed_a0, seed_noise = (int(q.generate_state(1)[0]) for q in ss)
-        x0.append(cap(N, d, float(tk["angle"]), seed=seed_tok) if tk["init"] == "cap" else uniform(N, d, seed_tok))
-        A0 = A_bar + goe_heads(H, d, float(w["init_spread"]), seed_a0)
-        samplers.append(OrnsteinUhlenbeck(A_bar, float(w["rate"]), float(w["sigma"]), A0=A0).sampler(seed_noise))
-    X = torch.from_numpy(np.stack(x0))
-    a = masses(None, N, "token_weights", X)
-    hw = masses(None, H, "head_weights", X)
-    f = EnsembleField("gf", samplers, np.ones(len(seeds)), a, hw, X.dtype, X.device)
-    stepper = get_integrator("rk4")
-    field = cast(_Field, f)  # a batched Field: heads_at gives one Heads per member (as in solve.ensemble)
-    T = _config_run_length(cfg)
-    dt, n_steps = float(it["dt"]), int(round(T / float(it["dt"])))
-    every = int(it["save_every"])
-    ts, slopes, energies, xs = [], [], [], []
-
-    def record(t: float, Y: torch.Tensor) -> None:
-        st = f.stats(t, Y)
-        out = st.out
-        if out is None:  # stats() evaluates the field: out is always there
-            raise RuntimeError("the ensemble's kernel pass returned no field")
-        members = [FieldStats(out=out[b], logZ=st.logZ[b], log_w=st.log_w) for b in range(Y.shape[0])]
-        ts.append(t)
-        slopes.append([math.exp(float(m.log_slope(Y[b], a))) for b, m in enumerate(members)])
-        energies.append([float(m.energy(a)) for m in members])
-        xs.append(Y.numpy().copy())
-
-    class Saves:
-        name = "saves"
-
-        def on_step(self, state: StepState) -> None:
-            if state.save:
-                record(state.t, state.x)
-
-    record(0.0, X)
-    try:  # the one loop of the package (fixed steps), with its state guard on every state
-        integrate(
-            lambda t, Y, h, first: Trial(stepper.step(field, t, Y, h), 0.0), X, t=0.0,
-            control=FixedState(0.0, dt, n_steps), saves=SaveAt(every=every).start(0.0), recorders=[Saves()],
+        x0.append(cap(N, d, tk.angle, seed=seed_tok) if tk.init == "cap" else uniform(N, d, seed_tok))
+        processes.append(OrnsteinUhlenbeck(A_bar, w.rate, w.sigma, A0=A_bar + goe_heads(H, d, w.init_spread, seed_a0)))
+        noise.append(seed_noise)
+    # A whole number of steps dt (the run length need not be one: it is rounded to the nearest step).
+    n_steps = int(round(_config_run_length(p) / it.dt))
+    try:
+        ens = simulate_ensemble(
+            np.stack(x0), processes, model="gf", method="rk4", t_end=n_steps * it.dt, dt=it.dt,
+            save_every=it.save_every, seeds=noise,
         )  # fmt: skip
-    except StepFailed as e:
-        raise NumericalError(f"heads: {e.why} at H={H}; lower integration.dt", hint=Hint("integration.dt")) from None
-    c = float(w["sigma"]) / math.sqrt(2.0 * float(w["rate"]))
-    return Members(np.array(ts), np.array(slopes), np.array(energies), np.stack(xs), A_bar, c)
+    except NumericalInstability as e:
+        raise NumericalError(f"heads at H={H}: {e} (the step is integration.dt)", hint=Hint("integration.dt")) from None
+    energy, slope = energy_and_slope(ens.diagnostics["log_abs_energy"], ens.diagnostics["log_slope"])
+    return Members(ens.t, slope, energy, ens.x, A_bar, p.stationary_scale)
 
 
 def _seed_floors(
     mem: Members,
-    cfg: dict[str, Any],
+    p: HeadsParams,
     H: int,
     seeds: list[int],
     draw_seed: int,
@@ -354,7 +282,7 @@ def _seed_floors(
     index -> predicted floor already computed (a later batch of seeds reuses the earlier ones').
     """
     known = {} if known is None else known
-    beta, d = float(cfg["heads"]["beta"]), int(cfg["tokens"]["d"])
+    beta, d = p.heads.beta, p.tokens.d
     # Equal heads are one head for the energy (uniform head masses): classify under the law's mean once.
     mean_heads = mem.A_bar[:1] if np.allclose(mem.A_bar, mem.A_bar[:1]) else mem.A_bar
     base = []
@@ -399,7 +327,7 @@ def _seed_floors(
         if b in short:
             why = [*why, short[b]]
         if b not in known:
-            known[b] = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, int(cfg["draws"]), draw_seed + 7919 * b)
+            known[b] = predicted_floor(mem.x[-1, b], mem.A_bar, mem.c, p.draws, draw_seed + 7919 * b)
         pred, pse = known[b]
         cc = state.clusters
         closed = single_cluster_constant(beta, mem.c, d) / H if cc[1] == 1 else None
@@ -413,14 +341,14 @@ def _seed_floors(
 
 
 def _run_set(
-    name: str, sc: dict[str, Any], seeds: list[int], seed: int, progress: Progress | None, count: list[int]
-) -> dict[str, Any]:
+    name: str, sc: HeadsParams, seeds: list[int], seed: int, progress: Progress | None, count: list[int]
+) -> SetResult:
     """One parameter set: the runs of every ``H``, the sequential design's further batches at the tail's ``H``,
     the per-seed floors, the exponent fit and the constant checks. ``count``: ``[done, total]`` of the progress bar."""
     unsettled: list[dict[str, Any]] = []
-    Hs = np.array(sorted({int(h) for h in sc["heads"]["counts"]}), dtype=float)
+    Hs = np.array(sorted(set(sc.heads.counts)), dtype=float)
     if len(Hs) < 2:
-        raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc['heads']['counts']}")
+        raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc.heads.counts}")
     per_H: list[list[SeedFloor]] = []
     mems: dict[int, Members] = {}
     known: dict[int, dict[int, tuple[float, float]]] = {}
@@ -436,10 +364,10 @@ def _run_set(
     # competing law, add a batch of as many seeds at the tail's H, as long as the interval's width says a
     # decision lies within the seed_batches budget. More seeds also lengthen the pooled window tau_int is
     # trusted on.
-    S, cap_b, tail_H, batches = len(seeds), int(sc["seed_batches"]), [int(h) for h in Hs[-int(sc["tail"]) :]], 1
+    S, cap_b, tail_H, batches = len(seeds), sc.seed_batches, [int(h) for h in Hs[-sc.tail :]], 1
     while True:
         floors, ab, pred, settled = _arrays(per_H, S * batches)
-        fit = _exponent_fit(Hs, floors, ab, pred, settled, int(sc["tail"]), seed)
+        fit = _exponent_fit(Hs, floors, ab, pred, settled, sc.tail, seed)
         if not adds_batch(fit, batches, cap_b):
             break
         new = [seed + batches * S + s for s in range(S)]
@@ -472,35 +400,15 @@ def _run_set(
             for r in row
             if not r.settled
         ]
-    main, ctrl = fit["main"], fit["control"]
-    tail_rows = [r for H, row in zip(Hs, per_H) if H in main["tail_H"] for r in row if r.settled]
-    const = _constant_check(tail_rows)
-    const_ctrl = _constant_check(tail_rows, CONTROL_FACTOR)
-    r = {
-        "config": sc,
-        "H": Hs.astype(int).tolist(),
-        "floor": floors,
-        "abs_slope": ab,
-        "predicted": pred,
-        "settled": settled,
-        "per_H": per_H,
-        "main": main,
-        "control": ctrl,
-        "fit": fit,
-        "batches": batches,
-        "seeds_per_batch": S,
-        "constant": const,
-        "constant_control": const_ctrl,
-    }
-    it = sc["integration"]
-    T_run = _config_run_length(sc)
-    r["run_length"] = {"t_end": float(it["t_end"]), "T": T_run}
-    r["unsettled"] = unsettled
-    return r
+    tail_rows = [r for H, row in zip(Hs, per_H) if H in fit["main"]["tail_H"] for r in row if r.settled]
+    return SetResult(
+        sc, Hs.astype(int).tolist(), floors, ab, pred, settled, per_H, fit, batches, S, _constant_check(tail_rows),
+        _constant_check(tail_rows, CONTROL_FACTOR), _config_run_length(sc), unsettled,
+    )  # fmt: skip
 
 
 def experiment_heads(
-    cfg: dict[str, Any],
+    cfg: HeadsParams | Mapping[str, Any],
     *,
     seed: int = 0,
     progress: Progress | None = None,
@@ -509,33 +417,35 @@ def experiment_heads(
 ) -> ExperimentResult:
     """Per-seed floor constants and the 1/H law per parameter set; ``quick``: the competing-laws criterion."""
     start = time.perf_counter()
-    sets = _set_configs(cfg, user_sets or [])
-    seeds = [seed + s for s in range(int(cfg["seeds"]))]
-    total = sum(len(c["heads"]["counts"]) for c in sets.values())
-    results: dict[str, dict[str, Any]] = {}
+    params = heads_params(cfg)
+    sets = _set_configs(params, user_sets or [])
+    seeds = [seed + s for s in range(params.seeds)]
+    total = sum(len(c.heads.counts) for c in sets.values())
+    results: dict[str, SetResult] = {}
     preds: list[Prediction] = []
     unsettled: list[dict[str, Any]] = []
     count = [0, total]
     for name, sc in sets.items():
         results[name] = _run_set(name, sc, seeds, seed, progress, count)
-        unsettled += results[name]["unsettled"]
+        unsettled += results[name].unsettled
         preds += set_predictions(name, results[name])
     fig = figure(results, seeds)
     # Sets that needed more seed batches have more columns: pad every set to the most seeds used.
-    n_all = max(r["floor"].shape[1] for r in results.values())
+    n_all = max(r.floor.shape[1] for r in results.values())
     seeds = [seed + s for s in range(n_all)]
     for r in results.values():
-        k = n_all - r["floor"].shape[1]
-        for key in ("floor", "abs_slope", "predicted"):
-            r[key] = np.pad(r[key], ((0, 0), (0, k)), constant_values=math.nan)
-        r["settled"] = np.pad(r["settled"], ((0, 0), (0, k)), constant_values=False)
+        pad = ((0, 0), (0, n_all - r.floor.shape[1]))
+        r.floor = np.pad(r.floor, pad, constant_values=math.nan)
+        r.abs_slope = np.pad(r.abs_slope, pad, constant_values=math.nan)
+        r.predicted = np.pad(r.predicted, pad, constant_values=math.nan)
+        r.settled = np.pad(r.settled, pad, constant_values=False)
     ds = xr.Dataset(
-        {f"floor_{n}": (("H_" + n, "seed"), r["floor"]) for n, r in results.items()}
-        | {f"predicted_{n}": (("H_" + n, "seed"), r["predicted"]) for n, r in results.items()}
-        | {f"settled_{n}": (("H_" + n, "seed"), r["settled"].astype(np.int8)) for n, r in results.items()}
-        | {f"abs_slope_{n}": (("H_" + n, "seed"), r["abs_slope"]) for n, r in results.items()},
-        coords={"seed": seeds, **{"H_" + n: r["H"] for n, r in results.items()}},
-        attrs={"exponent": float(e)} if math.isfinite(e := results["base"]["main"]["exponent"]) else {},
+        {f"floor_{n}": (("H_" + n, "seed"), r.floor) for n, r in results.items()}
+        | {f"predicted_{n}": (("H_" + n, "seed"), r.predicted) for n, r in results.items()}
+        | {f"settled_{n}": (("H_" + n, "seed"), r.settled.astype(np.int8)) for n, r in results.items()}
+        | {f"abs_slope_{n}": (("H_" + n, "seed"), r.abs_slope) for n, r in results.items()},
+        coords={"seed": seeds, **{"H_" + n: r.H for n, r in results.items()}},
+        attrs={"exponent": float(e)} if math.isfinite(e := results["base"].main["exponent"]) else {},
     )
     describe(ds, variables(list(results)))
     res = ExperimentResult(
@@ -545,7 +455,7 @@ def experiment_heads(
         figures={"heads": fig},
         configs=[],
         dataset=ds,
-        parameters=cfg,
+        parameters=params.to_dict(),
         notes=notes(unsettled),
     )
     if progress:

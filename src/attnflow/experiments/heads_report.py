@@ -20,6 +20,7 @@ from attnflow.analysis.floor_fit import (
 )
 from attnflow.experiments.common import MIN_MARGIN, Prediction, fmt
 from attnflow.experiments.floors import MIN_TAUS, single_cluster_constant
+from attnflow.experiments.heads_params import SetResult
 
 
 def seed_states(per_H: list[list[SeedFloor]]) -> list[list[dict[str, Any]]]:
@@ -34,21 +35,21 @@ def seed_states(per_H: list[list[SeedFloor]]) -> list[list[dict[str, Any]]]:
     ]
 
 
-def set_predictions(name: str, r: dict[str, Any]) -> list[Prediction]:
+def set_predictions(name: str, r: SetResult) -> list[Prediction]:
     """The two predictions of one parameter set's results ``r`` (:func:`attnflow.experiments.heads._run_set`):
     each settled seed's constant, and the 1/H law through measured / predicted; a failing one explained."""
-    sc, fit, per_H = r["config"], r["fit"], r["per_H"]
-    Hs, main, const, const_ctrl = np.array(r["H"], float), fit["main"], r["constant"], r["constant_control"]
-    T_run, it = r["run_length"]["T"], sc["integration"]
+    sc, per_H = r.config, r.per_H
+    Hs, main, const, const_ctrl = np.array(r.H, float), r.main, r.constant, r.constant_control
+    T_run, t_end, d = r.T, sc.integration.t_end, sc.tokens.d
     preds: list[Prediction] = []
     label = (
-        f"{name}: d {sc['tokens']['d']}, beta {sc['heads']['beta']:g}, rate {sc['weights']['rate']:g}, sigma "
-        f"{sc['weights']['sigma']:g}, {sc['tokens']['init']} cloud"
+        f"{name}: d {d}, beta {sc.heads.beta:g}, rate {sc.weights.rate:g}, sigma {sc.weights.sigma:g}, "
+        f"{sc.tokens.init} cloud"
     )
     runs_to = f"runs to T = {T_run:g}" + (
-        f" (t_end {float(it['t_end']):g} x {T_run / float(it['t_end']):g}: {int(sc['tokens']['d']) - 1} tangent "
-        f"dimension{'s' if int(sc['tokens']['d']) > 2 else ''}, each seed's window as precise as at d = 3)"
-        if T_run != float(it["t_end"])
+        f" (t_end {t_end:g} x {T_run / t_end:g}: {d - 1} tangent dimension{'s' if d > 2 else ''}, each seed's window "
+        "as precise as at d = 3)"
+        if T_run != t_end
         else ""
     )
     n_tail = sum(len(row) for H, row in zip(Hs, per_H) if H in main["tail_H"])
@@ -96,11 +97,11 @@ def set_predictions(name: str, r: dict[str, Any]) -> list[Prediction]:
     return preds
 
 
-def _exponent_prediction(r: dict[str, Any], label: str, runs_to: str) -> Prediction:
+def _exponent_prediction(r: SetResult, label: str, runs_to: str) -> Prediction:
     """The 1/H row of one set: measured / predicted flat in ``H`` against the competing law ``H^(-1/2)``."""
-    sc, fit, per_H, settled = r["config"], r["fit"], r["per_H"], r["settled"]
-    Hs, main, ctrl = np.array(r["H"], float), fit["main"], fit["control"]
-    batches, S, cap_b = r["batches"], r["seeds_per_batch"], int(sc["seed_batches"])
+    fit, per_H, settled = r.fit, r.per_H, r.settled
+    Hs, main, ctrl = np.array(r.H, float), r.main, r.control
+    batches, S, cap_b = r.batches, r.seeds_per_batch, r.config.seed_batches
     preds: list[Prediction] = []
     asym = main["asymptotic_from_H"]
     rf, rc, gap = fit["ratio"], fit["ratio_control"], fit["gap"]
@@ -150,65 +151,63 @@ def _exponent_prediction(r: dict[str, Any], label: str, runs_to: str) -> Predict
     return preds[0]
 
 
-def headline(results: dict[str, dict[str, Any]], seeds: list[int], unsettled: list[dict[str, Any]]) -> dict[str, Any]:
+def headline(results: dict[str, SetResult], seeds: list[int], unsettled: list[dict[str, Any]]) -> dict[str, Any]:
     """``results.json``'s numbers: the base set's fits, and per set its ratios, seed states, fits and budget."""
     base = results["base"]
-    bm = base["main"]
+    bm = base.main
     headline = {
         "exponent": bm["exponent"],
         "ci": bm["ci"],
-        "H": base["H"],
+        "H": base.H,
         "floor_median": bm["median"],
         "local_exponents": bm["local_exponents"],
         "tail": {"H": bm["tail_H"], "exponent": bm["exponent"], "ci": bm["ci"]},
         "asymptotic_from_H": bm["asymptotic_from_H"],
-        "control_exponent": base["control"]["exponent"],
-        "control_ci": base["control"]["ci"],
-        "ratio_geometric_mean": math.exp(base["constant"]["pooled"]) if base["constant"]["n"] else None,
+        "control_exponent": base.control["exponent"],
+        "control_ci": base.control["ci"],
+        "ratio_geometric_mean": math.exp(base.constant["pooled"]) if base.constant["n"] else None,
         "seeds": seeds,
         "unsettled": unsettled,
         "sets": {
             n: {
-                "H": r["H"],
-                "floor_median": r["main"]["median"],
-                "ratio_per_seed": r["floor"] / r["predicted"],
-                "h_times_predicted_median": np.nanmedian(r["predicted"], axis=1) * np.array(r["H"], float),
+                "H": r.H,
+                "floor_median": r.main["median"],
+                "ratio_per_seed": r.floor / r.predicted,
+                "h_times_predicted_median": np.nanmedian(r.predicted, axis=1) * np.array(r.H, float),
                 "single_cluster_constant": single_cluster_constant(
-                    float(r["config"]["heads"]["beta"]),
-                    float(r["config"]["weights"]["sigma"]) / math.sqrt(2.0 * float(r["config"]["weights"]["rate"])),
-                    int(r["config"]["tokens"]["d"]),
+                    r.config.heads.beta, r.config.stationary_scale, r.config.tokens.d
                 ),
-                "settled": r["settled"],
-                "seed_states": seed_states(r["per_H"]),
-                "tau_int": [row_tau(row) for row in r["per_H"]],
-                "se_iat": [[x.se for x in row] for row in r["per_H"]],
-                "se_batch_means": [[x.se_batch for x in row] for row in r["per_H"]],
-                "local_exponents": r["main"]["local_exponents"],
-                "tail": {"H": r["main"]["tail_H"], "exponent": r["main"]["exponent"], "ci": r["main"]["ci"]},
-                "asymptotic_from_H": r["main"]["asymptotic_from_H"],
-                "predicted_exponent": r["main"]["predicted_exponent"],
-                "control": {"exponent": r["control"]["exponent"], "ci": r["control"]["ci"]},
+                "settled": r.settled,
+                "seed_states": seed_states(r.per_H),
+                "tau_int": [row_tau(row) for row in r.per_H],
+                "se_iat": [[x.se for x in row] for row in r.per_H],
+                "se_batch_means": [[x.se_batch for x in row] for row in r.per_H],
+                "local_exponents": r.main["local_exponents"],
+                "tail": {"H": r.main["tail_H"], "exponent": r.main["exponent"], "ci": r.main["ci"]},
+                "asymptotic_from_H": r.main["asymptotic_from_H"],
+                "predicted_exponent": r.main["predicted_exponent"],
+                "control": {"exponent": r.control["exponent"], "ci": r.control["ci"]},
                 "ratio": {
-                    "exponent": r["fit"]["ratio"]["exponent"],
-                    "ci": r["fit"]["ratio"]["ci"],
-                    "fit_H": r["fit"]["ratio"]["fit_H"],
-                    "pre_asymptotic": r["fit"]["ratio"]["pre_asymptotic"],
-                    "geometric_mean": r["fit"]["ratio"]["median"],
-                    "gap": r["fit"]["gap"],
-                    "decision": r["fit"]["decision"],
+                    "exponent": r.fit["ratio"]["exponent"],
+                    "ci": r.fit["ratio"]["ci"],
+                    "fit_H": r.fit["ratio"]["fit_H"],
+                    "pre_asymptotic": r.fit["ratio"]["pre_asymptotic"],
+                    "geometric_mean": r.fit["ratio"]["median"],
+                    "gap": r.fit["gap"],
+                    "decision": r.fit["decision"],
                     "control": {
-                        "exponent": r["fit"]["ratio_control"]["exponent"],
-                        "ci": r["fit"]["ratio_control"]["ci"],
+                        "exponent": r.fit["ratio_control"]["exponent"],
+                        "ci": r.fit["ratio_control"]["ci"],
                     },
                 },
-                "run_length": r["run_length"],
+                "run_length": r.run_length,
                 "seed_batches": {
-                    "used": r["batches"],
-                    "needed": r["fit"].get("batches_needed", math.nan),
-                    "cap": int(r["config"]["seed_batches"]),
-                    "size": r["seeds_per_batch"],
+                    "used": r.batches,
+                    "needed": r.fit.get("batches_needed", math.nan),
+                    "cap": r.config.seed_batches,
+                    "size": r.seeds_per_batch,
                 },
-                "parameters": r["config"],
+                "parameters": r.config.to_dict(),
             }
             for n, r in results.items()
         },
@@ -234,11 +233,12 @@ def notes(unsettled: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def constant_note(p: Prediction, r: dict[str, Any]) -> str:
-    c = r["constant"]
+def constant_note(p: Prediction, r: SetResult) -> str:
+    """Why the constant's row failed: its control not rejected, no settled seed, or the side the ratios sit on."""
+    c = r.constant
     if not p.control_rejected:
         return (
-            f"the doubled constant is not rejected (geometric mean {math.exp(r['constant_control']['pooled']):.3g}): "
+            f"the doubled constant is not rejected (geometric mean {math.exp(r.constant_control['pooled']):.3g}): "
             "the seeds' standard errors are too large to tell a factor 2."
         )
     if c["n"] == 0:
@@ -262,10 +262,10 @@ def constant_note(p: Prediction, r: dict[str, Any]) -> str:
     )
 
 
-def dropped(r: dict[str, Any]) -> str:
+def dropped(r: SetResult) -> str:
     """Which ``H`` lost their settled seeds, and why (counted by reason), for a failing row's note."""
     out = []
-    for H, row in zip(r["H"], r["per_H"]):
+    for H, row in zip(r.H, r.per_H):
         bad = [x for x in row if not x.settled]
         if len(row) - len(bad) >= 2:
             continue
@@ -279,11 +279,12 @@ def dropped(r: dict[str, Any]) -> str:
     return (" Left out of the fit: " + "; ".join(out) + " (a longer run would bring them in).") if out else ""
 
 
-def exponent_note(p: Prediction, r: dict[str, Any]) -> str:
-    f = r["fit"]
+def exponent_note(p: Prediction, r: SetResult) -> str:
+    """Why the 1/H row failed: its control not rejected, no fit, no gap, pre-asymptotic, undecided, or which side."""
+    f = r.fit
     rf, gap = f["ratio"], f["gap"]
     lo, hi = rf["ci"]
-    seeds = f"{r['batches']} batch{'es' if r['batches'] > 1 else ''} of {r['seeds_per_batch']} seeds"
+    seeds = f"{r.batches} batch{'es' if r.batches > 1 else ''} of {r.seeds_per_batch} seeds"
     if not p.control_rejected:
         return "the control's CI meets the criterion too: the run cannot tell the two laws apart."
     if not math.isfinite(lo):
@@ -291,11 +292,11 @@ def exponent_note(p: Prediction, r: dict[str, Any]) -> str:
     if not (math.isfinite(gap) and gap > 0):
         return f"the predicted constants' own exponent {f['predicted_exponent']:.2f} leaves no gap to H^(-1/2)."
     short = ""
-    if len(rf["tail_H"]) < min(len(r["H"]), int(r["config"]["tail"])):
+    if len(rf["tail_H"]) < min(len(r.H), r.config.tail):
         short = f" The fit is over H = {', '.join(str(int(h)) for h in rf['tail_H'])} only." + dropped(r)
     gm = ", ".join(f"{v:.3g}" for v in rf["median"] if math.isfinite(v))
-    n_ok = int(sum(np.sum(r["settled"][i]) for i, H in enumerate(r["H"]) if H in rf["tail_H"]))
-    n_all = sum(len(row) for H, row in zip(r["H"], r["per_H"]) if H in rf["tail_H"])
+    n_ok = int(sum(np.sum(r.settled[i]) for i, H in enumerate(r.H) if H in rf["tail_H"]))
+    n_all = sum(len(row) for H, row in zip(r.H, r.per_H) if H in rf["tail_H"])
     if f["decision"] == "undecided" and rf["pre_asymptotic"]:
         return (
             f"pre-asymptotic: after {seeds} the local exponents of measured / predicted "
@@ -305,7 +306,7 @@ def exponent_note(p: Prediction, r: dict[str, Any]) -> str:
         )
     if f["decision"] == "undecided":
         need = f.get("batches_needed", math.inf)
-        cap = int(r["config"]["seed_batches"])
+        cap = r.config.seed_batches
         stop = (
             f"even if the prediction held, a decision would need about {math.ceil(need)} batches at this scatter, "
             f"beyond the budget of {cap}"
@@ -335,17 +336,18 @@ def exponent_note(p: Prediction, r: dict[str, Any]) -> str:
     )
 
 
-def figure(results: dict[str, dict[str, Any]], seeds: list[int]):
+def figure(results: dict[str, SetResult], seeds: list[int]):
+    """Per set: each seed's floor against ``H`` with the settled seeds' median, and measured / predicted."""
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     for j, (name, r) in enumerate(results.items()):
-        Hs, m = np.array(r["H"], float), r["main"]
+        Hs, m = np.array(r.H, float), r.main
         col = f"C{j}"
         for i, H in enumerate(Hs):
-            ok = r["settled"][i]
-            ax[0].loglog(np.full(ok.sum(), H), r["floor"][i][ok], ".", color=col, ms=3, alpha=0.4)
-            ax[0].loglog(np.full((~ok).sum(), H), r["floor"][i][~ok], "x", color="C3", ms=5)
-            ax[1].semilogx(np.full(ok.sum(), H), (r["floor"] / r["predicted"])[i][ok], ".", color=col, ms=4)
-            ax[1].semilogx(np.full((~ok).sum(), H), (r["floor"] / r["predicted"])[i][~ok], "x", color="C3", ms=5)
+            ok = r.settled[i]
+            ax[0].loglog(np.full(ok.sum(), H), r.floor[i][ok], ".", color=col, ms=3, alpha=0.4)
+            ax[0].loglog(np.full((~ok).sum(), H), r.floor[i][~ok], "x", color="C3", ms=5)
+            ax[1].semilogx(np.full(ok.sum(), H), (r.floor / r.predicted)[i][ok], ".", color=col, ms=4)
+            ax[1].semilogx(np.full((~ok).sum(), H), (r.floor / r.predicted)[i][~ok], "x", color="C3", ms=5)
         ax[0].loglog(
             Hs,
             m["median"],
@@ -355,7 +357,7 @@ def figure(results: dict[str, dict[str, Any]], seeds: list[int]):
         )
         ax[1].plot([], [], ".", color=col, label=name)
     ref = results["base"]
-    Hr, med = np.array(ref["H"], float), ref["main"]["median"]
+    Hr, med = np.array(ref.H, float), ref.main["median"]
     k = np.flatnonzero(np.isfinite(med))
     if len(k):
         ax[0].loglog(Hr, med[k[-1]] * (Hr / Hr[k[-1]]) ** -1.0, "k:", label="slope -1")

@@ -44,6 +44,7 @@ ENSEMBLE_DIAGNOSTICS: dict[str, str] = {
     "order_parameter": "|sum_i a_i x_i|",
     "log_abs_energy": "log |F(mu, t)| with F = -1/2 sum_h w_h sum_ij a_i a_j exp(x_i^T beta A_h x_j)",
     "mean_inner": "mean_{i != j} <x_i, x_j> (unit masses' average, from |sum_i x_i|^2)",
+    "log_slope": "log |dF|(mu, t), the metric slope: |dF|^2 = sum_i a_i S(x_i) |v_gf(x_i)|^2 (-inf at a critical point)",
 }
 
 
@@ -117,12 +118,14 @@ class EnsembleField:
         hs = self.heads_at(t)
         return torch.stack([h.A for h in hs]), torch.stack([h.values for h in hs])
 
-    def stats(self, t: float, X: torch.Tensor, *, values: bool = True) -> FieldStats:
+    def stats(self, t: float, X: torch.Tensor, *, values: bool = True, of_A: bool = False) -> FieldStats:
+        """One batched kernel pass at ``X`` ``(B, N, d)`` (``values=False``: ``log Z`` only). ``of_A``: the outputs
+        average ``A_h x_j`` whatever the values ``V_h``, the gradient flow's field that the slope ``|dF|`` reads."""
         A, V = self.matrices(t)
         H = A.shape[1]
         q = X.unsqueeze(1).expand(-1, H, -1, -1)
         k = torch.einsum("bnd,bhed->bhne", X, A)
-        v = torch.einsum("bnd,bhed->bhne", X, V) if values else None
+        v = torch.einsum("bnd,bhed->bhne", X, A if of_A else V) if values else None
         dense = self.options.backend if self.options.backend in ("flash", "stream") else "auto"
         out, logZ = attention_stats(q, k, v, torch.log(self.a), backend=dense)
         return FieldStats(out=out, logZ=logZ, log_w=torch.log(self.w))
@@ -350,7 +353,7 @@ class _EnsembleSaver:
         self.xs: list[np.ndarray] = []
 
     def record(self, t: float, Y: torch.Tensor) -> None:
-        st = self.f.stats(t, Y, values=False)
+        st = self.f.stats(t, Y, of_A=True)  # outputs of A_h x_j: the slope is the gradient flow's, whatever V_h
         log_F = st.log_abs_energy(self.a)
         m = (self.a[:, None] * Y).sum(-2)
         N = Y.shape[1]
@@ -360,6 +363,7 @@ class _EnsembleSaver:
                 "order_parameter": to_numpy(torch.linalg.vector_norm(m, dim=-1)).astype(np.float64),
                 "log_abs_energy": to_numpy(log_F).astype(np.float64),
                 "mean_inner": to_numpy((s2 - N) / max(1, N * (N - 1))).astype(np.float64),
+                "log_slope": to_numpy(st.log_slope(Y, self.a)).astype(np.float64),
             }
         )
         self.ts.append(t)

@@ -1,0 +1,116 @@
+"""The ``heads`` experiment's typed parameters (:class:`HeadsParams`) and one parameter set's result
+(:class:`SetResult`): what :mod:`attnflow.experiments.heads` runs on and :mod:`attnflow.experiments.heads_report`
+reads, in a module of their own so that both import them (the experiment imports its report)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from attnflow.analysis.floor_fit import SEED_BATCHES, SeedFloor
+from attnflow.experiments.common import ExperimentParams, Section
+
+
+class TokensParams(Section):
+    n: PositiveInt = 16
+    d: Annotated[int, Field(ge=2)] = 3
+    init: Literal["cap", "uniform"] = "cap"
+    angle: Annotated[float, Field(gt=0, le=math.pi)] = math.pi / 2
+
+
+class HeadsSection(Section):
+    counts: Annotated[list[PositiveInt], Field(min_length=2)] = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    beta: PositiveFloat = 2.0
+
+
+class OUParams(Section):
+    rate: PositiveFloat = 1.0
+    sigma: PositiveFloat = 0.5
+    init_spread: Annotated[float, Field(ge=0)] = 0.5
+
+
+class IntegrationParams(Section):
+    #: The run's length at ``d >= 3``; below, :func:`attnflow.experiments.heads.run_length` lengthens it
+    #: (``tangent_scaled``).
+    t_end: PositiveFloat = 24.0
+    dt: PositiveFloat = 0.05
+    save_every: PositiveInt = 2
+    #: Lengthen the run below ``d = 3`` so that each seed's window is as precise as at ``d = 3``
+    #: (:func:`attnflow.experiments.heads.run_length`); ``false``: every ``d`` runs to ``t_end``.
+    tangent_scaled: bool = True
+
+
+class HeadsParams(ExperimentParams):
+    """The parameters of ``attnflow reproduce heads``."""
+
+    tokens: TokensParams = TokensParams()
+    heads: HeadsSection = HeadsSection()
+    weights: OUParams = OUParams()
+    integration: IntegrationParams = IntegrationParams()
+    seeds: Annotated[int, Field(ge=3)] = 8
+    tail: Annotated[int, Field(ge=2)] = 3
+    #: The sequential design's cap on batches of ``seeds`` seeds at the tail's H (:data:`SEED_BATCHES`).
+    seed_batches: Annotated[int, Field(ge=1)] = SEED_BATCHES
+    #: Monte Carlo draws of the H heads behind each seed's predicted floor.
+    draws: Annotated[int, Field(ge=8)] = 256
+    #: Further parameter sets: overrides of the parameters above (``--set`` applies on top of each).
+    sets: dict[str, dict[str, Any]] = {}
+
+    @property
+    def stationary_scale(self) -> float:
+        """``c = sigma / sqrt(2 rate)``: the stationary OU law's scale, ``A_h ~ Abar_h + c S_h`` (docs/model.md)."""
+        return self.weights.sigma / math.sqrt(2.0 * self.weights.rate)
+
+
+def heads_params(cfg: HeadsParams | Mapping[str, Any]) -> HeadsParams:
+    """``cfg`` as :class:`HeadsParams`: the model itself, or its dict (``configs.yaml``'s form) validated once."""
+    return cfg if isinstance(cfg, HeadsParams) else HeadsParams.parse(cfg)
+
+
+@dataclass
+class SetResult:
+    """One parameter set's runs, floors and fits (:func:`attnflow.experiments.heads._run_set`).
+
+    ``H`` the numbers of heads (sorted, distinct); per ``H`` and seed ``(len(H), seeds)``: ``floor`` the late mean
+    of ``|dF|^2``, ``abs_slope`` that of ``|dF|``, ``predicted`` the predicted floor, ``settled`` whether the seed
+    entered; ``per_H`` the seeds' :class:`~attnflow.analysis.floor_fit.SeedFloor` rows. ``fit`` the exponent fit
+    (:func:`attnflow.analysis.floor_fit.exponent_fit`; ``main`` and ``control`` its floor and ``|dF|`` fits),
+    ``constant`` / ``constant_control`` the constant checks (the control's prediction doubled). ``batches`` of
+    ``seeds_per_batch`` seeds ran at the tail's ``H``; ``T`` is the runs' length (:func:`attnflow.experiments.heads.run_length`);
+    ``unsettled`` the seeds left out, as ``results.json`` lists them.
+    """
+
+    config: HeadsParams
+    H: list[int]
+    floor: np.ndarray
+    abs_slope: np.ndarray
+    predicted: np.ndarray
+    settled: np.ndarray
+    per_H: list[list[SeedFloor]]
+    fit: dict[str, Any]
+    batches: int
+    seeds_per_batch: int
+    constant: dict[str, Any]
+    constant_control: dict[str, Any]
+    T: float
+    unsettled: list[dict[str, Any]]
+
+    @property
+    def main(self) -> dict[str, Any]:
+        """The floor's own fit (exponent, CI, local exponents, tail, medians)."""
+        return self.fit["main"]
+
+    @property
+    def control(self) -> dict[str, Any]:
+        """The control's fit: the late mean of ``|dF|``."""
+        return self.fit["control"]
+
+    @property
+    def run_length(self) -> dict[str, float]:
+        """``results.json``'s ``run_length``: ``t_end`` and the run's length ``T``."""
+        return {"t_end": self.config.integration.t_end, "T": self.T}
