@@ -118,3 +118,31 @@ def test_circle_run_reports_its_length_and_rejects_its_controls():
     assert s["run_length"] == {"t_end": 8.0, "T": 16.0}
     assert "runs to T = 16 (t_end 8 x 2: 1 tangent dimension" in res.predictions[1].measured
     assert res.predictions[0].control_rejected and res.predictions[1].control_rejected
+
+
+def test_a_failed_ensemble_step_is_one_sentence_naming_integration_dt(monkeypatch):
+    """A NaN in ``heads``' ensemble (``simulate_ensemble`` raises its ``NumericalInstability``) reaches the user as
+    one ``NumericalError`` naming the set's ``H`` and the parameter to change, with the hint for ``--set``; any
+    other error is not relabelled (control)."""
+    from attnflow.core.errors import Hint, NumericalError
+    from attnflow.experiments import heads as heads_mod
+    from attnflow.experiments.heads import HeadsParams, _run_members
+    from attnflow.solve.guards import NumericalInstability
+
+    def nan_at_step_3(*args, **kwargs):
+        raise NumericalInstability("the state became NaN at step 3 (t = 0.15)", step=3, t=0.15)
+
+    monkeypatch.setattr(heads_mod, "simulate_ensemble", nan_at_step_3)
+    p = HeadsParams.parse({"integration": {"t_end": 1.0}})
+    with pytest.raises(NumericalError) as e:
+        _run_members(p, 4, [0, 1])
+    assert not isinstance(e.value, NumericalInstability)
+    assert "heads at H=4" in str(e.value) and "NaN at step 3" in str(e.value) and "integration.dt" in str(e.value)
+    assert e.value.hint == Hint("integration.dt")  # type: ignore[attr-defined]
+
+    def other(*args, **kwargs):
+        raise InputError("tokens.n must be positive")
+
+    monkeypatch.setattr(heads_mod, "simulate_ensemble", other)
+    with pytest.raises(InputError, match="tokens.n must be positive"):
+        _run_members(p, 4, [0, 1])
