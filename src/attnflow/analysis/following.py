@@ -46,7 +46,7 @@ def stationary_draws(ou: OrnsteinUhlenbeck, draws: int, seed: int) -> Iterator[n
     """``draws`` independent sets of ``H`` heads ``A_h = Abar_h + c S_h`` from the OU stationary law
     (``c = sigma / sqrt(2 rate)``): the draws behind :func:`floor_scale` and :func:`following_scale`, the same
     ones for the same ``seed``."""
-    c = ou.sigma / math.sqrt(2.0 * ou.rate)
+    c = ou.stationary_scale
     rng = np.random.default_rng(seed)
     for _ in range(draws):
         yield ou.A_bar + c * ou.noise(rng)
@@ -179,7 +179,7 @@ def following_scale(x_ref: np.ndarray, ou: OrnsteinUhlenbeck, draws: int, seed: 
     """
     x_ref = np.asarray(x_ref, dtype=np.float64)
     clusters = count_clusters(torch.from_numpy(x_ref))
-    c = ou.sigma / math.sqrt(2.0 * ou.rate)
+    c = ou.stationary_scale
     centre = x_ref.mean(0)
     modes = cluster_modes(ou.A_bar, centre if np.linalg.norm(centre) > 0 else None)
     law = GaussianHeads.create(ou.A_bar, c)

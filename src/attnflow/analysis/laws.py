@@ -85,7 +85,7 @@ def law_path_length(process, paths: int, step: float, t_end: float, seed: int) -
     if isinstance(process, OrnsteinUhlenbeck) and process.rate > 0:
         # The null: the same estimator on a law at rest (replicas started in the stationary law), whose
         # sampled length is the sampling noise of `paths` finite samples alone.
-        c_inf = process.sigma / math.sqrt(2.0 * process.rate)
+        c_inf = process.stationary_scale
         rest = OrnsteinUhlenbeck(
             big.A_bar, process.rate, process.sigma, A0=big.A_bar + c_inf * big.noise(np.random.default_rng(seed + 1))
         )

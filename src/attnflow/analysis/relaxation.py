@@ -335,9 +335,5 @@ def pair_slow_time(x: np.ndarray, ou: OrnsteinUhlenbeck) -> float:
     cloud's two centres; 0 when its rest point is not reached or a rate is not positive). The pair's relative modes,
     where the clusters' mutual attraction lowers the rate, can be slower than a single cluster's ``g``."""
     split = antipodal_pair(x)
-    pair = (
-        None
-        if split is None
-        else rest_pair(split, len(x), GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate)))
-    )
+    pair = None if split is None else rest_pair(split, len(x), GaussianHeads.create(ou.A_bar, ou.stationary_scale))
     return 0.0 if pair is None else 1.0 / float(pair.rates.min())

@@ -32,7 +32,7 @@ import torch
 from attnflow.core.arrays import ArrayLike, like, to_numpy, to_tensor
 from attnflow.core.errors import InputError
 from attnflow.dynamics.fields import FieldStats, masses
-from attnflow.weights.processes import Constant, OrnsteinUhlenbeck
+from attnflow.weights.processes import Constant, OrnsteinUhlenbeck, ou_stationary_scale
 
 
 def _means(m: ArrayLike) -> np.ndarray:
@@ -171,7 +171,7 @@ class GaussianOU:
 
     def stationary(self) -> GaussianHeads:
         """``Theta_inf = A_bar + sigma / sqrt(2 rate) S``: the limit law (for :func:`stationarity`)."""
-        return GaussianHeads.create(self.A_bar, self.sigma / math.sqrt(2.0 * self.rate))
+        return GaussianHeads.create(self.A_bar, ou_stationary_scale(self.sigma, self.rate))
 
     def finite(self, H: int, seed: int | None = None) -> OrnsteinUhlenbeck:
         """``H`` independent OU heads from ``A_0``: at each ``t`` they are i.i.d. draws from ``law(t)``."""

@@ -14,6 +14,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from attnflow.analysis.floor_fit import SEED_BATCHES, SeedFloor
 from attnflow.experiments.common import ExperimentParams, Section
+from attnflow.weights.processes import ou_stationary_scale
 
 
 class TokensParams(Section):
@@ -64,7 +65,7 @@ class HeadsParams(ExperimentParams):
     @property
     def stationary_scale(self) -> float:
         """``c = sigma / sqrt(2 rate)``: the stationary OU law's scale, ``A_h ~ Abar_h + c S_h`` (docs/model.md)."""
-        return self.weights.sigma / math.sqrt(2.0 * self.weights.rate)
+        return ou_stationary_scale(self.weights.sigma, self.weights.rate)
 
 
 def heads_params(cfg: HeadsParams | Mapping[str, Any]) -> HeadsParams:

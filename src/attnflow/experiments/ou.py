@@ -239,7 +239,7 @@ def _measure_ou(cfg: RelaxationParams, seed: int, progress: Progress | None) -> 
     field_gaps = [field_gap(traj.x[k], traj.A[k]) for k in (0, len(traj.t) - 1)]
     if progress:
         progress(1, 2, "stationarity and settling")
-    law_inf = GaussianHeads.create(ou.A_bar, ou.sigma / math.sqrt(2.0 * ou.rate))
+    law_inf = GaussianHeads.create(ou.A_bar, ou.stationary_scale)
     law_0 = GaussianHeads.create(ou.A0, 0.0)
     slope_inf = np.array([stationarity(x, law_inf).slope for x in traj.x])
     slope_0 = np.array([stationarity(x, law_0).slope for x in traj.x])

@@ -318,6 +318,11 @@ class RotatedSampler(WeightSampler):
         self.inner.set_state(state)
 
 
+def ou_stationary_scale(sigma: float, rate: float) -> float:
+    """``c = sigma / sqrt(2 rate)``: the scale of the OU law's stationary limit, ``A_h ~ Abar_h + c S_h``."""
+    return sigma / math.sqrt(2.0 * rate)
+
+
 class OrnsteinUhlenbeck(WeightProcess):
     """``dA_h = -rate (A_h - Abar_h) dt + sigma dS_h``, sampled with its exact Gaussian transition
 
@@ -346,6 +351,11 @@ class OrnsteinUhlenbeck(WeightProcess):
             raise InputError(f"rate and sigma must be non-negative; got rate={rate}, sigma={sigma}")
         self.rate, self.sigma = float(rate), float(sigma)
         self.symmetric, self.seed, self.value = bool(symmetric), seed, value
+
+    @property
+    def stationary_scale(self) -> float:
+        """``c = sigma / sqrt(2 rate)`` (:func:`ou_stationary_scale`): the stationary law's scale."""
+        return ou_stationary_scale(self.sigma, self.rate)
 
     def transition_scale(self, h: float) -> float:
         """``c_h``: the noise scale of the exact transition over a time ``h``."""
