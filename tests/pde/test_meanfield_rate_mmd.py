@@ -151,3 +151,19 @@ def test_clean_series_are_rarely_called_pre_asymptotic():
         for _ in range(20)
     )
     assert caught == 20
+
+
+def test_the_table_prints_n_times_the_mean_square_distance():
+    """N mean(d^2) per N beside the fit: flat (1.00) for d = N^-1/2 exactly; a d = N^-0.45 series (control) grows
+    by 10^0.1 per decade (1.26, 1.58), which the rate's table then shows."""
+    from attnflow.pde.meanfield import MeanFieldConvergence
+
+    Ns = np.array([10, 100, 1000])
+    for p, want in ((-0.5, "N mean d^2: 1, 1, 1;"), (-0.45, "N mean d^2: 1.26, 1.58, 2;")):
+        # (N, seeds, times), no noise: only the table's numbers are read here (the detector's verdict on an exact
+        # series is not: its replicates all coincide and rounding-level slope differences count as drift)
+        vals = np.repeat((Ns.astype(float) ** p)[:, None, None], 3, axis=1)
+        fit = fit_rate(Ns, vals[:, :, 0], -0.5, n_boot=50)
+        r = MeanFieldConvergence(Ns, np.array([0.5]), {"mmd": vals}, {"mmd": [fit]}, pde=None)  # type: ignore[arg-type]
+        print(r.table())
+        assert want in r.table()
