@@ -121,11 +121,16 @@ class Saver:
         """Keep ``xn`` (float64, owned by the saver from now on) as the state saved at ``t``."""
         self.ts.append(t)
         self.xs.append(xn)
-        if self._arrays is None or self._arrays[0] is not heads:  # constant weights: converted once
-            self._arrays = (heads, to_numpy(heads.A).astype(np.float64), to_numpy(heads.values).astype(np.float64))
-        self.As.append(self._arrays[1])  # shared, never written: np.stack copies them
-        self.Vs.append(self._arrays[2])
+        A, V = self._head_arrays(heads)
+        self.As.append(A)  # shared, never written: np.stack copies them
+        self.Vs.append(V)
         self.any_V = self.any_V or heads.V is not None
+
+    def _head_arrays(self, heads: Heads) -> tuple[np.ndarray, np.ndarray]:
+        """``heads.A`` and ``heads.values`` as float64 arrays, converted once per heads object (constant weights: once)."""
+        if self._arrays is None or self._arrays[0] is not heads:
+            self._arrays = (heads, to_numpy(heads.A).astype(np.float64), to_numpy(heads.values).astype(np.float64))
+        return self._arrays[1], self._arrays[2]
 
     def _on_sphere(self) -> bool:
         """Whether the last saved copy's rows have norms within half the float64 guard's tolerance."""
@@ -188,22 +193,25 @@ class Saver:
                 self.on_step(StepState(k=k, n_steps=n_steps, t=t, x=torch.from_numpy(x), save=True, dt=dt))
             return
         heads = self.heads_at(ts[0])
-        if heads is not self.heads_at(ts[-1]):  # weights that change inside the step: time by time
+        m = len(ts)
+        if m > 1 and heads is not self.heads_at(ts[-1]):  # weights that change inside the step: time by time
             for t, x in zip(ts, X):
                 self._defer(t, x, self.heads_at(t))
             return
         # Deferred diagnostics serve constant and layer weights only (the solver decides): the same heads
-        # at both ends of the interval are the heads throughout.
-        self._defer(ts[0], X[0], heads)
-        m = len(ts)
-        if m > 1:
-            self.pending.extend(range(len(self.rows), len(self.rows) + m - 1))
-            self.rows.extend({} for _ in range(m - 1))
-            self.ts.extend(ts[1:])
-            self.xs.extend(X[1:])
-            assert self._arrays is not None
-            self.As.extend([self._arrays[1]] * (m - 1))
-            self.Vs.extend([self._arrays[2]] * (m - 1))
+        # at both ends of the interval are the heads throughout. The m states at once, as m _defer calls.
+        if self.check_gf and heads is not self._checked:
+            heads.check_gradient_flow()
+            self._checked = heads
+        n = len(self.rows)
+        self.pending.extend(range(n, n + m))
+        self.rows.extend([{} for _ in range(m)])
+        self.ts.extend(ts)
+        self.xs.extend(X)
+        A, V = self._head_arrays(heads)
+        self.As.extend([A] * m)
+        self.Vs.extend([V] * m)
+        self.any_V = self.any_V or heads.V is not None
 
     def _defer(self, t: float, xn: np.ndarray, heads: Heads) -> None:
         """Save ``xn`` at ``t`` with its diagnostics pending (deferred mode)."""
