@@ -39,7 +39,8 @@ class Evaluation:
     """The field ``v = v_t(x)`` at the current state, from a pass already made.
 
     ``stats``: the ``A``-only statistics of the same pass when it gave them (what the diagnostics
-    need); ``extra``: what the pass's maker keeps besides (the EDI recorder's integrands); ``fresh``:
+    need); ``extra``: what the pass's maker keeps besides (the EDI recorder's integrands; the compiled
+    small-cloud step's float64 array of ``v``, the same memory); ``fresh``:
     made at the state itself with the weights' value there (a diagnostics pass), not carried over
     from inside a step; ``counted``: the pass was counted as a field evaluation of a step.
     """
@@ -237,78 +238,90 @@ def integrate(
     costs = Costs({}) if costs is None else costs
     stats = AdaptiveStats() if stats is None else stats
     guard = state_problem if guard is None else guard
+    # Decided once, not per step: what the saves and the recorders offer, whether the guard is the default.
+    take = getattr(saves, "take_before", None) if dense_saves else None
+    bulk = all(hasattr(r, "on_saves") for r in recorders)
+    default_guard = guard is state_problem
     current = first
     k = k0
-    while not control.done(t, k):
-        brk = next_break(t)
-        h, t_new, hit = control.propose(t, k, brk if dense_saves else min(saves.next_stop(t), brk))
-        undo = rollback(t) if rollback is not None else None
-        why: str | None = None
-        trial: Trial | None = None
-        try:
-            start = time.perf_counter()
-            trial = attempt(t, x, h, current if current is not None and current.t == t else None)
-            costs.add("step", time.perf_counter() - start)
-            # A state the stepper checked already (the compiled step) passes the default guard.
-            why = None if trial.on_sphere and guard is state_problem else guard(trial.y)
-        except OverflowError as e:
-            why = _reason(e)
-        if trial is not None and trial.start is not None:
-            current = trial.start  # the start state is unchanged: a retry reuses its evaluation
-        if trial is None or why is not None or not trial.err <= 1.0:
-            if undo is not None:
-                undo()
-            stats.rejected += 1
-            err = math.inf if trial is None or why is not None else trial.err
-            if not control.reject(err, h, t):
-                raise StepFailed(
-                    k + 1, t, x,
-                    why or f"error control failed: the step {h:.3g} at the floor dt_min still has error norm {err:.3g} > 1",
-                )  # fmt: skip
-            continue
-        k += 1
-        last = control.done(t_new, k)
-        if dense_saves:
-            assert trial.dense is not None, "dense_saves needs trials with dense output"
+    # The steps' wall time, summed here and added to ``costs`` once, at the key's usual place (first).
+    step_s = 0.0
+    if not control.done(t, k):
+        costs.seconds.setdefault("step", 0.0)
+    try:
+        while not control.done(t, k):
+            brk = next_break(t)
+            h, t_new, hit = control.propose(t, k, brk if dense_saves else min(saves.next_stop(t), brk))
+            undo = rollback(t) if rollback is not None else None
+            why: str | None = None
+            trial: Trial | None = None
             try:
-                take = getattr(saves, "take_before", None)
-                if take is not None:
-                    ts: list[float] = take(t_new)
-                else:
-                    ts = []
-                    while (s := saves.next_stop(t)) < t_new:
-                        saves.due(k, s)  # consumes s
-                        ts.append(s)
-                if ts and trial.dense_many is not None and all(hasattr(r, "on_saves") for r in recorders):
-                    # Every save time of the step in one call (no Python per saved state).
-                    _notify_saves(recorders, k, control.n_steps(k, last), ts, trial.dense_many(ts), h, costs)
-                else:
-                    for s in ts:
-                        inner = StepState(k=k, n_steps=control.n_steps(k, last), t=s, x=trial.dense(s), save=True, dt=h)
-                        _notify(recorders, inner, costs)
+                start = time.perf_counter()
+                trial = attempt(t, x, h, current if current is not None and current.t == t else None)
+                step_s += time.perf_counter() - start
+                # A state the stepper checked already (the compiled step) passes the default guard.
+                why = None if trial.on_sphere and default_guard else guard(trial.y)
+            except OverflowError as e:
+                why = _reason(e)
+            if trial is not None and trial.start is not None:
+                current = trial.start  # the start state is unchanged: a retry reuses its evaluation
+            if trial is None or why is not None or not trial.err <= 1.0:
+                if undo is not None:
+                    undo()
+                stats.rejected += 1
+                err = math.inf if trial is None or why is not None else trial.err
+                if not control.reject(err, h, t):
+                    raise StepFailed(
+                        k + 1, t, x,
+                        why or f"error control failed: the step {h:.3g} at the floor dt_min still has error norm {err:.3g} > 1",
+                    )  # fmt: skip
+                continue
+            k += 1
+            last = control.done(t_new, k)
+            n_steps = control.n_steps(k, last)
+            if dense_saves:
+                assert trial.dense is not None, "dense_saves needs trials with dense output"
+                try:
+                    if take is not None:
+                        ts: list[float] = take(t_new)
+                    else:
+                        ts = []
+                        while (s := saves.next_stop(t)) < t_new:
+                            saves.due(k, s)  # consumes s
+                            ts.append(s)
+                    if ts and trial.dense_many is not None and bulk:
+                        # Every save time of the step in one call (no Python per saved state).
+                        _notify_saves(recorders, k, n_steps, ts, trial.dense_many(ts), h, costs)
+                    else:
+                        for s in ts:
+                            inner = StepState(k=k, n_steps=n_steps, t=s, x=trial.dense(s), save=True, dt=h)
+                            _notify(recorders, inner, costs)
+                except (OverflowError, StateRejected) as e:
+                    if undo is not None:
+                        undo()
+                    raise StepFailed(k, t, x, _reason(e)) from None
+            state = StepState(
+                k=k, n_steps=n_steps, t=t_new, x=trial.y, save=saves.due(k, t_new) or last, dt=h,
+                evaluation=trial.end,
+            )  # fmt: skip
+            try:
+                _notify(recorders, state, costs)
             except (OverflowError, StateRejected) as e:
                 if undo is not None:
                     undo()
                 raise StepFailed(k, t, x, _reason(e)) from None
-        state = StepState(
-            k=k, n_steps=control.n_steps(k, last), t=t_new, x=trial.y, save=saves.due(k, t_new) or last, dt=h,
-            evaluation=trial.end,
-        )  # fmt: skip
-        try:
-            _notify(recorders, state, costs)
-        except (OverflowError, StateRejected) as e:
-            if undo is not None:
-                undo()
-            raise StepFailed(k, t, x, _reason(e)) from None
-        stats.accepted += 1
-        stats.dt_smallest, stats.dt_largest = min(stats.dt_smallest, h), max(stats.dt_largest, h)
-        control.accept(trial.err, h)
-        x, t = trial.y, t_new
-        current = state.evaluation or state.saved
-        if on_accept is not None and on_accept(t, h, hit and t == brk):
-            # The weights jumped at t: only a pass made at t with the new weights still holds.
-            current = state.saved if state.saved is not None and state.saved.fresh else None
-        _notify(observers, state, costs)
+            stats.accepted += 1
+            stats.dt_smallest, stats.dt_largest = min(stats.dt_smallest, h), max(stats.dt_largest, h)
+            control.accept(trial.err, h)
+            x, t = trial.y, t_new
+            current = state.evaluation or state.saved
+            if on_accept is not None and on_accept(t, h, hit and t == brk):
+                # The weights jumped at t: only a pass made at t with the new weights still holds.
+                current = state.saved if state.saved is not None and state.saved.fresh else None
+            _notify(observers, state, costs)
+    finally:
+        if step_s:
+            costs.add("step", step_s)
     return x
 
 

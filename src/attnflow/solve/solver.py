@@ -356,13 +356,14 @@ class _Snapshots:
 
 def _attempt(
     s: _Schedule, compiled: _CompiledStep | None, f: TimeField, recorder: StepRecorder | None, run: _Run,
-    err_box: list[torch.Tensor], model: str,
+    err_box: list[torch.Tensor], model: str, constant: bool = False,
 ) -> Any:  # fmt: skip
-    """The loop's ``attempt(t, y, h, first) -> Trial``: compiled or torch, adaptive or fixed."""
+    """The loop's ``attempt(t, y, h, first) -> Trial``: compiled or torch, adaptive or fixed; ``constant``:
+    the weights are :class:`~attnflow.weights.processes.Constant` (the same heads at every time)."""
     if s.adaptive:
         assert s.pair is not None
         if compiled is not None:
-            return _compiled_attempt(s.pair, compiled, f.heads_at, model, s.control, run, s.dense)
+            return _compiled_attempt(s.pair, compiled, f.heads_at, model, s.control, run, s.dense, constant)
         return _adaptive_attempt(s.pair, f, recorder, s.control, run, err_box, s.dense)
     if compiled is not None:
         return _compiled_fixed_attempt(compiled, f.heads_at, model)
@@ -371,9 +372,10 @@ def _attempt(
 
 def _breaks(
     s: _Schedule, recorder: StepRecorder | None, run: _Run, heads_at: Callable[[float], Heads]
-) -> tuple[Callable[[float], Callable[[], None]], Callable[[float, float, bool], bool] | None]:
+) -> tuple[Callable[[float], Callable[[], None]] | None, Callable[[float, float, bool], bool] | None]:
     """The loop's ``rollback(t) -> undo`` (a rejected trial leaves the sampler and the EDI rows as
-    they were) and, for adaptive runs, ``on_accept(t, h, hit_break)`` (True where the weights jumped)."""
+    they were; ``None`` when there is nothing to undo) and, for adaptive runs, ``on_accept(t, h,
+    hit_break)`` (True where the weights jumped)."""
     sampler = s.sampler
 
     def rollback(t: float) -> Callable[[], None]:
@@ -397,7 +399,13 @@ def _breaks(
             return True
         return False
 
-    return rollback, on_accept if s.adaptive else None
+    # A sampler with no state (constant and layer weights: WeightSampler's own no-op state methods) and
+    # no EDI recorder leave a rejected trial nothing to undo: no rollback made per trial.
+    stateless = recorder is None and all(
+        getattr(type(sampler), name) is getattr(WeightSampler, name)
+        for name in ("get_state", "set_state", "forget_before")
+    )
+    return (None if stateless else rollback), on_accept if s.adaptive else None
 
 
 def _observers(
@@ -508,7 +516,8 @@ def _solve(
     t_start = run.t if s.adaptive else p.t0 + run.k0 * s.dt
     try:
         x = integrate(
-            _attempt(s, compiled, f, recorder, run, err_box, model), x, t=t_start, control=s.control,
+            _attempt(s, compiled, f, recorder, run, err_box, model, isinstance(p.process, Constant)), x, t=t_start,
+            control=s.control,
             saves=s.save_at.start(t_start), k0=run.k0, first=first,
             next_break=s.sampler.next_break if s.adaptive else (lambda t: float("inf")), recorders=[saver],
             observers=observers, rollback=rollback, on_accept=on_accept, costs=costs, stats=run.stats,
@@ -672,26 +681,41 @@ def _compiled_step(
 
 def _compiled_attempt(
     pair: EmbeddedPair, compiled: _CompiledStep, heads_at: Callable[[float], Heads], model: str, control: Any,
-    run: _Run, dense: bool = False,
+    run: _Run, dense: bool = False, constant: bool = False,
 ) -> Any:  # fmt: skip
     """:func:`_adaptive_attempt` as one compiled call (:class:`attnflow.kernels.small.SmallStep`); the
-    heads are those of the step's start (constant or layer weights, whose breaks the loop steps onto).
-    ``dense``: each trial carries its dense output (three more evaluations, made only when a save
-    time falls inside the step), retracted onto the sphere."""
+    heads are those of the step's start (constant or layer weights, whose breaks the loop steps onto;
+    ``constant``: the same heads at every time). ``dense``: each trial carries its dense output (three
+    more evaluations, made only when a save time falls inside the step), retracted onto the sphere."""
+
+    # Read once: constant for the run (a resumed controller sets only its step state).
+    stages, fsal, rtol, atol = pair.stages, pair.fsal, control.rtol, control.atol
+    # The last trial's new state as (tensor, its array): the loop hands it back as the next start, whose
+    # array is then not asked of torch again (the same memory: the tensor was made from the array).
+    last: list[Any] = [None, None]
+    # Constant weights: one compiled step for the whole run, not looked up per trial.
+    fixed = compiled.step(heads_at(0.0), model, rtol, atol) if constant else None
 
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
-        small_step = compiled.step(heads_at(t), model, control.rtol, control.atol)
-        x_np = y.numpy()
-        k1 = None if first is None else first.v.numpy()
+        small_step = fixed if fixed is not None else compiled.step(heads_at(t), model, rtol, atol)
+        x_np = last[1] if y is last[0] else y.numpy()
+        # This attempt's own evaluations carry their array as ``extra`` (the same memory as ``v``).
+        k1 = None if first is None else first.extra if type(first.extra) is np.ndarray else first.v.numpy()
         y_np, err, ks, ok = small_step.attempt(x_np, h, k1)
         # The stages the call made (a saved state's fresh pass serves as the first, as in _adaptive_attempt).
-        run.evaluations += pair.stages - (1 if first is not None and not first.fresh else 0)
-        # ks is this trial's own fresh array, never written again: its stages are shared, not copied.
-        start = Evaluation(t, first.v if first is not None else torch.from_numpy(ks[0]))
+        run.evaluations += stages - (1 if first is not None and not first.fresh else 0)
+        # ks is this trial's own fresh array, never written again: its stages are shared, not copied. A
+        # known first stage that is not a fresh pass serves as the start as it is (a retry reads its t, v).
+        if first is None:
+            start = Evaluation(t, torch.from_numpy(ks[0]), extra=ks[0])
+        else:
+            start = first if not first.fresh else Evaluation(t, first.v, extra=k1)
         out = _DenseOutput(small_step, t, h, x_np, y_np, ks, run) if dense else None
+        y_t = torch.from_numpy(y_np)
+        last[0], last[1] = y_t, y_np
         return Trial(
-            torch.from_numpy(y_np), err if ok else float("inf"), start=start,
-            end=Evaluation(t + h, torch.from_numpy(ks[-1])) if pair.fsal else None,
+            y_t, err if ok else float("inf"), start=start,
+            end=Evaluation(t + h, torch.from_numpy(ks[-1]), extra=ks[-1]) if fsal else None,
             dense=None if out is None else out.at, dense_many=None if out is None else out.many,
             on_sphere=ok and _guards.unit_rows(y_np),
         )  # fmt: skip
@@ -730,7 +754,8 @@ class _DenseOutput:
     def many(self, ss: list[float]) -> np.ndarray:
         """``(m, N, d)``: the states at the times ``ss`` (with the coefficients in the same compiled call
         when they are not made yet)."""
-        thetas = (np.array(ss) - self.t) / self.h  # elementwise IEEE, as (s - t) / h one by one
+        t, h = self.t, self.h
+        thetas = np.array([(s - t) / h for s in ss])  # (s - t) / h one by one, as at() (IEEE: numpy's bits too)
         if self.coef is not None:
             return _small.dense_points(self.x, self.coef, thetas)
         F, X, ok = self.small_step.dense_points(self.x, self.y, self.ks, self.h, thetas)
@@ -816,8 +841,10 @@ def _compiled_fixed(
 def _compiled_fixed_attempt(compiled: _CompiledStep, heads_at: Callable[[float], Heads], model: str) -> Any:
     """One fixed step (always accepted) as one compiled call; ``first``'s field serves as the first stage."""
 
+    # Constant weights only (_compiled_fixed): one compiled step for the whole run.
+    small_step = compiled.step(heads_at(0.0), model, 0.0, 1.0)
+
     def attempt(t: float, y: torch.Tensor, h: float, first: Evaluation | None) -> Trial:
-        small_step = compiled.step(heads_at(t), model, 0.0, 1.0)
         y_np, _, _, ok = small_step.attempt(y.numpy(), h, None if first is None else first.v.numpy())
         # A non-finite state fails the loop's state guard (checked here already when it passes).
         return Trial(torch.from_numpy(y_np), 0.0, on_sphere=ok and _guards.unit_rows(y_np))
