@@ -96,20 +96,20 @@ def test_a_drifting_tail_is_pre_asymptotic_and_undecided(n_H):
     Hs = np.array([16.0, 32.0, 64.0, 128.0])[-n_H:]
     bent = [1.0, 1.0, 2**-0.5, 2**-1.5][-n_H:]
     drift = [tail_fit(Hs, _ratios(bent, seed=s), n_H, np.random.default_rng(s), stat=_geo) for s in range(20)]
-    assert all(f["pre_asymptotic"] and f["fit_H"] == Hs.tolist() for f in drift)
+    assert all(f.pre_asymptotic and f.fit_H == Hs.tolist() for f in drift)
     assert {fit_decision(f, 0.5) for f in drift} == {"undecided"}
     flat = [tail_fit(Hs, _ratios([1.0] * n_H, seed=s), n_H, np.random.default_rng(s), stat=_geo) for s in range(20)]
-    assert sum(f["pre_asymptotic"] for f in flat) == {4: 1, 3: 2}[n_H]
-    assert all(fit_decision(f, 0.5) == "pass" for f in flat if not f["pre_asymptotic"])
+    assert sum(f.pre_asymptotic for f in flat) == {4: 1, 3: 2}[n_H]
+    assert all(fit_decision(f, 0.5) == "pass" for f in flat if not f.pre_asymptotic)
 
 
 def test_the_fit_starts_where_the_local_slopes_settle():
     """A ratio that bends only at the first H (local slopes -1, 0, 0, 0): the range starts at the second H."""
     Hs = np.array([8.0, 16.0, 32.0, 64.0, 128.0])
     fit = tail_fit(Hs, _ratios([2.0, 1.0, 1.0, 1.0, 1.0], noise=0.02), 5, np.random.default_rng(2), stat=np.median)
-    assert not fit["pre_asymptotic"]
-    assert fit["fit_H"] == [16.0, 32.0, 64.0, 128.0] and fit["tail_H"] == Hs.tolist()
-    assert abs(fit["exponent"]) < 0.02
+    assert not fit.pre_asymptotic
+    assert fit.fit_H == [16.0, 32.0, 64.0, 128.0] and fit.tail_H == Hs.tolist()
+    assert abs(fit.exponent) < 0.02
 
 
 def test_exponent_fit_reports_the_range_and_decides_nothing_when_pre_asymptotic():
@@ -123,8 +123,8 @@ def test_exponent_fit_reports_the_range_and_decides_nothing_when_pre_asymptotic(
     ab = np.sqrt(good)
     g = exponent_fit(Hs, good, ab, pred, ok, 4, 0)
     b = exponent_fit(Hs, bad, ab, pred, ok, 4, 0)
-    assert g["decision"] == "pass" and g["control_decision"] != "pass"
-    assert b["ratio"]["pre_asymptotic"] and b["decision"] == "undecided"
+    assert g.decision == "pass" and g.control_decision != "pass"
+    assert b.ratio.pre_asymptotic and b.decision == "undecided"
 
 
 def test_heads_seed_floors_enter_a_two_cluster_seed_with_its_own_constant():

@@ -94,15 +94,15 @@ def test_planted_competing_law_and_doubled_constant_rejected_at_the_circles_scat
     for law, expect in ((0.45, "fail"), (0.0, "pass")):
         floors, ab, pred, ok, sd = _circle_like(rng, Hs, 96, law, 24.0)
         fit = _exponent_fit(Hs, floors, ab, pred, ok, 3, seed)
-        assert fit["decision"] == expect, fit["ratio"]["ci"]
+        assert fit.decision == expect, fit.ratio.ci
         if law == 0.0:
             rows = [
                 SeedFloor(s, f, f * sd[i, 0], math.sqrt(f), 1.0, (24.0, 48.0), (1, 1), True, "", p, 0.09 * p, None, 1.0)
                 for i in range(len(Hs))
                 for s, (f, p) in enumerate(zip(floors[i], pred[i], strict=True))
             ]
-            assert _constant_check(rows)["margin"] > 0
-            assert _constant_check(rows, CONTROL_FACTOR)["margin"] < 0
+            assert _constant_check(rows).margin > 0
+            assert _constant_check(rows, CONTROL_FACTOR).margin < 0
 
 
 @pytest.mark.slow

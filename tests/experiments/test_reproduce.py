@@ -10,6 +10,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from attnflow.analysis.floor_fit import Decision, ExponentFit, TailFit
 from attnflow.analysis.following import floor_scale
 from attnflow.analysis.laws import bures_wasserstein, law_path_length
 from attnflow.cli.main import app
@@ -91,15 +92,15 @@ def test_tail_criterion_accepts_one_over_h_and_rejects_h_to_minus_half():
     for law, expect in ((0.0, "pass"), (0.45, "fail")):  # 0.45: floor ~ H^(-0.5) given constants ~ H^(-0.95)
         floors, ab, pred, ok = _synthetic_heads(rng, Hs, 8, law, 0.1)
         fit = _exponent_fit(Hs, floors, ab, pred, ok, 3, 1)
-        assert fit["predicted_exponent"] == pytest.approx(-0.95, abs=0.05)
-        assert fit["gap"] == pytest.approx(COMPETING + 0.95, abs=0.05)
-        assert abs(fit["ratio"]["exponent"] - law) < 0.1
-        assert abs(fit["main"]["exponent"] - (law - 0.95)) < 0.1  # the floor's own exponent (information)
-        assert np.allclose(fit["main"]["local_exponents"], law - 0.95, atol=0.25)
-        assert fit["decision"] == expect
-        assert (_ratio_margin(fit["ratio"]["ci"], fit["gap"]) > 0) is (expect == "pass")
+        assert fit.predicted_exponent == pytest.approx(-0.95, abs=0.05)
+        assert fit.gap == pytest.approx(COMPETING + 0.95, abs=0.05)
+        assert abs(fit.ratio.exponent - law) < 0.1
+        assert abs(fit.main.exponent - (law - 0.95)) < 0.1  # the floor's own exponent (information)
+        assert np.allclose(fit.main.local_exponents, law - 0.95, atol=0.25)
+        assert fit.decision == expect
+        assert (_ratio_margin(fit.ratio.ci, fit.gap) > 0) is (expect == "pass")
         if expect == "pass":  # the control: sqrt of the floors ~ H^(-1/2), over the same constants
-            assert fit["control_decision"] == "fail"
+            assert fit.control_decision == "fail"
 
 
 def test_a_floor_planted_at_h_to_minus_1_3_fails_and_a_two_h_fit_is_undecided():
@@ -109,17 +110,17 @@ def test_a_floor_planted_at_h_to_minus_1_3_fails_and_a_two_h_fit_is_undecided():
     Hs = np.array([16.0, 32, 64, 128])
     floors, ab, pred, ok = _synthetic_heads(rng, Hs, 8, -0.35, 0.1)
     fit = _exponent_fit(Hs, floors, ab, pred, ok, 3, 1)
-    assert fit["main"]["exponent"] == pytest.approx(-1.3, abs=0.1)
-    assert fit["ratio"]["ci"][1] < 0.5 * fit["gap"]  # the old one-sided rule would have passed it
-    assert fit["decision"] == "fail"
+    assert fit.main.exponent == pytest.approx(-1.3, abs=0.1)
+    assert fit.ratio.ci[1] < 0.5 * fit.gap  # the old one-sided rule would have passed it
+    assert fit.decision == "fail"
     two = _exponent_fit(Hs[:2], floors[:2], ab[:2], pred[:2], ok[:2], 3, 1)
-    assert len(two["ratio"]["tail_H"]) == 2 and two["decision"] == "undecided"
+    assert len(two.ratio.tail_H) == 2 and two.decision == "undecided"
     good, gab, gpred, gok = _synthetic_heads(rng, Hs[:2], 8, 0.0, 0.02)
-    assert _exponent_fit(Hs[:2], good, gab, gpred, gok, 3, 1)["decision"] == "undecided"  # exact on 2 H: still
+    assert _exponent_fit(Hs[:2], good, gab, gpred, gok, 3, 1).decision == "undecided"  # exact on 2 H: still
     # A middle H whose seeds are all unsettled leaves two H values: undecided as well.
     ok_mid = ok.copy()
     ok_mid[2] = False
-    assert _exponent_fit(Hs[1:], floors[1:], ab[1:], pred[1:], ok_mid[1:], 3, 1)["decision"] == "undecided"
+    assert _exponent_fit(Hs[1:], floors[1:], ab[1:], pred[1:], ok_mid[1:], 3, 1).decision == "undecided"
 
 
 def test_exponent_decision_is_sequential_and_undecided_is_not_a_pass():
@@ -140,8 +141,8 @@ def test_exponent_decision_is_sequential_and_undecided_is_not_a_pass():
     floors, ab, pred, ok = _synthetic_heads(np.random.default_rng(1), Hs, 24, 0.0, 0.4)
     few = _exponent_fit(Hs, floors[:, :8], ab[:, :8], pred[:, :8], ok[:, :8], 3, 1)
     many = _exponent_fit(Hs, floors, ab, pred, ok, 3, 1)
-    assert few["decision"] == "undecided", few["ratio"]["ci"]
-    assert many["decision"] == "pass", many["ratio"]["ci"]
+    assert few.decision == "undecided", few.ratio.ci
+    assert many.decision == "pass", many.ratio.ci
 
 
 def test_floor_scale_is_the_heads_fluctuation():
@@ -328,16 +329,26 @@ def test_batches_needed_projects_the_interval_width_not_the_estimate():
     )  # the band: same width
     assert math.isinf(batches_needed([0.1, 0.4], -0.1, 1))  # no gap to the competing law
     assert math.isnan(batches_needed([math.nan, math.nan], 0.5, 1))  # no fit: nothing to project
-    undecided = {"decision": "undecided", "gap": 0.5}
-    assert adds_batch({**undecided, "ratio": {"ci": [0.0, 0.3]}}, 1, 12)
-    assert not adds_batch({**undecided, "ratio": {"ci": [0.0, 0.3]}}, 12, 12)  # the budget is spent
-    assert not adds_batch({**undecided, "ratio": {"ci": [-1.0, 2.0]}}, 1, 12)  # 44 batches: beyond the budget
-    assert not adds_batch({"decision": "pass", "gap": 0.5, "ratio": {"ci": [-0.1, 0.1]}}, 1, 12)
-    nofit = {**undecided, "ratio": {"ci": [math.nan, math.nan]}}
+    assert adds_batch(_fit_at([0.0, 0.3]), 1, 12)
+    assert not adds_batch(_fit_at([0.0, 0.3]), 12, 12)  # the budget is spent
+    assert not adds_batch(_fit_at([-1.0, 2.0]), 1, 12)  # 44 batches: beyond the budget
+    assert not adds_batch(_fit_at([-0.1, 0.1], "pass"), 1, 12)
+    nofit = _fit_at([math.nan, math.nan])
     assert adds_batch(nofit, NO_FIT_BATCHES - 1, 12) and not adds_batch(nofit, NO_FIT_BATCHES, 12)
+    # The step reads the fit and leaves it as it was; with_batches records the projection explicitly.
+    assert math.isnan(nofit.batches_needed)
+    fit = _fit_at([0.0, 0.3])
+    assert adds_batch(fit, 2, 12) and math.isnan(fit.batches_needed)
+    assert fit.with_batches(2).batches_needed == pytest.approx(2 * (0.15 / 0.225) ** 2)
 
 
-def _design(law: float, rng_seed: int, noise: float = 0.3, cap: int = 12) -> tuple[dict, int]:
+def _fit_at(ci: list[float], decision: Decision = "undecided", gap: float = 0.5) -> ExponentFit:
+    """An :class:`ExponentFit` whose ratio has the interval ``ci`` (the only fit :func:`adds_batch` reads)."""
+    tail = TailFit(np.array([]), np.array([]), math.nan, math.nan, ci, [], None, [], False)
+    return ExponentFit(tail, tail, tail, tail, math.nan, gap, decision, "undecided")
+
+
+def _design(law: float, rng_seed: int, noise: float = 0.3, cap: int = 12) -> tuple[ExponentFit, int]:
     """The sequential design (heads.adds_batch) on synthetic floors, batches of 8 seeds at H = 16, 32, 64
     (the same draws whatever ``cap``)."""
     Hs = np.array([16.0, 32, 64])
@@ -358,14 +369,14 @@ def test_the_design_decides_a_correct_law_whose_first_batch_landed_near_the_midp
     seeds decide PASS. Control: the competing law planted at the same draws is never passed (it fails)."""
     for k in (1, 15):
         first = _design(0.0, k, cap=1)[0]
-        mid = 0.5 * first["gap"]
+        mid = 0.5 * first.gap
         # Two-sided, a first batch whose interval excludes 0 is a FAIL, but not a decisive one (its interval still
         # reaches inside the window): the design goes on, as it did for the undecided one-sided verdict.
-        assert first["decision"] in ("undecided", "fail") and first["ratio"]["exponent"] > 0.75 * mid, first["ratio"]
-        assert not _decisive(first["ratio"]["ci"], first["gap"])
+        assert first.decision in ("undecided", "fail") and first.ratio.exponent > 0.75 * mid, first.ratio
+        assert not _decisive(first.ratio.ci, first.gap)
         fit, b = _design(0.0, k)
-        assert fit["decision"] == "pass" and 1 < b <= 12, (k, b, fit["ratio"]["ci"])
+        assert fit.decision == "pass" and 1 < b <= 12, (k, b, fit.ratio.ci)
         wrong, _ = _design(0.45, k)  # floors ~ H^(-1/2) over constants ~ H^(-0.95)
-        assert wrong["decision"] == "fail", (k, wrong["ratio"]["ci"])
+        assert wrong.decision == "fail", (k, wrong.ratio.ci)
         steep, _ = _design(-0.35, k)  # floors ~ H^(-1.3): beyond the prediction on the other side
-        assert steep["decision"] == "fail" and steep["ratio"]["ci"][1] < 0, (k, steep["ratio"]["ci"])
+        assert steep.decision == "fail" and steep.ratio.ci[1] < 0, (k, steep.ratio.ci)

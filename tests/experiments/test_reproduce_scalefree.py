@@ -88,13 +88,13 @@ def test_per_seed_constant_check_and_its_planted_wrong_constant():
     rng = np.random.default_rng(0)
     good = _rows(np.exp(0.1 * rng.standard_normal(24)))
     ok = _constant_check(good)
-    assert ok["margin"] > MIN_MARGIN and ok["n"] == 24
+    assert ok.margin > MIN_MARGIN and ok.n == 24
     wrong = _constant_check(good, CONTROL_FACTOR)  # the prediction doubled: rejected
-    assert wrong["margin"] < 0
+    assert wrong.margin < 0
     # A pooled bias beyond RATIO_TOL fails even when every seed is within its own error bars.
     biased = _constant_check(_rows(np.full(10, 1.0 + 2 * RATIO_TOL), se=0.5))
-    assert biased["margin"] < 0
-    assert _constant_check([])["margin"] == -math.inf
+    assert biased.margin < 0
+    assert _constant_check([]).margin == -math.inf
 
 
 def test_per_seed_bound_holds_its_level_for_any_number_of_seeds():
@@ -119,13 +119,13 @@ def test_per_seed_bound_holds_its_level_for_any_number_of_seeds():
     out = math.exp(-tol - 3.5 * se)
     rows = _rows([1.0] * 23 + [out], se=se)
     many = _constant_check(rows)
-    assert many["z"] == pytest.approx(family_z(24)) and many["margin"] > 0
+    assert many.z == pytest.approx(family_z(24)) and many.margin > 0
     se_log = rows[-1].se_log  # the window's error with the Monte Carlo error of the prediction
-    assert many["worst"][2] == pytest.approx(-seed_bound(math.log(out), se_log, 24, tol))  # signed: the low side
+    assert many.worst[2] == pytest.approx(-seed_bound(math.log(out), se_log, 24, tol))  # signed: the low side
     assert -math.log(out) > tol + 3.0 * se_log  # control: the old fixed 3 would have failed the set on that seed
     # ... and 4.5 standard errors out fails among 24 seeds too, on either side.
-    assert _constant_check(_rows([1.0] * 23 + [math.exp(-tol - 4.5 * se)], se=se))["margin"] < 0
-    assert _constant_check(_rows([1.0] * 23 + [math.exp(tol + 4.5 * se)], se=se))["margin"] < 0
+    assert _constant_check(_rows([1.0] * 23 + [math.exp(-tol - 4.5 * se)], se=se)).margin < 0
+    assert _constant_check(_rows([1.0] * 23 + [math.exp(tol + 4.5 * se)], se=se)).margin < 0
 
 
 def test_seed_bound_is_the_gamma_quantile_and_holds_its_level():

@@ -6,13 +6,16 @@ measured / predicted against ``H`` is fitted over the ``tail`` largest ``H`` wit
 where its local slopes have stopped drifting (:func:`attnflow.verdicts.stats.asymptotic_start`; none:
 "pre-asymptotic", undecided), and decided two-sided by :class:`attnflow.verdicts.Exponent`; the per-seed
 constant is decided with Sidak's family level (:func:`seed_bound`).
+
+The results are typed records: :class:`TailFit` (one tail fit), :class:`ExponentFit` (the exponent
+prediction's four fits and verdicts) and :class:`ConstantCheck` (the per-seed constant criterion).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats as _stats
@@ -90,6 +93,73 @@ class SeedFloor:
         return math.sqrt(sum(v * v for v in rel))
 
 
+#: An exponent verdict (:func:`decide`): the ratio's interval passes, fails, or decides nothing yet.
+Decision = Literal["pass", "fail", "undecided"]
+
+
+@dataclass(frozen=True, eq=False)
+class TailFit:
+    """One :func:`tail_fit`: the fit of ``stat`` of a per-seed quantity ``y`` against ``H`` as ``y ~ c H^p``.
+
+    ``median`` per ``H`` the ``stat`` (median or geometric mean) over settled seeds (``nan`` under two);
+    ``local_exponents`` the slopes between neighbouring usable ``H``; ``exponent`` ``p`` and ``prefactor`` ``c``
+    of the least-squares fit in log-log over ``fit_H``, ``ci`` ``p``'s 95% bootstrap interval ``[lo, hi]``;
+    ``tail_H`` the tail's ``H``, ``fit_H`` its asymptotic range (the end where the local slopes stop drifting),
+    ``pre_asymptotic`` when they drift over the whole tail; ``asymptotic_from_H`` the first ``H`` from which
+    every local exponent lies within :data:`LOCAL_BAND` of -1 (``None``: none)."""
+
+    median: np.ndarray
+    local_exponents: np.ndarray
+    exponent: float
+    prefactor: float
+    ci: list[float]
+    tail_H: list[float]
+    asymptotic_from_H: int | None
+    fit_H: list[float]
+    pre_asymptotic: bool
+
+
+@dataclass(frozen=True, eq=False)
+class ExponentFit:
+    """One :func:`exponent_fit`: the floor's fit ``main`` and the control's (``<|dF|>``, ``control``), for
+    information; the ratio measured / predicted (``ratio``, prediction: exponent 0) and its control
+    (``ratio_control``, ``<|dF|> / predicted``); ``predicted_exponent`` ``p`` the predicted constants' own
+    exponent, ``gap = -1/2 - p`` (:func:`ratio_gap`), and the verdicts ``decision`` / ``control_decision``
+    (:func:`fit_decision`). ``batches_needed``: the sequential design's projection (:func:`batches_needed`)
+    at the batches run, recorded by :meth:`with_batches` (``nan`` until then)."""
+
+    main: TailFit
+    control: TailFit
+    ratio: TailFit
+    ratio_control: TailFit
+    predicted_exponent: float
+    gap: float
+    decision: Decision
+    control_decision: Decision
+    batches_needed: float = math.nan
+
+    def with_batches(self, batches: int) -> ExponentFit:
+        """This fit with :attr:`batches_needed` recorded for ``batches`` batches of seeds run."""
+        return replace(self, batches_needed=batches_needed(self.ratio.ci, self.gap, batches))
+
+
+@dataclass(frozen=True, eq=False)
+class ConstantCheck:
+    """One :func:`constant_check`: over ``n`` settled seeds, ``margin`` (``>= 0``: pass) the smaller of the
+    pooled margin and the worst seed's; ``pooled`` the mean of ``log ratio`` and ``pooled_se`` its standard
+    error (``nan`` under two seeds); ``z`` Sidak's ``z_n`` (:func:`family_z`), ``ratios`` the seeds' measured /
+    predicted; ``worst`` the worst seed as ``(seed, ratio, signed log bound)`` (``None`` without seeds, and
+    then ``z`` is ``nan`` and ``ratios`` empty)."""
+
+    n: int
+    margin: float
+    pooled: float
+    pooled_se: float
+    worst: tuple[int, float, float] | None
+    z: float = math.nan
+    ratios: np.ndarray = field(default_factory=lambda: np.array([], dtype=float))
+
+
 def row_tau(row: list[SeedFloor]) -> float:
     """The ``tau_int`` most of a row's seeds carry (the largest group of seeds resting in as many clusters)."""
     vals = [r.tau_int for r in row]
@@ -109,7 +179,7 @@ def tail_fit(
     settled: np.ndarray | None = None,
     stat: Any = np.median,
     drift_tol: float = 0.0,
-) -> dict[str, Any]:
+) -> TailFit:
     """Tail fit: local exponents, the least-squares slope of ``stat`` (median; over settled seeds) of
     ``per_seed`` against ``H`` over the asymptotic range of the ``tail`` largest usable ``H``, and its
     bootstrap CI (resampling each ``H``'s settled seeds).
@@ -126,11 +196,11 @@ def tail_fit(
     local = local_slopes(Hu, mu) if len(use) > 1 else np.array([])
     k = min(tail, len(use))
     if k < 2:
-        return {
-            "median": med, "local_exponents": local, "exponent": math.nan, "prefactor": math.nan,
-            "ci": [math.nan, math.nan], "tail_H": Hu[-k:].tolist() if k else [], "asymptotic_from_H": None,
-            "fit_H": Hu[-k:].tolist() if k else [], "pre_asymptotic": False,
-        }  # fmt: skip
+        return TailFit(
+            median=med, local_exponents=local, exponent=math.nan, prefactor=math.nan, ci=[math.nan, math.nan],
+            tail_H=Hu[-k:].tolist() if k else [], asymptotic_from_H=None, fit_H=Hu[-k:].tolist() if k else [],
+            pre_asymptotic=False,
+        )  # fmt: skip
     Ht = Hu[-k:]
     rows = [per_seed[i][settled[i]] for i in use[-k:]]
     # One resampling gives both the tail's points (for the fit) and its local slopes (for the range).
@@ -146,17 +216,17 @@ def tail_fit(
         if np.all(np.abs(local[i:] + 1.0) <= LOCAL_BAND):
             start = int(Hu[i])
             break
-    return {
-        "median": med,
-        "local_exponents": local,
-        "exponent": p,
-        "prefactor": c,
-        "ci": [lo, hi],
-        "tail_H": Ht.tolist(),
-        "asymptotic_from_H": start,
-        "fit_H": Ht[j:].tolist(),
-        "pre_asymptotic": s0 is None,
-    }
+    return TailFit(
+        median=med,
+        local_exponents=local,
+        exponent=p,
+        prefactor=c,
+        ci=[lo, hi],
+        tail_H=Ht.tolist(),
+        asymptotic_from_H=start,
+        fit_H=Ht[j:].tolist(),
+        pre_asymptotic=s0 is None,
+    )
 
 
 def geomean(v: np.ndarray) -> float:
@@ -169,7 +239,7 @@ def ratio_gap(predicted_exponent: float) -> float:
     return COMPETING - predicted_exponent if math.isfinite(predicted_exponent) else math.nan
 
 
-def decide(ci: list[float], gap: float, n: int | None = None) -> str:
+def decide(ci: list[float], gap: float, n: int | None = None) -> Decision:
     """The exponent verdict on a 95% interval ``ci`` of the ratio's exponent fitted on ``n`` values of ``H``
     (stated before measuring), two-sided: :class:`attnflow.verdicts.Exponent` ``(0, competitor=gap)``.
     ``"pass"`` when the interval lies inside ``(-gap/2, gap/2)`` by at least the report's minimum margin
@@ -199,19 +269,18 @@ def batches_needed(ci: list[float], gap: float, batches: int) -> float:
     return _vstats.batches_needed(ci, 0.5 * gap * (1.0 - MIN_MARGIN), batches)
 
 
-def adds_batch(fit: dict[str, Any], batches: int, cap: int) -> bool:
+def adds_batch(fit: ExponentFit, batches: int, cap: int) -> bool:
     """The sequential design's step: whether a further batch of seeds runs after ``batches`` of them, i.e. the
-    exponent verdict is open, the budget ``cap`` is not spent and :func:`batches_needed` (stored in
-    ``fit["batches_needed"]``) says a decision is within it (without a fit, up to :data:`NO_FIT_BATCHES`).
+    exponent verdict is open, the budget ``cap`` is not spent and :func:`batches_needed` (of ``fit.ratio.ci``
+    and ``fit.gap`` at ``batches``; :meth:`ExponentFit.with_batches` records it) says a decision is within it
+    (without a fit, up to :data:`NO_FIT_BATCHES`). ``fit`` is not changed.
 
     Open: undecided, or a FAIL that is not decisive, i.e. an interval that excludes 0 but still reaches
     inside ``(-gap/2, gap/2)`` (:func:`decisive`). A correct law's first 8 seeds exclude 0 in some 5% of
     draws; more seeds bring its interval back over 0, while a wrong law's narrows away from 0 and leaves the
     window, so the FAIL stands either way with the budget. The verdict is the last fit's, as before."""
-    need = fit["batches_needed"] = batches_needed(fit["ratio"]["ci"], fit["gap"], batches)
-    open_ = fit["decision"] == "undecided" or (
-        fit["decision"] == "fail" and not decisive(fit["ratio"]["ci"], fit["gap"])
-    )
+    need = batches_needed(fit.ratio.ci, fit.gap, batches)
+    open_ = fit.decision == "undecided" or (fit.decision == "fail" and not decisive(fit.ratio.ci, fit.gap))
     return _vstats.more_batches(open_, batches, cap, need, NO_FIT_BATCHES)
 
 
@@ -254,7 +323,7 @@ def exponent_fit(
     settled: np.ndarray,
     tail: int,
     seed: int,
-) -> dict[str, Any]:
+) -> ExponentFit:
     """The exponent prediction's fits over the settled seeds: the ratio measured / predicted (geometric
     mean per ``H``; prediction: exponent 0), its control ``<|dF|> / predicted`` (exponent about +1/2), the
     predicted constants' own exponent ``p`` and the gap ``-1/2 - p`` to the competing law, the verdict
@@ -272,23 +341,22 @@ def exponent_fit(
     ctrl = tail_fit(Hs, ab, tail, rng, settled, drift_tol=tol)
     ratio = tail_fit(Hs, floors / pred, tail, rng, settled, geomean, drift_tol=tol)
     ratio_ctrl = tail_fit(Hs, ab / pred, tail, rng, settled, geomean, drift_tol=tol)
-    main["predicted_exponent"] = pe
-    return {
-        "main": main,
-        "control": ctrl,
-        "ratio": ratio,
-        "ratio_control": ratio_ctrl,
-        "predicted_exponent": pe,
-        "gap": gap,
-        "decision": fit_decision(ratio, gap),
-        "control_decision": fit_decision(ratio_ctrl, gap),
-    }
+    return ExponentFit(
+        main=main,
+        control=ctrl,
+        ratio=ratio,
+        ratio_control=ratio_ctrl,
+        predicted_exponent=pe,
+        gap=gap,
+        decision=fit_decision(ratio, gap),
+        control_decision=fit_decision(ratio_ctrl, gap),
+    )
 
 
-def fit_decision(fit: dict[str, Any], gap: float) -> str:
+def fit_decision(fit: TailFit, gap: float) -> Decision:
     """:func:`decide` on a :func:`tail_fit` over its fitted ``H``; ``"undecided"`` when it is pre-asymptotic
     (the local slopes drift over the whole tail: no exponent to test)."""
-    return "undecided" if fit["pre_asymptotic"] else decide(fit["ci"], gap, len(fit["fit_H"]))
+    return "undecided" if fit.pre_asymptotic else decide(fit.ci, gap, len(fit.fit_H))
 
 
 def seed_bound(v: float, se_log: float, n: int, tol: float) -> float:
@@ -310,11 +378,11 @@ def seed_bound(v: float, se_log: float, n: int, tol: float) -> float:
     return tol + abs(math.log(q))
 
 
-def constant_check(rows: list[SeedFloor], factor: float = 1.0) -> dict[str, Any]:
+def constant_check(rows: list[SeedFloor], factor: float = 1.0) -> ConstantCheck:
     """The per-seed constant criterion on the settled ``rows`` (prediction times ``factor``)."""
     tol = math.log1p(RATIO_TOL)
     if not rows:
-        return {"n": 0, "margin": -math.inf, "pooled": math.nan, "pooled_se": math.nan, "worst": None}
+        return ConstantCheck(n=0, margin=-math.inf, pooled=math.nan, pooled_se=math.nan, worst=None)
     logs = np.array([math.log(r.floor / (factor * r.predicted)) for r in rows])
     se = np.array([r.se_log for r in rows])
     pooled = float(logs.mean())
@@ -323,15 +391,15 @@ def constant_check(rows: list[SeedFloor], factor: float = 1.0) -> dict[str, Any]
     per = np.array([margin_below(abs(v), b) for v, b in zip(logs, bounds)])
     margin = float(min(margin_below(abs(pooled), tol), per.min()))
     worst = int(np.argmin(per))
-    return {
-        "n": len(rows),
-        "z": family_z(len(rows)),
-        "margin": margin,
-        "pooled": pooled,
-        "pooled_se": pooled_se,
-        "ratios": np.exp(logs),
-        "worst": (rows[worst].seed, float(np.exp(logs[worst])), float(math.copysign(bounds[worst], logs[worst]))),
-    }
+    return ConstantCheck(
+        n=len(rows),
+        z=family_z(len(rows)),
+        margin=margin,
+        pooled=pooled,
+        pooled_se=pooled_se,
+        ratios=np.exp(logs),
+        worst=(rows[worst].seed, float(np.exp(logs[worst])), float(math.copysign(bounds[worst], logs[worst]))),
+    )
 
 
 def sidak_level(n: int, level: float = FAMILY_LEVEL) -> float:

@@ -367,7 +367,8 @@ def _run_set(
     S, cap_b, tail_H, batches = len(seeds), sc.seed_batches, [int(h) for h in Hs[-sc.tail :]], 1
     while True:
         floors, ab, pred, settled = _arrays(per_H, S * batches)
-        fit = _exponent_fit(Hs, floors, ab, pred, settled, sc.tail, seed)
+        # The projection is recorded on the fit (results.json's seed_batches.needed, the report's note).
+        fit = _exponent_fit(Hs, floors, ab, pred, settled, sc.tail, seed).with_batches(batches)
         if not adds_batch(fit, batches, cap_b):
             break
         new = [seed + batches * S + s for s in range(S)]
@@ -400,7 +401,7 @@ def _run_set(
             for r in row
             if not r.settled
         ]
-    tail_rows = [r for H, row in zip(Hs, per_H) if H in fit["main"]["tail_H"] for r in row if r.settled]
+    tail_rows = [r for H, row in zip(Hs, per_H) if H in fit.main.tail_H for r in row if r.settled]
     return SetResult(
         sc, Hs.astype(int).tolist(), floors, ab, pred, settled, per_H, fit, batches, S, _constant_check(tail_rows),
         _constant_check(tail_rows, CONTROL_FACTOR), _config_run_length(sc), unsettled,
@@ -445,7 +446,7 @@ def experiment_heads(
         | {f"settled_{n}": (("H_" + n, "seed"), r.settled.astype(np.int8)) for n, r in results.items()}
         | {f"abs_slope_{n}": (("H_" + n, "seed"), r.abs_slope) for n, r in results.items()},
         coords={"seed": seeds, **{"H_" + n: r.H for n, r in results.items()}},
-        attrs={"exponent": float(e)} if math.isfinite(e := results["base"].main["exponent"]) else {},
+        attrs={"exponent": float(e)} if math.isfinite(e := results["base"].main.exponent) else {},
     )
     describe(ds, variables(list(results)))
     res = ExperimentResult(

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from attnflow.analysis.floor_fit import SEED_BATCHES, SeedFloor
+from attnflow.analysis.floor_fit import SEED_BATCHES, ConstantCheck, ExponentFit, SeedFloor, TailFit
 from attnflow.experiments.common import ExperimentParams, Section
 from attnflow.weights.processes import ou_stationary_scale
 
@@ -80,8 +80,9 @@ class SetResult:
     ``H`` the numbers of heads (sorted, distinct); per ``H`` and seed ``(len(H), seeds)``: ``floor`` the late mean
     of ``|dF|^2``, ``abs_slope`` that of ``|dF|``, ``predicted`` the predicted floor, ``settled`` whether the seed
     entered; ``per_H`` the seeds' :class:`~attnflow.analysis.floor_fit.SeedFloor` rows. ``fit`` the exponent fit
-    (:func:`attnflow.analysis.floor_fit.exponent_fit`; ``main`` and ``control`` its floor and ``|dF|`` fits),
-    ``constant`` / ``constant_control`` the constant checks (the control's prediction doubled). ``batches`` of
+    (:class:`~attnflow.analysis.floor_fit.ExponentFit`, its ``batches_needed`` recorded; ``main`` and ``control``
+    its floor and ``|dF|`` fits), ``constant`` / ``constant_control`` the constant checks
+    (:class:`~attnflow.analysis.floor_fit.ConstantCheck`; the control's prediction doubled). ``batches`` of
     ``seeds_per_batch`` seeds ran at the tail's ``H``; ``T`` is the runs' length (:func:`attnflow.experiments.heads.run_length`);
     ``unsettled`` the seeds left out, as ``results.json`` lists them.
     """
@@ -93,23 +94,23 @@ class SetResult:
     predicted: np.ndarray
     settled: np.ndarray
     per_H: list[list[SeedFloor]]
-    fit: dict[str, Any]
+    fit: ExponentFit
     batches: int
     seeds_per_batch: int
-    constant: dict[str, Any]
-    constant_control: dict[str, Any]
+    constant: ConstantCheck
+    constant_control: ConstantCheck
     T: float
     unsettled: list[dict[str, Any]]
 
     @property
-    def main(self) -> dict[str, Any]:
+    def main(self) -> TailFit:
         """The floor's own fit (exponent, CI, local exponents, tail, medians)."""
-        return self.fit["main"]
+        return self.fit.main
 
     @property
-    def control(self) -> dict[str, Any]:
+    def control(self) -> TailFit:
         """The control's fit: the late mean of ``|dF|``."""
-        return self.fit["control"]
+        return self.fit.control
 
     @property
     def run_length(self) -> dict[str, float]:
