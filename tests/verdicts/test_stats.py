@@ -156,3 +156,28 @@ def test_asymptotic_fit_with_replicates_uses_their_spread_not_a_band():
     wide = local + 1.0 * rng.standard_normal((2000, 3))
     assert len(stats.asymptotic_fit(h, e, tol=0.3, boots=tight)[1]) == 2
     assert len(stats.asymptotic_fit(h, e, tol=0.3, boots=wide)[1]) == 4
+
+
+def test_an_alternating_series_has_no_correlation_time_and_no_error_bar():
+    """Sokal's rule ``M >= c tau(M)`` holds trivially once the lag sum goes negative (``y = 3 +- 1``: ``rho_1 =
+    -1``, ``tau(1) = -1``): that is not an estimate, so the window is not closed, the means carry no error and are
+    not trusted (it raised ``math domain error`` in ``heads`` at ``t_end = 3``). Control: AR(1) with ``phi = 0.5``
+    keeps its estimate, close to ``(1 + phi) / (1 - phi) = 3``."""
+    import math
+
+    from attnflow.verdicts.stats import correlated_means, integrated_time
+
+    y = np.tile([1.0, -1.0], 50) + 3.0
+    tau, closed = integrated_time([y], per_lag=True)
+    assert tau <= 0 and not closed
+    cm = correlated_means(np.arange(100.0), [y, y + 0.1], same_law=True)
+    assert not cm.trusted and not cm.window_closed and np.isnan(cm.se).all() and math.isnan(cm.length_taus)
+    rng = np.random.default_rng(3)
+    e = rng.standard_normal(20000)
+    ar = np.zeros_like(e)
+    for i in range(1, len(e)):
+        ar[i] = 0.5 * ar[i - 1] + e[i]
+    tau, closed = integrated_time([ar + 5.0], per_lag=True)
+    assert closed and 2.7 < tau < 3.3
+    cm = correlated_means(np.arange(20000.0), [ar + 5.0])
+    assert cm.trusted and np.isfinite(cm.se).all()

@@ -311,7 +311,13 @@ def _seed_floors(
         cm = correlated_means(mem.t, [mem.slope[base[b][5] :, b] ** 2 for b in members], same_law=True)
         se_iat |= dict(zip(members, (float(v) for v in cm.se)))
         tau_of |= dict.fromkeys(members, cm.tau_int)
-        if not cm.trusted:
+        if not cm.trusted and not cm.tau_int > 0:
+            msg = (
+                f"no correlation time for its window: the autocorrelation sum of |dF|^2 (pooled over {len(members)} "
+                f"seeds in {K} cluster{'s' if K != 1 else ''}) went negative ({cm.tau_int:.3g}), so its error is unknown"
+            )
+            short |= dict.fromkeys(members, msg)
+        elif not cm.trusted:
             msg = (
                 f"the window is too short for its correlation time: tau_int of |dF|^2 = {cm.tau_int:.3g} (pooled over "
                 f"{len(members)} seeds in {K} cluster{'s' if K != 1 else ''}), pooled window {cm.length_taus:.3g} "

@@ -105,7 +105,10 @@ def integrated_time(
     ok = np.arange(n_max) >= c * taus
     if not ok.any():
         return float(taus[-1]), False
-    return float(taus[int(np.argmax(ok))]), True
+    tau = float(taus[int(np.argmax(ok))])
+    # Sokal's rule M >= c tau(M) holds trivially once the noisy sum of lags goes negative (an alternating
+    # series): that is no estimate (a variance of a mean cannot be negative), so the window did not close.
+    return tau, tau > 0.0
 
 
 def correlated_means(
@@ -139,12 +142,12 @@ def correlated_means(
     for y, m, k in zip(ys, means, shrinks):
         n = len(y)
         n_tot += n
-        if n < 2 or not math.isfinite(tau):
+        if n < 2 or not math.isfinite(tau) or tau <= 0.0:
             se.append(math.nan)
             continue
         var = m * m * rel if same_law else (float(y.var()) / k if k > 0 else math.inf)
         se.append(math.sqrt(var * tau / n))
-    return CorrelatedMeans(tau * dt, means, np.array(se), n_tot / tau if tau > 0 else math.inf, closed)
+    return CorrelatedMeans(tau * dt, means, np.array(se), n_tot / tau if tau > 0 else math.nan, closed)
 
 
 def loglog_fit(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
