@@ -1,15 +1,17 @@
 """Are the small-cloud kernels' bits the same in the process that compiles them and in the processes
 that load them from numba's cache? (docs/performance.md, "Reproducibility".)
 
-They are not, today: ``_head_rows`` (``fastmath`` reassociation) exists twice, as its own library and
-as the copy linked into (and optimised again inside) each caller; the process that compiled it runs its
-own library, a process that loaded ``_eval`` / ``_attempt`` from the cache runs their copy, and the two
-vectorise the token sums differently (``N = 16, 32``; 1e-16 relative per field, 5e-12 in a long run's
-energies). The first test pins what is true now (warm processes agree; loading ``_head_rows``'s own
-library first reproduces the compiling process's bits, which is the mechanism); the second is the
-property the docs want, marked as a strict expected failure so that a fix flips it.
+Not for a process that compiles them itself: ``_head_rows`` (``fastmath`` reassociation) exists twice,
+as its own library and as the copy linked into (and optimised again inside) each caller; the process
+that compiled it runs its own library, a process that loaded ``_eval`` / ``_attempt`` from the cache runs
+their copy, and the two vectorise the token sums differently (``N = 16, 32``; 1e-16 relative per field,
+5e-12 in a long run's energies). The first tests pin that for direct kernel calls (warm processes agree;
+loading ``_head_rows``'s own library first reproduces the compiling process's bits, the mechanism; the
+equality is a strict expected failure). A run (``simulate``, ``simulate_ensemble``) therefore compiles
+in a child process and loads from the cache: the last test shows a run on a cold cache computing a warm
+run's bits, with forcing the compile into the run's process as its negative control.
 
-Each case is a child process in one ``NUMBA_CACHE_DIR`` (the first compiles: 10-20 s of CPU), hence slow.
+Each case is a child process in one ``NUMBA_CACHE_DIR`` (the first compiles: 10-60 s of CPU), hence slow.
 """
 
 from __future__ import annotations
@@ -80,3 +82,62 @@ def test_warm_processes_agree_and_the_compiling_process_runs_head_rows_own_libra
 @pytest.mark.xfail(strict=True, reason="the compiling process runs _head_rows's own library, a warm one its copy")
 def test_the_compiling_process_and_a_warm_one_compute_the_same_bits(bits):
     assert np.array_equal(bits["fresh"], bits["warm1"])
+
+
+# A run through simulate (dop853 and rk4 with their diagnostics, mha, N = 32, K = 9 I) and an ensemble
+# (dopri5, two members), all their numbers saved, and how many kernels this process compiled itself
+# (numba's cache misses: a kernel loaded from the cache is a hit).
+_RUN = """
+import sys
+import numpy as np
+from attnflow.kernels import small
+from attnflow.solve.ensemble import simulate_ensemble
+from attnflow.solve.simulation import simulate
+rng = np.random.default_rng(0)
+x = rng.standard_normal((32, 3))
+x /= np.linalg.norm(x, axis=1, keepdims=True)
+A = 9.0 * np.eye(3)[None]
+parts = []
+for method in ("dop853", "rk4"):
+    tr = simulate(x, A, model="mha", t_end=2.0, dt=0.05, method=method, record_steps=False)
+    parts += [tr.t, tr.x.ravel()] + [np.asarray(tr.diagnostics[k], float).ravel() for k in sorted(tr.diagnostics)]
+ens = simulate_ensemble(np.stack([x, x[::-1]]), A, model="mha", t_end=1.0, dt=0.05, method="dopri5")
+parts += [ens.t, ens.x.ravel()] + [np.asarray(ens.diagnostics[k], float).ravel() for k in sorted(ens.diagnostics)]
+np.save(sys.argv[1] + ".npy", np.concatenate(parts))
+misses = sum(sum(f.stats.cache_misses.values()) for f in small.RUN_KERNELS)
+open(sys.argv[1] + ".misses", "w").write(str(misses))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[np.ndarray, int]]:
+    """The run's numbers and its own compile count from: an empty cache (``cold``: the run compiles in
+    a child, ``attnflow warmup --only small``), the cache that left (``warm``), and, as the control, an
+    empty cache with compiling in the run's own process forced (``here``, ``ATTNFLOW_COMPILE_HERE``)."""
+    d = tmp_path_factory.mktemp("run_bits")
+    got = {}
+    for name, cache, extra in (
+        ("cold", "numba", {}),
+        ("warm", "numba", {}),
+        ("here", "numba_here", {"ATTNFLOW_COMPILE_HERE": "1"}),
+    ):
+        env = child_env(NUMBA_CACHE_DIR=str(d / cache), OMP_NUM_THREADS="1", **extra)
+        r = subprocess.run(
+            [sys.executable, "-c", _RUN, str(d / name)], capture_output=True, text=True, env=env, timeout=1800
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[name] = (np.load(d / f"{name}.npy"), int((d / f"{name}.misses").read_text()))
+    return got
+
+
+def test_a_run_on_a_cold_cache_computes_the_bits_of_a_warm_one(runs):
+    (cold, cold_misses), (warm, warm_misses), (here, here_misses) = runs["cold"], runs["warm"], runs["here"]
+    print(
+        f"{cold.size} numbers; compiled in the run's process: cold {cold_misses}, warm {warm_misses}, here {here_misses}"
+    )
+    print(f"here - warm max |d| {float(np.abs(here - warm).max()):.3g}")
+    assert cold_misses == 0 and warm_misses == 0  # the cold run compiled nothing itself: its child did
+    assert np.array_equal(cold, warm)
+    # Negative control: compiling in the run's own process is seen, and (the finding above) its bits differ.
+    assert here_misses > 0
+    assert not np.array_equal(here, warm)

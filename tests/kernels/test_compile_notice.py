@@ -3,7 +3,9 @@ long it takes and where it is cached, once, on stderr; a warm path says nothing.
 
 A real cold compile costs minutes of wall time on a busy machine, so the hook is tested with numba's
 own cache check in a fresh ``NUMBA_CACHE_DIR`` (no compile: the index is read, nothing is called) and
-with a stand-in for "this would compile" through the real run paths (``simulate`` and the CLI)."""
+with a stand-in for "this would compile" through the real run paths (``simulate`` and the CLI). A run
+compiles in a child process (:func:`attnflow.kernels.announce.prepare`); here the child is a stand-in
+too, and ``tests/kernels/test_build_bits.py`` (slow) runs the real one."""
 
 from __future__ import annotations
 
@@ -67,9 +69,92 @@ def test_numbas_cache_check_on_the_real_kernels(tmp_path):
     assert not notice.needs_compile([small._eval])
 
 
+class _Child:
+    """Stands in for the compiling child (``announce._spawn``): records its command and environment,
+    and "warms the cache" (``cold`` becomes False) unless told to fail."""
+
+    def __init__(self, returncode: int = 0, stderr: bytes = b"") -> None:
+        self.calls: list[tuple[list[str], dict]] = []
+        self.cold = True
+        self.returncode, self.stderr = returncode, stderr
+
+    def run(self, cmd, env, timeout):
+        self.calls.append((cmd, env))
+        if self.returncode == 0:
+            self.cold = False
+        return subprocess.CompletedProcess(cmd, self.returncode, stdout=None, stderr=self.stderr)
+
+
+def test_a_cold_path_is_compiled_in_a_child_process_and_announced(monkeypatch):
+    child = _Child()
+    monkeypatch.setattr(notice, "_spawn", child.run)
+    monkeypatch.setattr(notice, "needs_compile", lambda functions: child.cold)
+    monkeypatch.delenv(notice.HERE_ENV, raising=False)
+    said: list[str] = []
+    with notice.compile_notices(said.append):
+        assert notice.prepare("the small-cloud steps", [], "small")
+        assert not notice.prepare("the small-cloud steps", [], "small")  # warm now: no second child
+    assert len(child.calls) == 1
+    cmd, env = child.calls[0]
+    assert cmd == [sys.executable, "-m", "attnflow", "warmup", "--only", "small"]
+    assert env[notice.HERE_ENV] == "1"  # the child compiles itself rather than starting another
+    assert len(said) == 1 and said[0].startswith("compiling the small-cloud steps with numba"), said
+
+
+def test_the_child_and_warmup_compile_in_their_own_process(monkeypatch):
+    """Negative controls: inside the child (``ATTNFLOW_COMPILE_HERE``) or :func:`compile_here`, no
+    process is started, though the path is cold."""
+    child = _Child()
+    monkeypatch.setattr(notice, "_spawn", child.run)
+    monkeypatch.setattr(notice, "needs_compile", lambda functions: True)
+    monkeypatch.setenv(notice.HERE_ENV, "1")
+    assert not notice.prepare("the small-cloud steps", [], "small")
+    monkeypatch.delenv(notice.HERE_ENV)
+    with notice.compile_here():
+        assert not notice.prepare("the small-cloud steps", [], "small")
+    assert child.calls == []
+    assert notice.prepare("the small-cloud steps", [], "small")  # and outside both, one is
+    assert len(child.calls) == 1
+
+
+@pytest.mark.parametrize(
+    "child, why",
+    [
+        (_Child(returncode=1, stderr=b"Traceback ...\nMemoryError: out of memory\n"), "exit status 1: MemoryError"),
+        (_Child(returncode=0), "the cache is still cold afterwards"),
+    ],
+)
+def test_a_failed_child_says_why_and_the_run_compiles_here(monkeypatch, child, why):
+    monkeypatch.setattr(notice, "_spawn", child.run)
+    monkeypatch.setattr(notice, "needs_compile", lambda functions: True)  # cold before and after
+    monkeypatch.delenv(notice.HERE_ENV, raising=False)
+    said: list[str] = []
+    with notice.compile_notices(said.append):
+        assert notice.prepare("the small-cloud steps", [], "small")
+    assert len(said) == 2, said
+    assert said[1].startswith("compiling the small-cloud steps in a separate process failed (" + why)
+    assert said[1].endswith("compiling here instead")
+
+
+def test_a_child_that_cannot_start_is_reported(monkeypatch):
+    def refuse(cmd, env, timeout):
+        raise OSError("no such interpreter")
+
+    monkeypatch.setattr(notice, "_spawn", refuse)
+    monkeypatch.setattr(notice, "needs_compile", lambda functions: True)
+    monkeypatch.delenv(notice.HERE_ENV, raising=False)
+    said: list[str] = []
+    with notice.compile_notices(said.append):
+        notice.prepare("the small-cloud steps", [], "small")
+    assert "failed (OSError: no such interpreter)" in said[-1]
+
+
 @pytest.mark.skipif(not small.AVAILABLE, reason="numba is not installed")
 def test_attnflow_run_announces_the_compile_on_stderr(tmp_path, monkeypatch):
-    monkeypatch.setattr(notice, "needs_compile", lambda functions: True)  # as in a fresh cache
+    child = _Child()
+    monkeypatch.setattr(notice, "_spawn", child.run)
+    monkeypatch.setattr(notice, "needs_compile", lambda functions: child.cold)  # as in a fresh cache
+    monkeypatch.delenv(notice.HERE_ENV, raising=False)
     cfg = tmp_path / "c.yaml"
     # model mha (gf records the EDI step by step, which keeps the torch path)
     cfg.write_text(
@@ -78,6 +163,7 @@ def test_attnflow_run_announces_the_compile_on_stderr(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     assert r.output.count("compiling the small-cloud steps with numba") == 1, r.output
+    assert len(child.calls) == 1 and "failed" not in r.output, r.output
     # Negative control: a warm cache prints no such line.
     monkeypatch.setattr(notice, "_said", set())
     monkeypatch.setattr(notice, "needs_compile", lambda functions: False)

@@ -396,8 +396,11 @@ def _bulk_chunk(
 ) -> tuple[list[float], ...]:
     """The columns of :data:`_BULK_KEYS` for the states ``X``."""
     from attnflow.kernels import small as _small  # numba: loaded when a run saves, not with the module
+    from attnflow.kernels.announce import prepare
 
     S, N, d = X.shape
+    if _small.AVAILABLE and X.dtype == torch.float64:  # compiled in a child when cold: the cached bits
+        prepare("the small-cloud steps", _small.RUN_KERNELS, "small")
     if _small.AVAILABLE and X.dtype == torch.float64 and model in ("mha", "gf"):
         # The FieldStats formulas compiled state by state (kernels.small.bulk_stats, tested against them).
         res = _small.bulk_stats(X.numpy(), A.numpy(), (A if V is None else V).numpy(), w.numpy(), a.numpy(), model)

@@ -8,18 +8,39 @@ compiled in this process, and no cache index for this version of their source) a
 one line: what compiles, about how long it takes, where it is cached and how to do it ahead of time
 (``attnflow warmup``). Without a reporter it does nothing and costs one list check.
 
+A run compiles in a separate process (:func:`prepare`): a numba function compiled in this process runs
+the machine code of this compilation, while one loaded from the cache runs the linked copy numba
+stored, and the two may round differently (``_head_rows`` is a ``reassoc`` callee: up to 5e-12 apart,
+``docs/performance.md``, "Reproducibility"). Compiling in a child (``attnflow warmup --only ...``) and
+then loading from the cache gives every run the same bits, whether or not its cache was cold.
+
 Light on purpose: no numba or torch import here (the functions passed in are numba's dispatchers).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["announce", "compile_notices", "needs_compile", "numba_cache_location", "COMPILE_CPU_S"]
+__all__ = [
+    "announce",
+    "compile_here",
+    "compile_notices",
+    "needs_compile",
+    "numba_cache_location",
+    "prepare",
+    "COMPILE_CPU_S",
+    "HERE_ENV",
+]
+
+#: Set (to ``1``) in the child that :func:`prepare` starts, and by :func:`compile_here`: compile in
+#: this process rather than starting another.
+HERE_ENV = "ATTNFLOW_COMPILE_HERE"
 
 #: About how many seconds of CPU each compiled path takes to compile, measured with an empty
 #: ``NUMBA_CACHE_DIR`` on 2026-12-03 (9.5 s and 11.3 s; 24 s and 47 s of wall time at load 10;
@@ -28,6 +49,7 @@ COMPILE_CPU_S = {"fast summation's CPU loops": 10.0, "the small-cloud steps": 11
 
 _reporters: list[Callable[[str], None]] = []
 _said: set[str] = set()
+_here: list[bool] = []
 
 
 def numba_cache_location() -> str:
@@ -84,4 +106,53 @@ def announce(what: str, functions: Iterable[Any]) -> bool:
         f"compiling {what} with numba (first use only: {took}); cached in {numba_cache_location()} for later "
         "runs ('attnflow warmup' compiles every path ahead of time) ..."
     )
+    return True
+
+
+def _spawn(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run the compiling child, its stderr kept (the last line explains a failure)."""
+    return subprocess.run(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@contextmanager
+def compile_here() -> Iterator[None]:
+    """Within the block, :func:`prepare` compiles in this process (``attnflow warmup`` is the child)."""
+    _here.append(True)
+    try:
+        yield
+    finally:
+        _here.pop()
+
+
+def prepare(what: str, functions: Iterable[Any], only: str, timeout: float = 3600.0) -> bool:
+    """Before a run uses the compiled path ``what``: when :func:`needs_compile`, compile ``functions``
+    in a child process (``python -m attnflow warmup --only ONLY``) so that this process loads them from
+    numba's cache, as every later run will (the same machine code, so the same bits). Says so first
+    (:func:`announce`). Inside the child, or in :func:`compile_here`, it only announces. Should the child
+    fail, the path compiles here as before, and the reporter says why. Returns whether a child ran."""
+    if _here or os.environ.get(HERE_ENV) or not needs_compile(functions):
+        announce(what, functions)
+        return False
+    announce(what, functions)
+    env = {**os.environ, HERE_ENV: "1"}
+    why = ""
+    try:
+        done = _spawn([sys.executable, "-m", "attnflow", "warmup", "--only", only], env, timeout)
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()
+            why = f"exit status {done.returncode}" + (f": {tail[-1]}" if tail else "")
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    if not why and needs_compile(functions):
+        why = "the cache is still cold afterwards"
+    if why and _reporters:
+        _reporters[-1](f"compiling {what} in a separate process failed ({why}); compiling here instead")
     return True

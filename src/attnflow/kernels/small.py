@@ -62,6 +62,7 @@ __all__ = [
     "gram_batch",
     "component_counts",
     "rows_within",
+    "RUN_KERNELS",
 ]
 
 #: The models as the compiled code numbers them.
@@ -1068,3 +1069,11 @@ if AVAILABLE:
             mn[s] = best
             out[s] = count
         return mn, out
+
+
+#: The compiled functions a run through this path calls (the step, the batched step, dense output and
+#: the deferred diagnostics pass): :func:`attnflow.kernels.announce.prepare` compiles them in a child
+#: process when numba's cache lacks them, so that a run's bits do not depend on whether it compiled.
+RUN_KERNELS: tuple[object, ...] = (
+    (_attempt, _batched_attempt, _dense, _dense_and_points, _bulk_stats, gram_batch) if AVAILABLE else ()
+)

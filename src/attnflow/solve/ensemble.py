@@ -26,6 +26,7 @@ from attnflow.core.heads import Heads
 from attnflow.core.threads import ThreadPolicy
 from attnflow.dynamics.fields import FieldStats, check_model, masses
 from attnflow.kernels import small as _small
+from attnflow.kernels.announce import prepare
 from attnflow.kernels.dense import attention_stats
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, INTEGRATORS, MOVEMENTS, Field, Integrator, get_integrator
@@ -453,6 +454,7 @@ def _adaptive_ensemble(
     hit = np.zeros(B, dtype=np.bool_)
     a_np, w_np = to_numpy(a).astype(np.float64), to_numpy(w).astype(np.float64)
     n_threads = ensemble_threads(threads, B, N, heads[0].H, pair.stages)
+    prepare("the small-cloud steps", _small.RUN_KERNELS, "small")  # compile in a child: same bits, cold or warm
     step = _small.BatchedStep(A, V, w_np, a_np, model, tab, controller.rtol, controller.atol, n_threads, dense_tab)
     start = _time.perf_counter()
     rounds = 0

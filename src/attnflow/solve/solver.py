@@ -34,7 +34,7 @@ from attnflow.dynamics.fields import FieldStats, check_model, field_stats, ident
 from attnflow.io.checkpoint import Checkpoint, Checkpointer, load_checkpoint
 from attnflow.io.checkpoint import fingerprint as _fingerprint
 from attnflow.kernels import small as _small
-from attnflow.kernels.announce import announce
+from attnflow.kernels.announce import prepare
 from attnflow.kernels.dispatch import KernelOptions
 from attnflow.schemes.integrators import ADAPTIVE, DOP853Pair, EmbeddedPair, Integrator, get_integrator
 from attnflow.solve import guards as _guards
@@ -486,7 +486,7 @@ def _solve(
     recorder, err_box = _step_recorder(p, f, s, run, recording)
     saver = _saver(p, f, recording)
     if compiled is not None or saver.deferred is not None:  # the first use may compile: say so (if asked)
-        announce("the small-cloud steps", (_small._attempt, _small._bulk_stats, _small.gram_batch))
+        prepare("the small-cloud steps", _small.RUN_KERNELS, "small")
     monitor, precision = _precision_check(p, s, heads_at)
 
     start = _time.perf_counter()
