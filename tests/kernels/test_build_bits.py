@@ -9,7 +9,8 @@ their copy, and the two vectorise the token sums differently (``N = 16, 32``; 1e
 loading ``_head_rows``'s own library first reproduces the compiling process's bits, the mechanism; the
 equality is a strict expected failure). A run (``simulate``, ``simulate_ensemble``) therefore compiles
 in a child process and loads from the cache: the last test shows a run on a cold cache computing a warm
-run's bits, with forcing the compile into the run's process as its negative control.
+run's bits, and the last a run checkpointed on a cold cache resuming bit for bit in a warm process,
+each with forcing the compile into the run's process as its negative control.
 
 Each case is a child process in one ``NUMBA_CACHE_DIR`` (the first compiles: 10-60 s of CPU), hence slow.
 """
@@ -141,3 +142,78 @@ def test_a_run_on_a_cold_cache_computes_the_bits_of_a_warm_one(runs):
     # Negative control: compiling in the run's own process is seen, and (the finding above) its bits differ.
     assert here_misses > 0
     assert not np.array_equal(here, warm)
+
+
+# A dop853 run (N = 32, mha, K = 9 I) checkpointed every 4 steps and stopped at its 14th progress call
+# ("stop"), resumed from that checkpoint ("resume"), or run through ("full"); the resumed and the whole
+# run save their numbers.
+_RESUME = """
+import sys
+import numpy as np
+from attnflow.io.checkpoint import CHECKPOINT, Checkpointer
+from attnflow.kernels import small
+from attnflow.solve.simulation import simulate
+out, mode, folder = sys.argv[1], sys.argv[2], sys.argv[3]
+rng = np.random.default_rng(1)
+x = rng.standard_normal((32, 3))
+x /= np.linalg.norm(x, axis=1, keepdims=True)
+kw = dict(model="mha", t_end=3.0, dt=0.05, method="dop853", record_steps=False)
+class Stop(Exception):
+    pass
+calls = [0]
+def progress(k, n):
+    calls[0] += 1
+    if calls[0] == 14:
+        raise Stop
+if mode == "stop":
+    try:
+        simulate(x, 9.0 * np.eye(3)[None], checkpoint=Checkpointer(folder + "/" + CHECKPOINT, every_steps=4), progress=progress, **kw)
+    except Stop:
+        pass
+    else:
+        raise SystemExit("the run was not stopped")
+else:
+    tr = simulate(x, 9.0 * np.eye(3)[None], resume=folder + "/" + CHECKPOINT if mode == "resume" else None, **kw)
+    parts = [tr.t, tr.x.ravel()] + [np.asarray(tr.diagnostics[k], float).ravel() for k in sorted(tr.diagnostics)]
+    np.save(out + ".npy", np.concatenate(parts))
+misses = sum(sum(f.stats.cache_misses.values()) for f in small.RUN_KERNELS)
+open(out + ".misses", "w").write(str(misses))
+"""
+
+
+def _resume_case(d, cache: str, extra: dict[str, str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Stop a run on the empty cache ``cache`` (with ``extra`` in its environment), resume it in a second
+    process on the cache it left, run it through in a third; the resumed and the whole run's numbers and
+    how many kernels the stopped run's process compiled itself."""
+    folder = d / cache / "run"
+    folder.mkdir(parents=True)
+    out = {}
+    for mode in ("stop", "resume", "full"):
+        env = child_env(
+            NUMBA_CACHE_DIR=str(d / cache / "numba"), OMP_NUM_THREADS="1", **(extra if mode == "stop" else {})
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", _RESUME, str(d / cache / mode), mode, str(folder)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1800,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[mode] = d / cache / mode
+    return (
+        np.load(f"{out['resume']}.npy"),
+        np.load(f"{out['full']}.npy"),
+        int(open(f"{out['stop']}.misses").read()),
+    )
+
+
+def test_a_run_stopped_on_a_cold_cache_resumes_bit_for_bit_in_a_warm_process(tmp_path):
+    resumed, full, misses = _resume_case(tmp_path, "cold", {})
+    # Negative control: the run stopped in a process that compiled the kernels itself.
+    resumed_here, full_here, misses_here = _resume_case(tmp_path, "here", {"ATTNFLOW_COMPILE_HERE": "1"})
+    gap = float(np.abs(resumed_here - full_here).max())
+    print(f"{full.size} numbers; compiled by the stopped run: {misses} (control {misses_here}, max |d| {gap:.3g})")
+    assert misses == 0 and np.array_equal(resumed, full)
+    assert np.array_equal(full, full_here)  # both whole runs are warm runs
+    assert misses_here > 0 and not np.array_equal(resumed_here, full_here)
