@@ -89,6 +89,9 @@ def test_heads_reports_seeds_too_short_for_their_correlation_time():
     res = run_experiment("heads", quick=True, seed=0, sets=sets)
     short = [u for u in res.headline["unsettled"] if "too short for its correlation time" in u["why"]]
     assert short, res.headline["unsettled"]
+    # results.json's entry, from the typed record (heads_params.UnsettledSeed.as_json)
+    assert set(short[0]) == {"set", "H", "seed", "why", "floor", "predicted", "clusters", "state"}
+    assert short[0]["set"] == "base" and short[0]["H"] in (4, 8) and isinstance(short[0]["clusters"], list)
     tau = res.headline["sets"]["base"]["tau_int"]
     assert all(t > 0 for t in tau) and not res.predictions[0].passed
     # The exponent's note says which H were left out and why.

@@ -96,6 +96,7 @@ from attnflow.experiments.heads_params import (  # noqa: F401  (their home; the 
     OUParams,
     SetResult,
     TokensParams,
+    UnsettledSeed,
     heads_params,
 )
 from attnflow.experiments.heads_report import figure, headline, notes, set_predictions
@@ -351,7 +352,7 @@ def _run_set(
 ) -> SetResult:
     """One parameter set: the runs of every ``H``, the sequential design's further batches at the tail's ``H``,
     the per-seed floors, the exponent fit and the constant checks. ``count``: ``[done, total]`` of the progress bar."""
-    unsettled: list[dict[str, Any]] = []
+    unsettled: list[UnsettledSeed] = []
     Hs = np.array(sorted(set(sc.heads.counts)), dtype=float)
     if len(Hs) < 2:
         raise InputError(f"heads.counts needs at least two different numbers of heads; got {sc.heads.counts}")
@@ -394,16 +395,9 @@ def _run_set(
         batches += 1
     for H, row in zip(Hs, per_H):
         unsettled += [
-            {
-                "set": name,
-                "H": int(H),
-                "seed": r.seed,
-                "why": r.why,
-                "floor": r.floor,
-                "predicted": r.predicted,
-                "clusters": list(r.clusters),
-                "state": r.state.kind if r.state else None,
-            }  # fmt: skip
+            UnsettledSeed(
+                name, int(H), r.seed, r.why, r.floor, r.predicted, tuple(r.clusters), r.state.kind if r.state else None
+            )
             for r in row
             if not r.settled
         ]
@@ -430,7 +424,7 @@ def experiment_heads(
     total = sum(len(c.heads.counts) for c in sets.values())
     results: dict[str, SetResult] = {}
     preds: list[Prediction] = []
-    unsettled: list[dict[str, Any]] = []
+    unsettled: list[UnsettledSeed] = []
     count = [0, total]
     for name, sc in sets.items():
         results[name] = _run_set(name, sc, seeds, seed, progress, count)

@@ -73,6 +73,35 @@ def heads_params(cfg: HeadsParams | Mapping[str, Any]) -> HeadsParams:
     return cfg if isinstance(cfg, HeadsParams) else HeadsParams.parse(cfg)
 
 
+@dataclass(frozen=True)
+class UnsettledSeed:
+    """A seed left out of the ``heads`` fits: its set, ``H`` and seed, ``why`` (the reason in words), its
+    late floor and predicted floor, its clusters and the kind of stationary state it rests at (if any)."""
+
+    set_name: str
+    H: int
+    seed: int
+    why: str
+    floor: float
+    predicted: float
+    clusters: tuple[int, ...]
+    state: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry ``results.json`` lists under ``unsettled`` (keys ``set``, ``H``, ``seed``, ``why``,
+        ``floor``, ``predicted``, ``clusters``, ``state``)."""
+        return {
+            "set": self.set_name,
+            "H": self.H,
+            "seed": self.seed,
+            "why": self.why,
+            "floor": self.floor,
+            "predicted": self.predicted,
+            "clusters": list(self.clusters),
+            "state": self.state,
+        }
+
+
 @dataclass
 class SetResult:
     """One parameter set's runs, floors and fits (:func:`attnflow.experiments.heads._run_set`).
@@ -84,7 +113,7 @@ class SetResult:
     its floor and ``|dF|`` fits), ``constant`` / ``constant_control`` the constant checks
     (:class:`~attnflow.analysis.floor_fit.ConstantCheck`; the control's prediction doubled). ``batches`` of
     ``seeds_per_batch`` seeds ran at the tail's ``H``; ``T`` is the runs' length (:func:`attnflow.experiments.heads.run_length`);
-    ``unsettled`` the seeds left out, as ``results.json`` lists them.
+    ``unsettled`` the seeds left out (:class:`UnsettledSeed`; ``results.json`` lists them).
     """
 
     config: HeadsParams
@@ -100,7 +129,7 @@ class SetResult:
     constant: ConstantCheck
     constant_control: ConstantCheck
     T: float
-    unsettled: list[dict[str, Any]]
+    unsettled: list[UnsettledSeed]
 
     @property
     def main(self) -> TailFit:

@@ -20,7 +20,7 @@ from attnflow.analysis.floor_fit import (
 )
 from attnflow.experiments.common import MIN_MARGIN, Prediction, fmt
 from attnflow.experiments.floors import MIN_TAUS, single_cluster_constant
-from attnflow.experiments.heads_params import SetResult
+from attnflow.experiments.heads_params import SetResult, UnsettledSeed
 
 
 def seed_states(per_H: list[list[SeedFloor]]) -> list[list[dict[str, Any]]]:
@@ -150,7 +150,7 @@ def _exponent_prediction(r: SetResult, label: str, runs_to: str) -> Prediction:
     return preds[0]
 
 
-def headline(results: dict[str, SetResult], seeds: list[int], unsettled: list[dict[str, Any]]) -> dict[str, Any]:
+def headline(results: dict[str, SetResult], seeds: list[int], unsettled: list[UnsettledSeed]) -> dict[str, Any]:
     """``results.json``'s numbers: the base set's fits, and per set its ratios, seed states, fits and budget."""
     base = results["base"]
     bm = base.main
@@ -166,7 +166,7 @@ def headline(results: dict[str, SetResult], seeds: list[int], unsettled: list[di
         "control_ci": base.control.ci,
         "ratio_geometric_mean": math.exp(base.constant.pooled) if base.constant.n else None,
         "seeds": seeds,
-        "unsettled": unsettled,
+        "unsettled": [u.as_json() for u in unsettled],
         "sets": {
             n: {
                 "H": r.H,
@@ -214,7 +214,7 @@ def headline(results: dict[str, SetResult], seeds: list[int], unsettled: list[di
     return headline
 
 
-def notes(unsettled: list[dict[str, Any]]) -> list[str]:
+def notes(unsettled: list[UnsettledSeed]) -> list[str]:
     """The report's notes: why a floor exists, and every seed left out with its reason."""
     out = [
         "Finite H: the empirical measure of H OU heads has a Brownian path of infinite length, so it does not meet "
@@ -224,8 +224,8 @@ def notes(unsettled: list[dict[str, Any]]) -> list[str]:
         out.append(
             "Seeds that had not settled (reported, not averaged in): "
             + "; ".join(
-                f"set {u['set']}, H = {u['H']}, seed {u['seed']}: {u['why']} (floor {fmt(u['floor'])}, predicted "
-                f"{fmt(u['predicted'])})"
+                f"set {u.set_name}, H = {u.H}, seed {u.seed}: {u.why} (floor {fmt(u.floor)}, predicted "
+                f"{fmt(u.predicted)})"
                 for u in unsettled
             )
         )
