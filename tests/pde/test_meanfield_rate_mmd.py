@@ -167,3 +167,27 @@ def test_the_table_prints_n_times_the_mean_square_distance():
         r = MeanFieldConvergence(Ns, np.array([0.5]), {"mmd": vals}, {"mmd": [fit]}, pde=None)  # type: ignore[arg-type]
         print(r.table())
         assert want in r.table()
+
+
+def test_w2_max_below_two_token_counts_means_no_w2_and_a_bad_one_is_refused_before_any_run(monkeypatch):
+    """``w2_max=0``: the MMD alone (before: every run made, then "a rate needs distances at two values of
+    N" raised); a negative or fractional ``w2_max`` is refused before the PDE or any particle run."""
+    A = 3.0 * np.eye(2)[None]
+    kw = dict(d=2, Ns=(10, 20, 40), seeds=2, times=(0.1,), lmax=32, dt=0.05)
+    r = af.meanfield_convergence(A, w2_max=0, **kw)
+    assert set(r.values) == set(r.fits) == {"mmd"} and "w2" not in r.table()
+    assert np.isfinite(r.values["mmd"]).all()
+    both = af.meanfield_convergence(A, w2_max=20, **kw)  # control: two N at or below it, W2 at those
+    assert set(both.fits) == {"mmd", "w2"}
+    assert np.isfinite(both.values["w2"][:2]).all() and np.isnan(both.values["w2"][2]).all()
+    np.testing.assert_array_equal(both.values["mmd"], r.values["mmd"])  # the same runs
+
+    import attnflow.pde.meanfield as mf
+
+    def no_pde(*a, **k):
+        raise AssertionError("the PDE was solved before w2_max was checked")
+
+    monkeypatch.setattr(mf, "solve_pde", no_pde)
+    for bad in (-1, 2.5):
+        with pytest.raises(InputError, match="w2_max"):
+            af.meanfield_convergence(A, w2_max=bad, **kw)

@@ -234,7 +234,8 @@ def meanfield_convergence(
     The initial density is ``(1 + eps xi)/|S|`` with ``xi`` random in the degrees ``degrees``
     (:func:`~attnflow.pde.solver.perturbed_uniform`); tokens are drawn from it i.i.d. ``w2_max``: the
     largest ``N`` for which the exact ``W_2`` is computed (against the density on a grid three times
-    finer than the solver's). ``pde_weights``: other weights for the PDE than for the particles (a
+    finer than the solver's; with fewer than two ``N`` at or below it, e.g. ``0``, no ``W_2``: ``values`` and
+    ``fits`` hold the MMD alone). ``pde_weights``: other weights for the PDE than for the particles (a
     negative control: the distance must then stop shrinking). Returns the distances and the fitted
     rates with their CIs.
     """
@@ -246,6 +247,9 @@ def meanfield_convergence(
         raise InputError(f"Ns must hold at least two token counts in [2, 1e6]; got {list(Ns)}")
     if not (isinstance(seeds, int) and 2 <= seeds <= 1000):
         raise InputError(f"seeds must be an integer in [2, 1000]; got {seeds!r}")
+    if not (isinstance(w2_max, int) and w2_max >= 0):
+        raise InputError(f"w2_max must be a whole number >= 0 (0: no W2); got {w2_max!r}")
+    metrics = ("mmd", "w2") if int((Ns_arr <= w2_max).sum()) >= 2 else ("mmd",)  # a rate needs two N
     ts = np.asarray(sorted(float(t) for t in times))
     steps = np.round(ts / dt)
     if ts.min() <= 0 or np.abs(steps * dt - ts).max() > 1e-9 * ts.max():
@@ -257,10 +261,7 @@ def meanfield_convergence(
     )
     idx = [int(np.argmin(np.abs(pde.t - t))) for t in ts]
     fine = make_basis(lmax, d, oversample=3.0)
-    values = {
-        "mmd": np.full((len(Ns_arr), seeds, len(ts)), np.nan),
-        "w2": np.full((len(Ns_arr), seeds, len(ts)), np.nan),
-    }
+    values = {m: np.full((len(Ns_arr), seeds, len(ts)), np.nan) for m in metrics}
     # Saved only where read (every time is a whole number of steps): each save runs the diagnostics' kernel pass
     save_every = math.gcd(*(int(k) for k in steps))
     for i, n in enumerate(Ns_arr):
@@ -282,7 +283,7 @@ def meanfield_convergence(
                 c = torch.from_numpy(pde.coef[idx[j]])
                 grid_mass = (basis.q * basis.values(c)).numpy()
                 values["mmd"][i, s, j] = mmd_sphere(x, basis.points.numpy(), b=grid_mass, kappa=kappa)
-                if n <= w2_max:
+                if "w2" in values and n <= w2_max:
                     fm = (fine.q * fine.values(c)).numpy()
                     fm = np.clip(fm, 0, None) / np.clip(fm, 0, None).sum()
                     values["w2"][i, s, j] = wasserstein_sphere(x, fine.points.numpy(), b=fm, method="exact").value
