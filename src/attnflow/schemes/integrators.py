@@ -103,7 +103,7 @@ def _rk4(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None
 
 
 def _jko(f: Field, t: float, x: torch.Tensor, dt: float, k1: torch.Tensor | None = None) -> torch.Tensor:
-    # k1 is not used: a minimising movement does not evaluate the field at the start.: the minimising movement needs autograd machinery the explicit schemes do not.
+    # k1 is not used: a minimising movement solves for the end point and never evaluates the field at the start
     return jko_field_step(f, t, x, dt)
 
 
