@@ -35,7 +35,7 @@ from attnflow.config.yamlsafe import MAX_DEPTH, excerpt, load_yaml
 from attnflow.core.heads import Heads, identity_heads
 from attnflow.io.checkpoint import CHECKPOINT, load_checkpoint, save_checkpoint
 from attnflow.io.lock import OutputBusy, lock_path, output_lock
-from attnflow.io.store import MANIFEST, DamagedRun, DataWarning, folder_kind, is_complete
+from attnflow.io.store import MANIFEST, DamagedRun, DataWarning, folder_kind, is_complete, write_manifest
 from attnflow.io.trajectory import load
 from attnflow.runs import runner as runs_runner
 from attnflow.runs.runner import resume_folder, run_to_folder
@@ -387,8 +387,26 @@ def test_damaged_folders_are_refused_naming_the_file(run_copy, damage):
 
 
 @pytest.mark.integration
-def test_complete_must_be_the_boolean_true(run_copy):
+@pytest.mark.parametrize(("key", "value"), [("attnflow_version", None), ("seed", 1), ("wall_time_s", 1e-3)])
+def test_a_changed_provenance_value_is_refused_as_damage(run_copy, key, value):
+    """provenance.json's digest is in the manifest: a value changed without resealing (the slow fuzzer's
+    case: the version set to null was shown as "not recorded") is damage, named; resealed, it is the
+    author's data and is read (the control)."""
     prov = json.loads((run_copy / "provenance.json").read_text())
+    assert "provenance.json" in json.loads((run_copy / "manifest.json").read_text())["files"]
+    (run_copy / "provenance.json").write_text(json.dumps({**prov, key: value}, indent=2))
+    with pytest.raises(DamagedRun, match="provenance.json' is damaged: its SHA-256 differs"):
+        load(run_copy)
+    assert "provenance.json" in _refused(["show", run_copy])
+    write_manifest(run_copy)
+    assert runner.invoke(app, ["show", str(run_copy)]).exit_code == 0
+    assert load(run_copy).provenance[key] == value
+
+
+@pytest.mark.integration
+def test_complete_must_be_the_boolean_true(run_copy):
+    original = (run_copy / "provenance.json").read_text()
+    prov = json.loads(original)
     for value in ("no", 1, "true", None):
         (run_copy / "provenance.json").write_text(json.dumps({**prov, "complete": value}))
         assert not is_complete(run_copy)
@@ -396,7 +414,7 @@ def test_complete_must_be_the_boolean_true(run_copy):
         assert "complete" in msg
     (run_copy / "provenance.json").write_text(json.dumps([1, 2]))
     assert "not a complete run folder" in _refused(["show", run_copy])
-    (run_copy / "provenance.json").write_text(json.dumps(prov))  # negative control: the original reads
+    (run_copy / "provenance.json").write_text(original)  # negative control: the original reads
     assert runner.invoke(app, ["show", str(run_copy)]).exit_code == 0
 
 

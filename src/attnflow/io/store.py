@@ -6,8 +6,8 @@
       dataset.zarr/      xarray Dataset (xarray.open_zarr(RUN / "dataset.zarr"))
       config.yaml        the exact config that produced the run (when there was one)
       summary.json       what `attnflow show` prints, all saved times (attnflow.io.summary)
-      manifest.json      SHA-256 of every other file (written just before provenance.json)
       provenance.json    attnflow/torch versions, seed, git commit, wall time, "complete": true
+      manifest.json      SHA-256 of every other file but the figures (written last)
       figures/*.png      sphere snapshots (PCA for d > 3) and diagnostic curves
 
 The folder is assembled under a hidden temporary name beside ``RUN`` and renamed into place
@@ -502,8 +502,9 @@ def file_digest(path: Path) -> str:
 
 
 def write_manifest(folder: Path, kind: str = "run") -> Path:
-    """Record the SHA-256 of every data file under ``folder`` in ``manifest.json``: the dataset and the
-    config (figures are drawings of the data that ``attnflow plot`` redraws, so they are left out).
+    """Record the SHA-256 of every data file under ``folder`` in ``manifest.json``: the dataset, the
+    config and ``provenance.json`` when it is there (figures are drawings of the data that ``attnflow plot``
+    redraws, so they are left out).
     ``kind`` (``run``, ``sweep``) is what the folder is: the mark by which attnflow recognises its
     own folders before replacing anything (see :func:`folder_kind`)."""
     files = {}
@@ -511,7 +512,7 @@ def write_manifest(folder: Path, kind: str = "run") -> Path:
         rel = q.relative_to(folder).as_posix()
         if q.is_symlink():
             continue
-        if q.is_file() and rel not in (MANIFEST, PROVENANCE, WRITING_MARK) and not rel.startswith(f"{FIGURES}/"):
+        if q.is_file() and rel not in (MANIFEST, WRITING_MARK) and not rel.startswith(f"{FIGURES}/"):
             files[rel] = file_digest(q)
     out = folder / MANIFEST
     text = json.dumps({"format": MANIFEST_FORMAT, "kind": kind, "algorithm": "sha256", "files": files}, indent=0)
@@ -709,9 +710,10 @@ def save_run(
             extra(tmp)
         if summary is not None:
             summary(tmp, traj.config, record)
-        write_manifest(tmp, "run")
-        # Written last: its presence with "complete": true marks a finished folder.
+        # Before the manifest, which records its digest too (a damaged provenance value, the seed or the
+        # version shown by `show`, is caught like a damaged chunk); the folder appears whole or not at all.
         (tmp / PROVENANCE).write_text(json.dumps(record, indent=2, default=str))
+        write_manifest(tmp, "run")
     return Path(path)
 
 

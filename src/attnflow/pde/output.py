@@ -197,7 +197,7 @@ def plot_solution(sol: PDESolution, folder: Path) -> list[Path]:
 def write_pde_folder(
     sol: PDESolution, out: str | os.PathLike, *, config_text: str, config: dict[str, Any], overwrite: bool = False
 ) -> Path:
-    """Write ``out``/dataset.zarr, config.yaml, figures/, manifest.json and (last) provenance.json, atomically:
+    """Write ``out``/dataset.zarr, config.yaml, figures/, provenance.json and (last) manifest.json, atomically:
     ``out`` is either absent, the old folder or the complete new one. Holds ``out``'s output lock."""
     from attnflow.io.lock import output_lock
     from attnflow.io.store import atomic_folder, clean_leftovers, git_commit, write_dataset, write_manifest
@@ -210,7 +210,6 @@ def write_pde_folder(
             write_dataset(ds, tmp / "dataset.zarr")
             (tmp / "config.yaml").write_text(config_text, encoding="utf-8")
             plot_solution(sol, tmp / "figures")
-            write_manifest(tmp)
             prov = {
                 "kind": "pde",
                 "attnflow_version": __version__,
@@ -224,4 +223,5 @@ def write_pde_folder(
                 **sol.info,
             }
             (tmp / "provenance.json").write_text(json.dumps(prov, indent=1, default=str), encoding="utf-8")
+            write_manifest(tmp)  # last: it records provenance.json's digest too
     return final
