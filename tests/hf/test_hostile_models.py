@@ -151,6 +151,41 @@ def test_auto_map_in_any_settings_file_of_a_known_model_type_is_refused(bert, tm
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [("architectures", 1, "'architectures' as 1, not a list"), ("architectures", [7], "'architectures' as [7]")],
+)
+def test_a_config_field_of_the_wrong_kind_is_one_sentence_not_a_traceback(bert, tmp_path, key, value, said):
+    """The slow fuzzer's case: config.json's ``architectures`` set to ``1`` (transformers loads it) crashed
+    ``hf run`` with a TypeError; now a damaged folder, said once. Control: a list of names runs."""
+    folder = _copy(bert, tmp_path / "m")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, key: value}))
+    msg = refused_in_process("hf", "run", folder, "--ids", "1,2,3", "--out", tmp_path / "out", "--no-figures")
+    assert said in msg and "damaged" in msg, msg
+    assert not (tmp_path / "out").exists()
+    (folder / "config.json").write_text(json.dumps({**cfg, "architectures": ["SomethingElse"]}))
+    r = CliRunner().invoke(
+        app, ["hf", "run", str(folder), "--ids", "1,2,3", "--out", str(tmp_path / "ok"), "--no-figures"]
+    )
+    assert r.exit_code == 0, r.output
+
+
+def test_config_counts_must_be_positive_whole_numbers():
+    from types import SimpleNamespace
+
+    from attnflow.core.errors import InputError
+    from attnflow.hf.importer import _config_count
+
+    assert _config_count(SimpleNamespace(num_key_value_heads=None), "num_key_value_heads", 4, "m") == 4
+    assert _config_count(SimpleNamespace(), "num_key_value_heads", 4, "m") == 4
+    assert _config_count(SimpleNamespace(num_attention_heads=12), "num_attention_heads", None, "m") == 12
+    for bad in ("4", 4.0, 0, -2, True, None, [4]):
+        with pytest.raises(InputError, match="not a positive whole number"):
+            _config_count(SimpleNamespace(num_attention_heads=bad), "num_attention_heads", None, "m")
+
+
+@pytest.mark.integration
 def test_a_linked_weights_file_is_refused_and_nothing_is_written(bert, tmp_path):
     from transformers import AutoModel
 

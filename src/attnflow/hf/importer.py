@@ -502,6 +502,20 @@ def _rope(model, head_dim: int) -> tuple[torch.Tensor | None, float]:
     return inv_freq, float(getattr(rot, "attention_scaling", 1.0))
 
 
+def _config_count(config: Any, name: str, default: int | None, source: str) -> int:
+    """``config.<name>`` as a positive whole number (``default`` when absent or null); a value of another
+    kind is a damaged folder, said in one sentence (transformers does not check every field's type)."""
+    value = getattr(config, name, None)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HFImportError(
+            f"the config.json of {source or 'the model'!r} gives {name!r} as {repr(value)[:60]}, not a positive "
+            "whole number; the model folder is damaged."
+        )
+    return value
+
+
 def extract(model, *, source: str = "") -> HFLayers:
     """The :class:`HFLayers` of an already loaded base model (see :func:`load_heads`)."""
     config = model.config
@@ -509,8 +523,8 @@ def extract(model, *, source: str = "") -> HFLayers:
     if model_type not in SUPPORTED:
         raise HFImportError(f"model type {model_type!r} is not supported; supported: {', '.join(sorted(SUPPORTED))}")
     blks = blocks(model)
-    H = int(config.num_attention_heads)
-    Hkv = int(getattr(config, "num_key_value_heads", None) or H)
+    H = _config_count(config, "num_attention_heads", None, source)
+    Hkv = _config_count(config, "num_key_value_heads", H, source)
     mods = [layer_modules(b, config) for b in blks]
     d = mods[0].W["q"].shape[1]
     k = mods[0].W["q"].shape[0] // H
@@ -519,7 +533,13 @@ def extract(model, *, source: str = "") -> HFLayers:
     norms = [read_norm(m) for m in norm_mods]
     built = [_layer_heads(lm, H, Hkv, k, d, rope, rope_scale) for lm in mods]
     heads = [b[0] for b in built]
-    arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+    archs = getattr(config, "architectures", None)
+    if archs is not None and not (isinstance(archs, (list, tuple)) and all(isinstance(a, str) for a in archs)):
+        raise HFImportError(
+            f"the config.json of {source or 'the model'!r} gives 'architectures' as {repr(archs)[:60]}, not a list of "
+            "class names; the model folder is damaged."
+        )
+    arch = (archs or [type(model).__name__])[0]
     meta = HFMeta(
         architecture=arch,
         model_type=model_type,
