@@ -171,6 +171,27 @@ def test_a_config_field_of_the_wrong_kind_is_one_sentence_not_a_traceback(bert, 
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.integration
+def test_weights_that_overflow_the_forward_pass_are_one_sentence(bert, tmp_path):
+    """The slow fuzzer's case: one flipped bit made a value weight 6e37; the forward pass overflowed and
+    ``hf run`` crashed in an SVD. Now refused before anything is measured; control: the clean copy runs."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(bert, tmp_path / "m")
+    r = CliRunner().invoke(
+        app, ["hf", "run", str(folder), "--ids", "1,2,3", "--out", str(tmp_path / "ok"), "--no-figures"]
+    )
+    assert r.exit_code == 0, r.output
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in weights if k.endswith("layer.1.attention.self.value.weight"))
+    weights[name][0, 0] = 6e37
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    msg = refused_in_process("hf", "run", folder, "--ids", "1,2,3", "--out", out, "--no-figures")
+    assert "non-finite hidden states from layer 2" in msg and "6e+37" in msg, msg
+    assert not out.exists()
+
+
 def test_config_counts_must_be_positive_whole_numbers():
     from types import SimpleNamespace
 

@@ -216,6 +216,7 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
     if len(seen) != len(mods):
         raise InputError(f"{len(mods) - len(seen)} of the model's layer norms did not run in the forward pass")
     X = np.stack([layers.norms[l].to_sphere(seen[l]).numpy() for l in range(len(mods))])
+    _check_finite(model, X)
     if not pre_norm:
         return X, np.ones(layers.L)
     r = []
@@ -225,6 +226,18 @@ def real_positions(model, layers: HFLayers, input_ids: torch.Tensor) -> tuple[np
             s = s - s.mean(-1, keepdim=True)
         r.append(float(torch.linalg.vector_norm(s, dim=-1).mean()))
     return X, np.array(r)
+
+
+def _check_finite(model, X: np.ndarray) -> None:
+    """A forward pass whose hidden states are not finite (a weight of 6e37 from one flipped bit overflows)
+    means damaged or unusable weights: said in one sentence, before anything is measured or written."""
+    bad = ~np.isfinite(X.reshape(X.shape[0], -1)).all(axis=1)
+    if bad.any():
+        big = max(float(p.detach().abs().max()) for p in model.parameters() if p.numel())
+        raise HFImportError(
+            f"the model's own forward pass gives non-finite hidden states from layer {int(np.argmax(bad))} on "
+            f"(its largest weight is {big:.3g} in size): the model folder's weights are damaged or unusable."
+        )
 
 
 @dataclass(frozen=True)
