@@ -36,6 +36,7 @@ class _Cold:
 @pytest.fixture(autouse=True)
 def fresh_notices(monkeypatch):
     monkeypatch.setattr(notice, "_said", set())
+    monkeypatch.setattr(notice, "_warm", set())
 
 
 def test_a_cold_function_is_announced_once_and_a_warm_one_never():
@@ -99,6 +100,30 @@ def test_a_cold_path_is_compiled_in_a_child_process_and_announced(monkeypatch):
     assert cmd == [sys.executable, "-m", "attnflow", "warmup", "--only", "small"]
     assert env[notice.HERE_ENV] == "1"  # the child compiles itself rather than starting another
     assert len(said) == 1 and said[0].startswith("compiling the small-cloud steps with numba"), said
+
+
+def test_a_warm_path_is_checked_once_per_process(monkeypatch):
+    """Found warm (or made warm by the child), a path is not checked again: numba's index files are
+    read once, not on every run. Control: after a failed child the next call checks again."""
+    checks: list[bool] = []
+    cold = [False]
+
+    def needs(functions) -> bool:
+        checks.append(cold[0])
+        return cold[0]
+
+    monkeypatch.setattr(notice, "needs_compile", needs)
+    monkeypatch.delenv(notice.HERE_ENV, raising=False)
+    for _ in range(5):
+        assert not notice.prepare("the small-cloud steps", [], "small")
+    assert len(checks) == 1
+    failing = _Child(returncode=1)
+    monkeypatch.setattr(notice, "_spawn", failing.run)
+    cold[0] = True
+    checks.clear()
+    assert notice.prepare("fast summation's CPU loops", [], "fast")
+    assert notice.prepare("fast summation's CPU loops", [], "fast")  # not memoised: a second try
+    assert len(failing.calls) == 2 and len(checks) == 2  # checked on each call
 
 
 def test_the_child_and_warmup_compile_in_their_own_process(monkeypatch):
